@@ -1,0 +1,87 @@
+import { type Static, type TObject, Type } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+
+/** A missing or malformed environment variable; the message names every one of them. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  constructor(readonly problems: readonly { variable: string; message: string }[]) {
+    super(`invalid configuration: ${problems.map((p) => `${p.variable}: ${p.message}`).join('; ')}`);
+  }
+}
+
+/**
+ * Validates `env` against a schema whose property names are the environment variable names.
+ * Strings are converted to the declared types; defaults fill what is absent; unknown
+ * variables are ignored (the environment carries much that is not ours).
+ */
+export function loadConfig<S extends TObject>(schema: S, env: NodeJS.ProcessEnv): Static<S> {
+  const picked: Record<string, unknown> = {};
+  for (const key of Object.keys(schema.properties)) {
+    const raw = env[key];
+    // An empty variable is treated as unset, as shells and compose files often produce them.
+    if (raw !== undefined && raw !== '') picked[key] = raw;
+  }
+  const problems: { variable: string; message: string }[] = [];
+  for (const [key, raw] of Object.entries(picked)) {
+    // Conversion would truncate "80.5" to 80; an integer variable must be written as one.
+    const type = (schema.properties[key] as { type?: string } | undefined)?.type;
+    if (type === 'integer' && !/^-?\d+$/.test(String(raw))) {
+      problems.push({ variable: key, message: `Expected integer (got ${describe(raw)})` });
+    }
+  }
+  const withDefaults = Value.Default(schema, picked);
+  const converted = Value.Convert(schema, withDefaults);
+  for (const error of Value.Errors(schema, converted)) {
+    const variable = error.path.split('/')[1] || requiredName(error);
+    problems.push({ variable, message: `${error.message} (got ${describe(picked[variable])})` });
+  }
+  if (problems.length > 0) throw new ConfigError(dedupe(problems));
+  return converted as Static<S>;
+}
+
+function requiredName(error: { schema: unknown; value: unknown }): string {
+  return String((error.schema as { required?: string[] }).required?.[0] ?? '(unknown)');
+}
+
+function describe(value: unknown): string {
+  return value === undefined ? 'nothing' : JSON.stringify(value);
+}
+
+function dedupe(problems: { variable: string; message: string }[]) {
+  const first = new Map<string, { variable: string; message: string }>();
+  for (const p of problems) if (!first.has(p.variable)) first.set(p.variable, p);
+  return [...first.values()];
+}
+
+/** Schema pieces every service shares; the names are the environment variables. */
+export const LogLevel = Type.Union(
+  ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
+  { default: 'info' },
+);
+
+export const BrokerList = Type.String({
+  pattern: '^[^,\\s:]+:\\d{1,5}(,[^,\\s:]+:\\d{1,5})*$',
+  description: 'Kafka bootstrap servers, host:port[,host:port…]',
+});
+
+export const PostgresUrl = Type.String({ pattern: '^postgres(ql)?://', description: 'PostgreSQL URL' });
+export const RedisUrl = Type.String({ pattern: '^rediss?://', description: 'Redis URL' });
+
+export function serviceConfigSchema(defaultPort: number) {
+  return Type.Object({
+    HOST: Type.String({ default: '0.0.0.0', minLength: 1 }),
+    PORT: Type.Integer({ minimum: 1, maximum: 65535, default: defaultPort }),
+    LOG_LEVEL: LogLevel,
+    DATABASE_URL: PostgresUrl,
+    REDIS_URL: RedisUrl,
+    KAFKA_BROKERS: BrokerList,
+    KAFKA_CLIENT_ID: Type.Optional(Type.String({ minLength: 1 })),
+    ONTO_TOPIC_PREFIX: Type.String({
+      default: '',
+      pattern: '^[a-zA-Z0-9._-]*$',
+      description: 'Prefix for every topic name; lets test runs and tenants share a broker',
+    }),
+    SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600_000, default: 10_000 }),
+    DB_POOL_MAX: Type.Integer({ minimum: 1, maximum: 1000, default: 20 }),
+  });
+}

@@ -1,0 +1,96 @@
+import { randomUUID } from 'node:crypto';
+import swagger from '@fastify/swagger';
+import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import fp from 'fastify-plugin';
+import type { MigrationTrack } from '../db/migrate.js';
+import { postgresPlugin } from '../db/postgres.js';
+import { kafkaPlugin } from '../kafka/plugin.js';
+import { redisPlugin } from '../redis/redis.js';
+import { healthPlugin } from './health.js';
+import { metricsPlugin } from './observability.js';
+import { installProblemHandlers, ProblemSchema } from './problem.js';
+import { validatorCompiler } from './validation.js';
+
+export interface BaseServiceConfig {
+  LOG_LEVEL: string;
+  DATABASE_URL: string;
+  REDIS_URL: string;
+  KAFKA_BROKERS: string;
+  KAFKA_CLIENT_ID?: string | undefined;
+  ONTO_TOPIC_PREFIX: string;
+  DB_POOL_MAX: number;
+}
+
+export interface PlatformOptions {
+  service: 'control' | 'data' | 'intelligence';
+  version: string;
+  description: string;
+  config: BaseServiceConfig;
+  migrations: MigrationTrack[];
+}
+
+/** Fastify's own options for every onto service: logging, request ids, limits. */
+export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOptions {
+  return {
+    logger: {
+      level: config.LOG_LEVEL,
+      redact: ['req.headers.authorization', 'req.headers.cookie'],
+    },
+    requestIdHeader: 'x-request-id',
+    genReqId: () => randomUUID(),
+    bodyLimit: 1_048_576,
+    return503OnClosing: true,
+  };
+}
+
+/**
+ * Everything a service has before its own routes: problem+json errors, request ids, metrics,
+ * health and readiness, OpenAPI, PostgreSQL with migrations, Redis and Kafka.
+ */
+export const platformPlugin = fp(
+  async (app: FastifyInstance, opts: PlatformOptions) => {
+    app.setValidatorCompiler(validatorCompiler);
+    installProblemHandlers(app);
+    app.addSchema(ProblemSchema);
+    app.addHook('onRequest', async (request, reply) => {
+      reply.header('x-request-id', request.id);
+    });
+    // A keep-alive connection whose request was in flight when shutdown began would hold the
+    // server open until its idle timeout: answer it with Connection: close instead.
+    let closing = false;
+    app.addHook('preClose', async () => {
+      closing = true;
+    });
+    app.addHook('onSend', async (_request, reply) => {
+      if (closing) reply.header('connection', 'close');
+    });
+
+    await app.register(swagger, {
+      openapi: {
+        openapi: '3.1.0',
+        info: { title: `onto ${opts.service}`, version: opts.version, description: opts.description },
+        components: {
+          securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
+        },
+      },
+      refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
+    });
+    app.get('/docs/json', { schema: { hide: true } }, async () => app.swagger());
+
+    await app.register(metricsPlugin, { service: opts.service });
+    await app.register(healthPlugin, {});
+    await app.register(postgresPlugin, {
+      connectionString: opts.config.DATABASE_URL,
+      poolMax: opts.config.DB_POOL_MAX,
+      applicationName: `onto-${opts.service}`,
+      migrations: opts.migrations,
+    });
+    await app.register(redisPlugin, { url: opts.config.REDIS_URL });
+    await app.register(kafkaPlugin, {
+      brokers: opts.config.KAFKA_BROKERS.split(','),
+      clientId: opts.config.KAFKA_CLIENT_ID ?? `onto-${opts.service}`,
+      topicPrefix: opts.config.ONTO_TOPIC_PREFIX,
+    });
+  },
+  { name: 'onto-platform' },
+);

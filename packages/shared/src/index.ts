@@ -1,0 +1,14 @@
+export { ConfigError, loadConfig, serviceConfigSchema } from './config/load.js';
+export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
+export { postgresPlugin } from './db/postgres.js';
+export { healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
+export { metricsPlugin } from './http/observability.js';
+export { type BaseServiceConfig, fastifyOptions, type PlatformOptions, platformPlugin } from './http/platform.js';
+export * from './http/problem.js';
+export { runService } from './http/server.js';
+export type * from './kafka/broker.js';
+export { createKafkaBroker, type KafkaBrokerOptions } from './kafka/kafkajs-broker.js';
+export { kafkaPlugin } from './kafka/plugin.js';
+export * from './kafka/topics.js';
+export { kernelMigrations } from './kernel-migrations.js';
+export { createRedis, redisPlugin } from './redis/redis.js';

@@ -1,0 +1,102 @@
+/**
+ * The broker as onto sees it: a producer, a consumer group and an admin. Everything else in
+ * the code base talks to these interfaces; only kafkajs-broker.ts knows the Kafka client, so
+ * that changing the client touches one module.
+ */
+
+export type Headers = Record<string, string>;
+
+export interface OutgoingMessage {
+  key: string;
+  value: string | Buffer;
+  headers?: Headers;
+}
+
+export interface Delivery {
+  topic: string;
+  partition: number;
+  /** The offset of the first record of this topic-partition in the request. */
+  baseOffset: string;
+}
+
+export interface Producer {
+  /**
+   * Publishes to one or more topics in one request, idempotently with acks=all; resolves only
+   * once the broker has acknowledged every record, rejects otherwise.
+   */
+  send(batches: { topic: string; messages: OutgoingMessage[] }[]): Promise<Delivery[]>;
+  disconnect(): Promise<void>;
+}
+
+export interface IncomingMessage {
+  topic: string;
+  partition: number;
+  offset: string;
+  key: string | null;
+  value: Buffer | null;
+  headers: Headers;
+  timestamp: string;
+}
+
+export interface IncomingBatch {
+  topic: string;
+  partition: number;
+  messages: IncomingMessage[];
+  /** Keep group membership alive during long work. */
+  heartbeat(): Promise<void>;
+  /** Commit that everything up to and including this message is done. */
+  commit(message: IncomingMessage): Promise<void>;
+  isRunning(): boolean;
+  isStale(): boolean;
+}
+
+export interface ConsumerOptions {
+  groupId: string;
+  topics: (string | RegExp)[];
+  fromBeginning?: boolean;
+  sessionTimeoutMs?: number;
+  maxBytesPerPartition?: number;
+  /** How many partitions' batches to process at once. */
+  partitionsConsumedConcurrently?: number;
+}
+
+export interface Consumer {
+  /**
+   * Starts consuming; `handle` gets each batch in partition order. Offsets are committed only
+   * through `batch.commit` or, when `handle` resolves, for the whole batch.
+   */
+  run(handle: (batch: IncomingBatch) => Promise<void>): Promise<void>;
+  stop(): Promise<void>;
+  disconnect(): Promise<void>;
+  /** Offsets committed by this group, by topic then partition. */
+  committedOffsets(topic: string): Promise<Map<number, string>>;
+}
+
+export interface TopicSpec {
+  name: string;
+  partitions: number;
+  config?: Record<string, string>;
+}
+
+export interface PartitionOffsets {
+  partition: number;
+  low: string;
+  high: string;
+}
+
+export interface Admin {
+  /** Succeeds once a metadata request has been answered. */
+  ping(): Promise<void>;
+  ensureTopics(specs: TopicSpec[]): Promise<string[]>;
+  deleteTopics(names: string[]): Promise<void>;
+  listTopics(): Promise<string[]>;
+  partitionOffsets(topic: string): Promise<PartitionOffsets[]>;
+  consumerLag(groupId: string, topic: string): Promise<number>;
+  disconnect(): Promise<void>;
+}
+
+export interface Broker {
+  producer(): Promise<Producer>;
+  consumer(options: ConsumerOptions): Promise<Consumer>;
+  admin(): Promise<Admin>;
+}

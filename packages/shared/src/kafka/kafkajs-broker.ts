@@ -1,0 +1,192 @@
+import { CompressionTypes, Kafka, type logCreator, logLevel, Partitioners } from 'kafkajs';
+import type { Logger } from 'pino';
+import type { Admin, Broker, Consumer, ConsumerOptions, Headers, IncomingMessage, Producer } from './broker.js';
+
+export interface KafkaBrokerOptions {
+  brokers: string[];
+  clientId: string;
+  logger: Logger;
+  /** How long to keep retrying a request before giving up (connect, metadata, produce). */
+  requestTimeoutMs?: number;
+  connectionTimeoutMs?: number;
+  retries?: number;
+}
+
+function pinoLogCreator(logger: Logger): logCreator {
+  const child = logger.child({ component: 'kafkajs' });
+  return () =>
+    ({ level, log }) => {
+      const { message, ...extra } = log;
+      if (level === logLevel.ERROR) child.error(extra, message);
+      else if (level === logLevel.WARN) child.warn(extra, message);
+      else if (level === logLevel.INFO) child.debug(extra, message);
+    };
+}
+
+/** The one module that knows kafkajs. */
+export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
+  const kafka = new Kafka({
+    clientId: options.clientId,
+    brokers: options.brokers,
+    connectionTimeout: options.connectionTimeoutMs ?? 3000,
+    requestTimeout: options.requestTimeoutMs ?? 30_000,
+    retry: { retries: options.retries ?? 5, initialRetryTime: 100, maxRetryTime: 2000 },
+    logLevel: logLevel.WARN,
+    logCreator: pinoLogCreator(options.logger),
+  });
+
+  return {
+    async producer(): Promise<Producer> {
+      const producer = kafka.producer({
+        idempotent: true,
+        maxInFlightRequests: 1,
+        allowAutoTopicCreation: false,
+        createPartitioner: Partitioners.DefaultPartitioner,
+      });
+      await producer.connect();
+      return {
+        async send(batches) {
+          const results = await producer.sendBatch({
+            acks: -1,
+            compression: CompressionTypes.None,
+            topicMessages: batches.map((b) => ({
+              topic: b.topic,
+              messages: b.messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers ?? {} })),
+            })),
+          });
+          return results.map((r) => ({
+            topic: r.topicName,
+            partition: r.partition,
+            baseOffset: r.baseOffset ?? r.offset ?? '-1',
+          }));
+        },
+        disconnect: () => producer.disconnect(),
+      };
+    },
+
+    async consumer(opts: ConsumerOptions): Promise<Consumer> {
+      const consumer = kafka.consumer({
+        groupId: opts.groupId,
+        sessionTimeout: opts.sessionTimeoutMs ?? 30_000,
+        maxBytesPerPartition: opts.maxBytesPerPartition ?? 1_048_576,
+        allowAutoTopicCreation: false,
+      });
+      await consumer.connect();
+      await consumer.subscribe({ topics: opts.topics, fromBeginning: opts.fromBeginning ?? true });
+      const admin = kafka.admin();
+      let adminConnected = false;
+      return {
+        async run(handle) {
+          await consumer.run({
+            autoCommit: false,
+            eachBatchAutoResolve: false,
+            partitionsConsumedConcurrently: opts.partitionsConsumedConcurrently ?? 1,
+            eachBatch: async ({ batch, heartbeat, isRunning, isStale, resolveOffset, commitOffsetsIfNecessary }) => {
+              const messages: IncomingMessage[] = batch.messages.map((m) => ({
+                topic: batch.topic,
+                partition: batch.partition,
+                offset: m.offset,
+                key: m.key ? m.key.toString('utf8') : null,
+                value: m.value,
+                headers: decodeHeaders(m.headers),
+                timestamp: m.timestamp,
+              }));
+              let committed: string | undefined;
+              const commit = async (message: IncomingMessage) => {
+                resolveOffset(message.offset);
+                await consumer.commitOffsets([
+                  { topic: batch.topic, partition: batch.partition, offset: (BigInt(message.offset) + 1n).toString() },
+                ]);
+                committed = message.offset;
+              };
+              await handle({
+                topic: batch.topic,
+                partition: batch.partition,
+                messages,
+                heartbeat,
+                commit,
+                isRunning,
+                isStale,
+              });
+              const last = messages.at(-1);
+              if (last && committed !== last.offset && isRunning() && !isStale()) await commit(last);
+              await commitOffsetsIfNecessary();
+            },
+          });
+        },
+        stop: () => consumer.stop(),
+        async disconnect() {
+          await consumer.disconnect();
+          if (adminConnected) await admin.disconnect();
+        },
+        async committedOffsets(topic) {
+          if (!adminConnected) {
+            await admin.connect();
+            adminConnected = true;
+          }
+          const [entry] = await admin.fetchOffsets({ groupId: opts.groupId, topics: [topic] });
+          return new Map((entry?.partitions ?? []).map((p) => [p.partition, p.offset]));
+        },
+      };
+    },
+
+    async admin(): Promise<Admin> {
+      const admin = kafka.admin();
+      await admin.connect();
+      return {
+        async ping() {
+          await admin.describeCluster();
+        },
+        async ensureTopics(specs) {
+          const existing = new Set(await admin.listTopics());
+          const missing = specs.filter((s) => !existing.has(s.name));
+          if (missing.length === 0) return [];
+          await admin.createTopics({
+            waitForLeaders: true,
+            topics: missing.map((s) => ({
+              topic: s.name,
+              numPartitions: s.partitions,
+              replicationFactor: 1,
+              configEntries: Object.entries(s.config ?? {}).map(([name, value]) => ({ name, value })),
+            })),
+          });
+          return missing.map((s) => s.name);
+        },
+        async deleteTopics(names) {
+          if (names.length > 0) await admin.deleteTopics({ topics: names });
+        },
+        listTopics: () => admin.listTopics(),
+        async partitionOffsets(topic) {
+          const offsets = await admin.fetchTopicOffsets(topic);
+          return offsets
+            .map((o) => ({ partition: o.partition, low: o.low, high: o.high }))
+            .sort((a, b) => a.partition - b.partition);
+        },
+        async consumerLag(groupId, topic) {
+          const [committed] = await admin.fetchOffsets({ groupId, topics: [topic] });
+          const ends = await admin.fetchTopicOffsets(topic);
+          let lag = 0n;
+          for (const end of ends) {
+            const c = committed?.partitions.find((p) => p.partition === end.partition)?.offset ?? '-1';
+            const from = c === '-1' ? BigInt(end.low) : BigInt(c);
+            lag += BigInt(end.high) - from;
+          }
+          return Number(lag);
+        },
+        disconnect: () => admin.disconnect(),
+      };
+    },
+  };
+}
+
+function decodeHeaders(
+  headers: Record<string, Buffer | string | (Buffer | string)[] | undefined> | undefined,
+): Headers {
+  const out: Headers = {};
+  for (const [k, v] of Object.entries(headers ?? {})) {
+    if (v === undefined) continue;
+    const first = Array.isArray(v) ? v[0] : v;
+    if (first !== undefined) out[k] = first.toString();
+  }
+  return out;
+}

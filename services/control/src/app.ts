@@ -1,0 +1,25 @@
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
+import type { FastifyPluginAsync } from 'fastify';
+import type { Config } from './config.js';
+
+const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
+
+export const migrations: MigrationTrack[] = [
+  kernelMigrations,
+  { directory: fileURLToPath(new URL('../migrations', import.meta.url)), table: 'control_migrations' },
+];
+
+/** The control service: ontology schema, worlds and their lifecycle, identity and permissions. */
+const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) => {
+  await fastify.register(platformPlugin, {
+    service: 'control',
+    version,
+    description: 'onto control: ontology schema, worlds and their lifecycle, identity and permissions',
+    config,
+    migrations,
+  });
+};
+
+export default app;

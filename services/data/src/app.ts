@@ -1,0 +1,25 @@
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
+import type { FastifyPluginAsync } from 'fastify';
+import type { Config } from './config.js';
+
+const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
+
+export const migrations: MigrationTrack[] = [
+  kernelMigrations,
+  { directory: fileURLToPath(new URL('../migrations', import.meta.url)), table: 'data_migrations' },
+];
+
+/** The data service: objects and links of every world, their versions, branches and merges. */
+const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) => {
+  await fastify.register(platformPlugin, {
+    service: 'data',
+    version,
+    description: 'onto data: objects and links of every world, their versions, branches and merges',
+    config,
+    migrations,
+  });
+};
+
+export default app;
