@@ -1,0 +1,51 @@
+import { ConfigError, loadConfig } from '@onto/shared';
+import { describe, expect, it } from 'vitest';
+import { SERVICES } from './services.js';
+
+const valid = {
+  DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/onto_x',
+  REDIS_URL: 'redis://127.0.0.1:6379',
+  KAFKA_BROKERS: '127.0.0.1:9092,127.0.0.2:9092',
+};
+
+describe.each(SERVICES)('$name configuration', (service) => {
+  it('converts and defaults', () => {
+    const config = loadConfig(service.schema, { ...valid, PORT: '8080', LOG_LEVEL: 'debug' }) as Record<
+      string,
+      unknown
+    >;
+    expect(config).toMatchObject({ PORT: 8080, LOG_LEVEL: 'debug', HOST: '0.0.0.0', SHUTDOWN_TIMEOUT_MS: 10_000 });
+    expect((loadConfig(service.schema, valid) as { PORT: number }).PORT).toBe(service.port);
+  });
+
+  it.each([
+    ['DATABASE_URL', { DATABASE_URL: undefined }],
+    ['DATABASE_URL', { DATABASE_URL: 'mysql://x' }],
+    ['REDIS_URL', { REDIS_URL: '' }],
+    ['KAFKA_BROKERS', { KAFKA_BROKERS: 'localhost' }],
+    ['PORT', { PORT: '70000' }],
+    ['PORT', { PORT: '80.5' }],
+    ['LOG_LEVEL', { LOG_LEVEL: 'loud' }],
+    ['SHUTDOWN_TIMEOUT_MS', { SHUTDOWN_TIMEOUT_MS: 'soon' }],
+  ])('refuses a bad %s, naming it', (name, override) => {
+    const attempt = () => loadConfig(service.schema, { ...valid, ...override });
+    expect(attempt).toThrow(ConfigError);
+    expect(attempt).toThrow(new RegExp(`${name}: `));
+    try {
+      attempt();
+    } catch (error) {
+      expect((error as ConfigError).problems.map((p) => p.variable)).toEqual([name]);
+    }
+  });
+
+  it('names every bad variable at once', () => {
+    expect(() => loadConfig(service.schema, { PORT: 'x' })).toThrow(/DATABASE_URL.*REDIS_URL.*KAFKA_BROKERS|PORT/);
+    try {
+      loadConfig(service.schema, { PORT: 'x' });
+    } catch (error) {
+      expect(new Set((error as ConfigError).problems.map((p) => p.variable))).toEqual(
+        new Set(['DATABASE_URL', 'REDIS_URL', 'KAFKA_BROKERS', 'PORT']),
+      );
+    }
+  });
+});

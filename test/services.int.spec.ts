@@ -1,0 +1,96 @@
+import { buildTestService } from '@onto/shared/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SERVICES } from './services.js';
+
+describe.each(SERVICES)('$name service', (service) => {
+  let built: Awaited<ReturnType<typeof buildTestService>>;
+
+  beforeAll(async () => {
+    built = await buildTestService(service as never);
+  });
+  afterAll(async () => {
+    await built?.close();
+  });
+
+  it('is alive and ready with PostgreSQL, Redis, Kafka and its migrations', async () => {
+    const health = await built.app.inject({ method: 'GET', url: '/health' });
+    expect(health.statusCode).toBe(200);
+    expect(health.json()).toEqual({ status: 'alive' });
+
+    const ready = await built.app.inject({ method: 'GET', url: '/ready' });
+    expect(ready.json()).toEqual({
+      status: 'ready',
+      checks: {
+        postgres: { status: 'up' },
+        migrations: { status: 'up' },
+        redis: { status: 'up' },
+        kafka: { status: 'up' },
+      },
+    });
+    expect(ready.statusCode).toBe(200);
+  });
+
+  it('answers an unknown route with problem+json and a request id', async () => {
+    const res = await built.app.inject({ method: 'GET', url: '/v1/nothing-here?x=1' });
+    expect(res.statusCode).toBe(404);
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    expect(res.json()).toMatchObject({ status: 404, title: 'Not Found', instance: '/v1/nothing-here' });
+  });
+
+  it('answers a malformed JSON body with problem+json, not 500', async () => {
+    const res = await built.app.inject({
+      method: 'POST',
+      url: '/health',
+      headers: { 'content-type': 'application/json' },
+      payload: '{"unterminated": ',
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(res.json()).toMatchObject({ status: 400, type: expect.stringMatching(/malformed-json$/) });
+  });
+
+  it('keeps the request id a client sends', async () => {
+    const res = await built.app.inject({ method: 'GET', url: '/health', headers: { 'x-request-id': 'abc-123' } });
+    expect(res.headers['x-request-id']).toBe('abc-123');
+  });
+
+  it('serves Prometheus metrics with process metrics and HTTP latency by route and status', async () => {
+    await built.app.inject({ method: 'GET', url: '/health' });
+    const res = await built.app.inject({ method: 'GET', url: '/metrics' });
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toContain('process_cpu_user_seconds_total');
+    expect(res.body).toMatch(
+      new RegExp(
+        `http_request_duration_seconds_count\\{service="${service.name}",method="GET",route="/health",status="200"\\} [1-9]`,
+      ),
+    );
+  });
+
+  it('serves an OpenAPI document generated from the route schemas', async () => {
+    const res = await built.app.inject({ method: 'GET', url: '/docs/json' });
+    expect(res.statusCode).toBe(200);
+    const doc = res.json();
+    expect(doc.openapi).toMatch(/^3\./);
+    expect(doc.info.title).toBe(`onto ${service.name}`);
+    expect(doc.paths['/ready'].get.responses).toHaveProperty('503');
+  });
+});
+
+describe.each(SERVICES)('$name service with Kafka unreachable', (service) => {
+  it('answers /ready with 503 naming kafka, the other checks still up', async () => {
+    const built = await buildTestService(service as never, { KAFKA_BROKERS: '127.0.0.1:1' });
+    try {
+      const res = await built.app.inject({ method: 'GET', url: '/ready' });
+      expect(res.statusCode).toBe(503);
+      const body = res.json();
+      expect(body.status).toBe('unavailable');
+      expect(body.checks.kafka.status).toBe('down');
+      expect(body.checks.kafka.error).toContain('127.0.0.1:1');
+      expect(body.checks.postgres).toEqual({ status: 'up' });
+      expect(body.checks.redis).toEqual({ status: 'up' });
+    } finally {
+      await built.close();
+    }
+  });
+});
