@@ -55,7 +55,11 @@ export interface ConsumerOptions {
   topics: (string | RegExp)[];
   fromBeginning?: boolean;
   sessionTimeoutMs?: number;
+  /** How long a rebalance waits for members to rejoin (a crashed member never does). */
+  rebalanceTimeoutMs?: number;
   maxBytesPerPartition?: number;
+  /** Longest a fetch waits for data; also how long stopping can take. */
+  maxWaitTimeMs?: number;
   /** How many partitions' batches to process at once. */
   partitionsConsumedConcurrently?: number;
 }

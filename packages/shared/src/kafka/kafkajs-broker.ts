@@ -68,7 +68,9 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
       const consumer = kafka.consumer({
         groupId: opts.groupId,
         sessionTimeout: opts.sessionTimeoutMs ?? 30_000,
+        rebalanceTimeout: opts.rebalanceTimeoutMs ?? 60_000,
         maxBytesPerPartition: opts.maxBytesPerPartition ?? 1_048_576,
+        maxWaitTimeInMs: opts.maxWaitTimeMs ?? 500,
         allowAutoTopicCreation: false,
       });
       await consumer.connect();
@@ -142,7 +144,7 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
           const missing = specs.filter((s) => !existing.has(s.name));
           if (missing.length === 0) return [];
           await admin.createTopics({
-            waitForLeaders: true,
+            waitForLeaders: false,
             topics: missing.map((s) => ({
               topic: s.name,
               numPartitions: s.partitions,
@@ -150,7 +152,20 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
               configEntries: Object.entries(s.config ?? {}).map(([name, value]) => ({ name, value })),
             })),
           });
-          return missing.map((s) => s.name);
+          // A topic is usable once every broker knows it; until then producing fails.
+          const names = missing.map((s) => s.name);
+          const deadline = Date.now() + 15_000;
+          for (;;) {
+            try {
+              const { topics } = await admin.fetchTopicMetadata({ topics: names });
+              if (topics.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))) break;
+            } catch (error) {
+              if (Date.now() > deadline) throw error;
+            }
+            if (Date.now() > deadline) throw new Error(`topics ${names.join(', ')} have no leaders yet`);
+            await new Promise((r) => setTimeout(r, 100));
+          }
+          return names;
         },
         async deleteTopics(names) {
           if (names.length > 0) await admin.deleteTopics({ topics: names });

@@ -1,0 +1,117 @@
+import type { Headers } from '../kafka/broker.js';
+import { type PartitionKey, physicalTopic } from '../kafka/topics.js';
+import { canonicalJson } from './canonical-json.js';
+import { EVENT_TYPES, type EventEnvelope, type EventType, validateEvent } from './envelope.js';
+
+/** Anything that runs a parameterised query: a pool, a client, a transaction's client. */
+export interface Queryable {
+  query<R extends Record<string, unknown> = Record<string, unknown>>(
+    text: string,
+    values?: unknown[],
+  ): Promise<{ rows: R[]; rowCount: number | null }>;
+}
+
+/** Lanes partition the outbox by key; see migrations/002 and the relay. */
+export const OUTBOX_LANES = 64;
+export const OUTBOX_CHANNEL = 'onto_outbox';
+
+/** The same event id was enqueued before with a different body. */
+export class OutboxConflictError extends Error {
+  override readonly name = 'OutboxConflictError';
+  constructor(readonly eventId: string) {
+    super(`event ${eventId} is already in the outbox with a different body`);
+  }
+}
+
+export type EnqueueResult = { status: 'enqueued'; id: number } | { status: 'duplicate'; id: number };
+
+export interface OutboxMessage<T extends EventType = EventType> {
+  event: EventEnvelope & { type: T };
+  /** Built by the topic catalog for the event's topic: `TOPICS[topic].key(…)`. */
+  key: PartitionKey<(typeof EVENT_TYPES)[T]>;
+  headers?: Headers;
+}
+
+/** Which lane a key belongs to: FNV-1a, stable across processes and languages. */
+export function laneOf(key: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    hash ^= key.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return hash % OUTBOX_LANES;
+}
+
+function checkKey(event: EventEnvelope, key: string) {
+  // Every key of a world-scoped topic starts with the world id; a key from another world or
+  // built by hand for another topic is refused here rather than misrouted.
+  const topic = EVENT_TYPES[event.type];
+  if (topic === 'onto.identity') return;
+  const world = key.split('/')[0];
+  if (world !== encodeURIComponent(event.world_id)) {
+    throw new TypeError(`partition key ${JSON.stringify(key)} does not belong to world ${event.world_id} on ${topic}`);
+  }
+}
+
+/**
+ * Adds events to the outbox inside the caller's transaction, so they exist if and only if the
+ * state change commits. Enqueuing an event id again with the same body is a no-op reported as
+ * `duplicate`; with another body it throws OutboxConflictError.
+ */
+export async function enqueue(
+  tx: Queryable,
+  messages: OutboxMessage | OutboxMessage[],
+  topicPrefix = '',
+): Promise<EnqueueResult[]> {
+  const list = Array.isArray(messages) ? messages : [messages];
+  if (list.length === 0) return [];
+  const ids: string[] = [];
+  const topics: string[] = [];
+  const keys: string[] = [];
+  const lanes: number[] = [];
+  const bodies: string[] = [];
+  const headers: string[] = [];
+  for (const m of list) {
+    const event = validateEvent(m.event);
+    checkKey(event, m.key);
+    ids.push(event.event_id);
+    topics.push(physicalTopic(topicPrefix, EVENT_TYPES[event.type]));
+    keys.push(m.key);
+    lanes.push(laneOf(m.key));
+    bodies.push(canonicalJson(event));
+    headers.push(JSON.stringify(m.headers ?? {}));
+  }
+  const inserted = await tx.query<{ id: number; event_id: string }>(
+    `INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
+     SELECT e, t, k, l, b, h
+       FROM unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::jsonb[])
+            WITH ORDINALITY AS u(e, t, k, l, b, h, n)
+      ORDER BY n
+     ON CONFLICT (event_id) DO NOTHING
+     RETURNING id, event_id::text`,
+    [ids, topics, keys, lanes, bodies, headers],
+  );
+  const byId = new Map(inserted.rows.map((r) => [r.event_id, r.id]));
+  const results: EnqueueResult[] = [];
+  const missing = ids.filter((id) => !byId.has(id));
+  const existing = new Map<string, { id: number; body: string }>();
+  if (missing.length > 0) {
+    const found = await tx.query<{ id: number; event_id: string; body: string }>(
+      'SELECT id, event_id::text, body FROM outbox WHERE event_id = ANY($1::uuid[])',
+      [missing],
+    );
+    for (const r of found.rows) existing.set(r.event_id, { id: r.id, body: r.body });
+  }
+  for (const [i, id] of ids.entries()) {
+    const fresh = byId.get(id);
+    if (fresh !== undefined) {
+      results.push({ status: 'enqueued', id: fresh });
+      continue;
+    }
+    const prior = existing.get(id);
+    if (!prior || prior.body !== bodies[i]) throw new OutboxConflictError(id);
+    results.push({ status: 'duplicate', id: prior.id });
+  }
+  if (byId.size > 0) await tx.query(`SELECT pg_notify($1, '')`, [OUTBOX_CHANNEL]);
+  return results;
+}

@@ -1,0 +1,309 @@
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { Producer } from '../kafka/broker.js';
+import { OUTBOX_CHANNEL, OUTBOX_LANES, type Queryable } from './outbox.js';
+
+export interface PendingRow {
+  id: number;
+  event_id: string;
+  topic: string;
+  partition_key: string;
+  body: string;
+  headers: Record<string, string>;
+}
+
+/** A batch size is an integer from 1 to 1000: bounded so that recovery never loads everything. */
+export function checkBatchSize(value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 1000) {
+    throw new RangeError(`batch size must be an integer from 1 to 1000, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+/** The oldest pending rows, in id order, at most `limit`. */
+export async function pendingRows(db: Queryable, limit: number): Promise<PendingRow[]> {
+  const { rows } = await db.query<PendingRow & Record<string, unknown>>(
+    `SELECT id, event_id::text, topic, partition_key, body, headers
+       FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $1`,
+    [checkBatchSize(limit)],
+  );
+  return rows;
+}
+
+/** Marks rows sent; rows already sent are left as they are, so acknowledging twice is a no-op. */
+export async function acknowledge(db: Queryable, ids: number[]): Promise<number> {
+  const { rowCount } = await db.query(
+    'UPDATE outbox SET sent_at = now() WHERE id = ANY($1::bigint[]) AND sent_at IS NULL',
+    [ids],
+  );
+  return rowCount ?? 0;
+}
+
+// Namespace of the lane advisory locks (the bytes of "onto").
+const LANE_LOCK_SPACE = 0x6f6e746f;
+
+/**
+ * Claims the oldest pending rows of lanes no other relay holds. A lane's lock is taken for the
+ * transaction, which spans publish and acknowledgement: while one relay publishes a lane, no other
+ * can, so per-key order holds with any number of relays.
+ */
+async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number): Promise<PendingRow[]> {
+  const { rows } = await client.query<PendingRow>(
+    `WITH candidate AS (
+       SELECT DISTINCT lane FROM (
+         SELECT lane FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $2 * 4
+       ) oldest
+     ), mine AS MATERIALIZED (
+       SELECT lane FROM candidate WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $3
+     )
+     SELECT o.id, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
+       FROM outbox o
+      WHERE o.sent_at IS NULL AND o.lane IN (SELECT lane FROM mine)
+      ORDER BY o.id
+      LIMIT $2
+        FOR UPDATE OF o`,
+    [LANE_LOCK_SPACE, batchSize, maxLanes],
+  );
+  return rows;
+}
+
+export interface RelayFaults {
+  /** Runs after the broker acknowledged a batch and before it is marked sent. */
+  afterPublish?: (rows: PendingRow[]) => void | Promise<void>;
+}
+
+export interface OutboxRelayOptions {
+  pool: pg.Pool;
+  producer: Producer;
+  logger: Logger;
+  batchSize?: number;
+  /** Claim loops run at once in this process; each holds its own lanes. */
+  concurrency?: number;
+  /** Most lanes one claim takes, so that concurrent loops and relays share the work. */
+  maxLanesPerClaim?: number;
+  pollIntervalMs?: number;
+  retentionMs?: number;
+  pruneIntervalMs?: number;
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+  registry?: Registry;
+  faults?: RelayFaults;
+}
+
+/**
+ * Publishes the outbox to Kafka: woken by NOTIFY, polling as a fallback because notifications
+ * are lost while the listener reconnects; marks rows sent only after the broker acknowledged
+ * them; retries a failed publish with exponential backoff; prunes sent rows after retention.
+ */
+export class OutboxRelay {
+  readonly batchSize: number;
+  private readonly opts: Required<Omit<OutboxRelayOptions, 'registry' | 'faults'>> & OutboxRelayOptions;
+  private running = false;
+  private loops: Promise<void>[] = [];
+  private listener: pg.PoolClient | undefined;
+  private wakers = new Set<() => void>();
+  private pruneTimer: NodeJS.Timeout | undefined;
+  private readonly published: Counter;
+  private readonly failures: Counter;
+
+  constructor(options: OutboxRelayOptions) {
+    this.batchSize = checkBatchSize(options.batchSize ?? 500);
+    this.opts = {
+      concurrency: 2,
+      maxLanesPerClaim: Math.ceil(OUTBOX_LANES / 2),
+      pollIntervalMs: 1000,
+      retentionMs: 24 * 3600_000,
+      pruneIntervalMs: 60_000,
+      backoffInitialMs: 100,
+      backoffMaxMs: 10_000,
+      batchSize: this.batchSize,
+      ...options,
+    };
+    const registers = options.registry ? [options.registry] : [];
+    const pool = options.pool;
+    this.published = new Counter({
+      name: 'onto_outbox_published_total',
+      help: 'Outbox rows published and acknowledged by the broker',
+      registers,
+    });
+    this.failures = new Counter({
+      name: 'onto_outbox_publish_failures_total',
+      help: 'Batches whose publish failed and stayed pending',
+      registers,
+    });
+    new Gauge({
+      name: 'onto_outbox_backlog',
+      help: 'Outbox rows not yet sent',
+      registers,
+      async collect() {
+        const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL');
+        this.set(rows[0]?.n ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'onto_outbox_oldest_pending_age_seconds',
+      help: 'Age of the oldest outbox row not yet sent (0 when none)',
+      registers,
+      async collect() {
+        const { rows } = await pool.query<{ age: number | null }>(
+          `SELECT extract(epoch FROM now() - min(created_at))::float8 AS age FROM outbox WHERE sent_at IS NULL`,
+        );
+        this.set(rows[0]?.age ?? 0);
+      },
+    });
+  }
+
+  /** Claims, publishes and acknowledges one batch; returns how many rows it published. */
+  async publishBatch(): Promise<number> {
+    const client = await this.opts.pool.connect();
+    let rows: PendingRow[] = [];
+    try {
+      await client.query('BEGIN');
+      rows = await claim(client, this.batchSize, this.opts.maxLanesPerClaim);
+      if (rows.length === 0) {
+        await client.query('COMMIT');
+        return 0;
+      }
+      await this.opts.producer.send(groupByTopic(rows));
+      await this.opts.faults?.afterPublish?.(rows);
+      await client.query('UPDATE outbox SET sent_at = now() WHERE id = ANY($1::bigint[])', [rows.map((r) => r.id)]);
+      await client.query('COMMIT');
+      this.published.inc(rows.length);
+      return rows.length;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {});
+      if (rows.length > 0) {
+        this.failures.inc();
+        await this.opts.pool
+          .query('UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = ANY($1::bigint[])', [
+            rows.map((r) => r.id),
+            String((error as Error).message).slice(0, 2000),
+          ])
+          .catch(() => {});
+      }
+      throw error;
+    } finally {
+      client.release();
+    }
+  }
+
+  /** Publishes until nothing is pending that this relay can claim. */
+  async drain(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const n = await this.publishBatch();
+      total += n;
+      if (n === 0) return total;
+    }
+  }
+
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    await this.listen();
+    this.loops = Array.from({ length: this.opts.concurrency }, (_, i) => this.loop(i));
+    this.pruneTimer = setInterval(() => {
+      this.prune().catch((err) => this.opts.logger.warn({ err }, 'outbox prune failed'));
+    }, this.opts.pruneIntervalMs);
+    this.pruneTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    clearInterval(this.pruneTimer);
+    this.wakeAll();
+    await Promise.all(this.loops);
+    this.loops = [];
+    const listener = this.listener;
+    this.listener = undefined;
+    if (listener) {
+      await listener.query(`UNLISTEN ${OUTBOX_CHANNEL}`).catch(() => {});
+      listener.release();
+    }
+  }
+
+  /** Deletes rows sent longer ago than the retention, in bounded chunks. */
+  async prune(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const { rowCount } = await this.opts.pool.query(
+        `DELETE FROM outbox WHERE id IN (
+           SELECT id FROM outbox WHERE sent_at < now() - make_interval(secs => $1::float8 / 1000) LIMIT 5000)`,
+        [this.opts.retentionMs],
+      );
+      total += rowCount ?? 0;
+      if ((rowCount ?? 0) < 5000) return total;
+    }
+  }
+
+  private async loop(index: number): Promise<void> {
+    const log = this.opts.logger.child({ component: 'outbox-relay', loop: index });
+    let failures = 0;
+    while (this.running) {
+      try {
+        const n = await this.publishBatch();
+        failures = 0;
+        if (n === this.batchSize) continue; // more is waiting
+      } catch (err) {
+        failures++;
+        const delay = Math.min(this.opts.backoffInitialMs * 2 ** (failures - 1), this.opts.backoffMaxMs);
+        log.warn({ err, failures, retryInMs: delay }, 'outbox publish failed; rows stay pending');
+        await this.sleep(delay);
+        continue;
+      }
+      await this.sleep(this.opts.pollIntervalMs);
+    }
+  }
+
+  private sleep(ms: number): Promise<void> {
+    if (!this.running) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wakers.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wakers.add(done);
+    });
+  }
+
+  private wakeAll() {
+    for (const wake of [...this.wakers]) wake();
+  }
+
+  private async listen(): Promise<void> {
+    try {
+      const client = await this.opts.pool.connect();
+      client.on('notification', () => this.wakeAll());
+      client.on('error', (err) => {
+        // The poll keeps the relay going; listen again once PostgreSQL answers.
+        this.opts.logger.warn({ err }, 'outbox listener lost; polling until it is back');
+        const lost = this.listener;
+        this.listener = undefined;
+        lost?.release(err);
+        setTimeout(() => {
+          if (this.running) void this.listen();
+        }, this.opts.backoffMaxMs).unref();
+      });
+      await client.query(`LISTEN ${OUTBOX_CHANNEL}`);
+      this.listener = client;
+    } catch (err) {
+      this.opts.logger.warn({ err }, 'outbox listener unavailable; polling');
+      setTimeout(() => {
+        if (this.running) void this.listen();
+      }, this.opts.backoffMaxMs).unref();
+    }
+  }
+}
+
+function groupByTopic(rows: PendingRow[]) {
+  const byTopic = new Map<string, { key: string; value: string; headers: Record<string, string> }[]>();
+  for (const row of rows) {
+    const list = byTopic.get(row.topic) ?? [];
+    list.push({ key: row.partition_key, value: row.body, headers: { ...row.headers, 'onto-event-id': row.event_id } });
+    byTopic.set(row.topic, list);
+  }
+  return [...byTopic].map(([topic, messages]) => ({ topic, messages }));
+}

@@ -1,0 +1,41 @@
+import pg from 'pg';
+import type { Queryable } from './outbox.js';
+
+export interface VersionedRow {
+  [column: string]: unknown;
+}
+
+/**
+ * Inserts rows, or updates those already present only where the incoming version is newer, so
+ * that a redelivered or reordered event never moves an entity backwards. Rows are matched on
+ * `keyColumns`; `versionColumn` decides. Within one call the newest row per key wins. Returns
+ * how many rows were written.
+ */
+export async function upsertIfNewer(
+  db: Queryable,
+  table: string,
+  keyColumns: string[],
+  versionColumn: string,
+  rows: VersionedRow[],
+): Promise<number> {
+  if (rows.length === 0) return 0;
+  const newest = new Map<string, VersionedRow>();
+  for (const row of rows) {
+    const key = JSON.stringify(keyColumns.map((c) => row[c]));
+    const prior = newest.get(key);
+    if (!prior || Number(row[versionColumn]) > Number(prior[versionColumn])) newest.set(key, row);
+  }
+  const columns = Object.keys(rows[0] ?? {});
+  const id = pg.escapeIdentifier;
+  const t = id(table);
+  const list = columns.map(id).join(', ');
+  const updates = columns.filter((c) => !keyColumns.includes(c)).map((c) => `${id(c)} = EXCLUDED.${id(c)}`);
+  const { rowCount } = await db.query(
+    `INSERT INTO ${t} AS current (${list})
+     SELECT ${list} FROM json_populate_recordset(NULL::${t}, $1::json)
+     ON CONFLICT (${keyColumns.map(id).join(', ')}) DO UPDATE SET ${updates.join(', ')}
+     WHERE current.${id(versionColumn)} < EXCLUDED.${id(versionColumn)}`,
+    [JSON.stringify([...newest.values()])],
+  );
+  return rowCount ?? 0;
+}

@@ -1,0 +1,148 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import type { Broker, IncomingMessage, Producer } from '../src/kafka/broker.js';
+import { TOPICS } from '../src/kafka/topics.js';
+import { kernelMigrations } from '../src/kernel-migrations.js';
+import type { ApplyEffects } from '../src/messaging/consumer.js';
+import { newEvent } from '../src/messaging/envelope.js';
+import type { OutboxMessage } from '../src/messaging/outbox.js';
+import { createTestDatabase, createTestTopics, testEndpoints } from '../src/testing/index.js';
+
+export const kernelTracks = [
+  kernelMigrations,
+  { directory: fileURLToPath(new URL('./migrations', import.meta.url)), table: 'kernel_test_migrations' },
+];
+
+/** A database with the kernel's and the tests' tables, and a topic prefix, for one test file. */
+export async function kernelFixture() {
+  const endpoints = testEndpoints();
+  const db = await createTestDatabase(endpoints.postgresUrl, kernelTracks);
+  const topics = await createTestTopics(endpoints.kafkaBrokers, 3);
+  const pool = new pg.Pool({ connectionString: db.url, max: 10 });
+  return {
+    endpoints,
+    db,
+    pool,
+    prefix: topics.prefix,
+    topic: (name: string) => `${topics.prefix}${name}`,
+    async close() {
+      await pool.end();
+      await topics.drop();
+      await db.drop();
+    },
+  };
+}
+
+/** An object change of `key` at `version`: the event the tests pass through the kernel. */
+export function orderEvent(key: string, version: number, extra: { causedBy?: string; world?: string } = {}) {
+  const worldId = extra.world ?? 'w1';
+  return {
+    event: newEvent({
+      type: 'object.updated',
+      worldId,
+      key: `order/${key}`,
+      version,
+      producer: 'data',
+      producerSeq: version,
+      payload: { key, seq: version, amount: version * 10 },
+      causedBy: extra.causedBy ?? null,
+    }),
+    key: TOPICS['onto.changes.objects'].key({ worldId, objectType: 'order', pk: key }),
+  } satisfies OutboxMessage<'object.updated'>;
+}
+
+/** The effect of an order event: one row in `effects`, and a version-checked balance. */
+export const recordEffects: ApplyEffects = async (tx, events) => {
+  await tx.query(
+    `INSERT INTO effects (event_id, key, seq)
+     SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[])`,
+    [
+      events.map((e) => e.event.event_id),
+      events.map((e) => String(e.event.payload.key)),
+      events.map((e) => Number(e.event.payload.seq)),
+    ],
+  );
+};
+
+export async function effectCounts(pool: pg.Pool): Promise<Map<string, number>> {
+  const { rows } = await pool.query<{ event_id: string; n: number }>(
+    'SELECT event_id::text, count(*)::int AS n FROM effects GROUP BY event_id',
+  );
+  return new Map(rows.map((r) => [r.event_id, r.n]));
+}
+
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined | false>,
+  timeoutMs = 20_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Reads a topic from the beginning with a group of its own until `expected` records arrived. */
+export async function readTopic(
+  broker: Broker,
+  topic: string,
+  expected: number,
+  timeoutMs = 30_000,
+): Promise<IncomingMessage[]> {
+  const received: IncomingMessage[] = [];
+  const consumer = await broker.consumer({
+    groupId: `reader-${Math.random().toString(36).slice(2)}`,
+    topics: [topic],
+    fromBeginning: true,
+  });
+  try {
+    await consumer.run(async (batch) => {
+      received.push(...batch.messages);
+    });
+    await waitFor(
+      `${expected} records on ${topic} (have ${received.length})`,
+      async () => received.length >= expected,
+      timeoutMs,
+    );
+    await new Promise((r) => setTimeout(r, 300)); // anything beyond the expected shows up too
+    return received;
+  } finally {
+    await consumer.disconnect();
+  }
+}
+
+/** Wraps a real producer so a test can make its next sends fail. */
+export function faultyProducer(inner: Producer) {
+  let failures = 0;
+  return {
+    failNext(n: number) {
+      failures = n;
+    },
+    async send(batches: Parameters<typeof inner.send>[0]) {
+      if (failures > 0) {
+        failures--;
+        throw new Error('injected: broker unavailable');
+      }
+      return inner.send(batches);
+    },
+    disconnect: () => inner.disconnect(),
+  };
+}
+
+/** Runs a fixture under tsx, from the TypeScript sources; `output()` is what it printed. */
+export function spawnFixture(name: 'relay-process' | 'consumer-process', env: Record<string, string>) {
+  const file = fileURLToPath(new URL(`./fixtures/${name}.ts`, import.meta.url));
+  const child = spawn(process.execPath, ['--conditions=@onto/source', '--import', 'tsx', file], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout?.on('data', (d) => (output += d));
+  child.stderr?.on('data', (d) => (output += d));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, output: () => output, exited };
+}

@@ -1,0 +1,187 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { Producer } from '../src/kafka/broker.js';
+import { TOPICS } from '../src/kafka/topics.js';
+import { enqueue, OutboxConflictError } from '../src/messaging/outbox.js';
+import { acknowledge, OutboxRelay, pendingRows } from '../src/messaging/relay.js';
+import { testBroker, testLogger } from '../src/testing/index.js';
+import { faultyProducer, kernelFixture, orderEvent, readTopic } from './kernel.js';
+
+describe('transactional outbox', () => {
+  let fx: Awaited<ReturnType<typeof kernelFixture>>;
+  let producer: Producer;
+
+  beforeAll(async () => {
+    fx = await kernelFixture();
+    producer = await testBroker(fx.endpoints.kafkaBrokers).producer();
+  });
+  afterAll(async () => {
+    await producer?.disconnect();
+    await fx?.close();
+  });
+  beforeEach(async () => {
+    await fx.pool.query('TRUNCATE outbox, orders');
+  });
+
+  async function placeOrder(id: string, amount: number, fault?: () => void) {
+    const client = await fx.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('INSERT INTO orders (id, amount, version) VALUES ($1, $2, 1)', [id, amount]);
+      fault?.();
+      const result = await enqueue(client, orderEvent(id, 1), fx.prefix);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await client.query('ROLLBACK');
+      throw error;
+    } finally {
+      client.release();
+    }
+  }
+
+  const count = async (table: string) =>
+    (await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]?.n;
+
+  it('writes the state row and the outbox row in one transaction', async () => {
+    const [result] = await placeOrder('o-1', 5);
+    expect(result?.status).toBe('enqueued');
+    expect(await count('orders')).toBe(1);
+    const [row] = await pendingRows(fx.pool, 10);
+    expect(row).toMatchObject({ topic: `${fx.prefix}onto.changes.objects`, partition_key: 'w1/order/o-1' });
+    expect(JSON.parse(row?.body ?? '{}')).toMatchObject({ type: 'object.updated', key: 'order/o-1', version: 1 });
+  });
+
+  it('a fault between the two writes leaves neither', async () => {
+    await expect(
+      placeOrder('o-2', 5, () => {
+        throw new Error('injected: crash between state and outbox');
+      }),
+    ).rejects.toThrow('injected');
+    expect(await count('orders')).toBe(0);
+    expect(await count('outbox')).toBe(0);
+  });
+
+  it('a fault in the outbox write (an invalid event) rolls back the state row too', async () => {
+    const client = await fx.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`INSERT INTO orders (id, amount, version) VALUES ('o-3', 1, 1)`);
+      const bad = orderEvent('o-3', 1);
+      await expect(enqueue(client, { ...bad, event: { ...bad.event, version: 1.5 } }, fx.prefix)).rejects.toThrow(
+        /\/version/,
+      );
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await count('orders')).toBe(0);
+    expect(await count('outbox')).toBe(0);
+  });
+
+  it('the same id with the same body again is a no-op that says so; with another body, an error', async () => {
+    const message = orderEvent('o-4', 1);
+    const [first] = await enqueue(fx.pool, message, fx.prefix);
+    const [again] = await enqueue(fx.pool, message, fx.prefix);
+    expect(first?.status).toBe('enqueued');
+    expect(again).toEqual({ status: 'duplicate', id: first?.id });
+    const changed = { ...message, event: { ...message.event, payload: { key: 'o-4', seq: 1, amount: 999 } } };
+    await expect(enqueue(fx.pool, changed, fx.prefix)).rejects.toBeInstanceOf(OutboxConflictError);
+    await expect(enqueue(fx.pool, changed, fx.prefix)).rejects.toThrow(message.event.event_id);
+    expect(await count('outbox')).toBe(1);
+  });
+
+  it('refuses a partition key from another world', async () => {
+    const message = orderEvent('o-5', 1);
+    const key = TOPICS['onto.changes.objects'].key({ worldId: 'other', objectType: 'order', pk: 'o-5' });
+    await expect(enqueue(fx.pool, { ...message, key } as never, fx.prefix)).rejects.toThrow(
+      /does not belong to world w1/,
+    );
+  });
+
+  it('returns pending rows in id order, in bounded batches', async () => {
+    for (let i = 0; i < 7; i++) await enqueue(fx.pool, orderEvent(`k${i % 3}`, i + 1), fx.prefix);
+    const first = await pendingRows(fx.pool, 5);
+    expect(first.map((r) => r.id)).toEqual([...first.map((r) => r.id)].sort((a, b) => a - b));
+    expect(first).toHaveLength(5);
+    expect((await pendingRows(fx.pool, 1000)).length).toBe(7);
+    for (const bad of [0, 1001, true, 1.5, -1, '10', Number.NaN]) {
+      await expect(pendingRows(fx.pool, bad as number)).rejects.toThrow(/batch size must be an integer from 1 to 1000/);
+      expect(() => new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, batchSize: bad as number })).toThrow(
+        RangeError,
+      );
+    }
+  });
+
+  it('acknowledging twice is a no-op', async () => {
+    await enqueue(fx.pool, orderEvent('a', 1), fx.prefix);
+    const [row] = await pendingRows(fx.pool, 1);
+    expect(await acknowledge(fx.pool, [row?.id ?? 0])).toBe(1);
+    const sentAt = (await fx.pool.query('SELECT sent_at FROM outbox')).rows[0]?.sent_at;
+    expect(await acknowledge(fx.pool, [row?.id ?? 0])).toBe(0);
+    expect((await fx.pool.query('SELECT sent_at FROM outbox')).rows[0]?.sent_at).toEqual(sentAt);
+    expect(await pendingRows(fx.pool, 10)).toEqual([]);
+  });
+
+  it('acknowledges only after the broker did: rows are still pending while they are published', async () => {
+    for (let i = 1; i <= 3; i++) await enqueue(fx.pool, orderEvent('ack', i), fx.prefix);
+    const pendingDuringPublish: number[] = [];
+    const observing: Producer = {
+      send: async (batches) => {
+        // A second connection sees the committed state while the relay's transaction is open.
+        pendingDuringPublish.push((await pendingRowsOutside()).length);
+        return producer.send(batches);
+      },
+      disconnect: async () => {},
+    };
+    const pendingRowsOutside = () => pendingRows(fx.pool, 100);
+    const relay = new OutboxRelay({ pool: fx.pool, producer: observing, logger: testLogger, batchSize: 10 });
+    expect(await relay.drain()).toBe(3);
+    expect(pendingDuringPublish).toEqual([3]);
+    expect(await pendingRows(fx.pool, 10)).toEqual([]);
+  });
+
+  it('a publish error propagates, counts the attempt and leaves the rows pending; the retry sends them', async () => {
+    const ids = [];
+    for (let i = 1; i <= 2; i++) ids.push(orderEvent('fail', i));
+    await enqueue(fx.pool, ids, fx.prefix);
+    const faulty = faultyProducer(producer);
+    faulty.failNext(1);
+    const relay = new OutboxRelay({ pool: fx.pool, producer: faulty, logger: testLogger, batchSize: 10 });
+    await expect(relay.publishBatch()).rejects.toThrow('injected: broker unavailable');
+    const { rows } = await fx.pool.query('SELECT attempts, last_error, sent_at FROM outbox ORDER BY id');
+    expect(rows).toEqual([
+      { attempts: 1, last_error: 'injected: broker unavailable', sent_at: null },
+      { attempts: 1, last_error: 'injected: broker unavailable', sent_at: null },
+    ]);
+    expect(await relay.publishBatch()).toBe(2);
+    expect(await pendingRows(fx.pool, 10)).toEqual([]);
+  });
+
+  it('publishes every pending row to its topic with its key, body and headers', async () => {
+    const messages = [orderEvent('p1', 1), orderEvent('p2', 1), orderEvent('p1', 2)];
+    await enqueue(
+      fx.pool,
+      messages.map((m) => ({ ...m, headers: { 'x-request-id': 'req-1' } })),
+      fx.prefix,
+    );
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, batchSize: 100 });
+    expect(await relay.drain()).toBe(3);
+    const records = await readTopic(testBroker(fx.endpoints.kafkaBrokers), fx.topic('onto.changes.objects'), 3);
+    const mine = records.filter((r) => r.headers['x-request-id'] === 'req-1');
+    expect(mine.map((r) => r.key).sort()).toEqual(['w1/order/p1', 'w1/order/p1', 'w1/order/p2']);
+    const p1 = mine.filter((r) => r.key === 'w1/order/p1');
+    expect(new Set(p1.map((r) => r.partition)).size).toBe(1);
+    expect(p1.map((r) => JSON.parse(String(r.value)).version)).toEqual([1, 2]);
+    for (const r of mine) expect(r.headers['onto-event-id']).toBe(JSON.parse(String(r.value)).event_id);
+  });
+
+  it('prunes sent rows older than the retention, and only those', async () => {
+    await enqueue(fx.pool, [orderEvent('old', 1), orderEvent('new', 1), orderEvent('pending', 1)], fx.prefix);
+    await fx.pool.query(`UPDATE outbox SET sent_at = now() - interval '2 days' WHERE partition_key LIKE '%old'`);
+    await fx.pool.query(`UPDATE outbox SET sent_at = now() WHERE partition_key LIKE '%new'`);
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, retentionMs: 24 * 3600_000 });
+    expect(await relay.prune()).toBe(1);
+    const { rows } = await fx.pool.query<{ partition_key: string }>('SELECT partition_key FROM outbox ORDER BY id');
+    expect(rows.map((r) => r.partition_key)).toEqual(['w1/order/new', 'w1/order/pending']);
+  });
+});
