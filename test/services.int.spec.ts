@@ -1,4 +1,5 @@
-import { buildTestService } from '@onto/shared/testing';
+import { enqueue, newEvent, TOPICS } from '@onto/shared';
+import { buildTestService, createTestTopics, testBroker, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
@@ -74,6 +75,42 @@ describe.each(SERVICES)('$name service', (service) => {
     expect(doc.openapi).toMatch(/^3\./);
     expect(doc.info.title).toBe(`onto ${service.name}`);
     expect(doc.paths['/ready'].get.responses).toHaveProperty('503');
+  });
+});
+
+describe.each(SERVICES)('$name service outbox', (service) => {
+  it('publishes what a transaction enqueues through the relay it runs', async () => {
+    const { kafkaBrokers } = testEndpoints();
+    const topics = await createTestTopics(kafkaBrokers, 1);
+    const built = await buildTestService(service as never, { ONTO_TOPIC_PREFIX: topics.prefix });
+    try {
+      const event = newEvent({
+        type: 'schema.updated',
+        worldId: 'relay-check',
+        key: 'relay-check',
+        version: 1,
+        producer: 'control',
+        producerSeq: 1,
+        payload: { from: service.name },
+      });
+      await enqueue(built.app.pg, { event, key: TOPICS['onto.schema'].key({ worldId: 'relay-check' }) }, topics.prefix);
+      const consumer = await testBroker(kafkaBrokers).consumer({
+        groupId: `relay-check-${topics.prefix}`,
+        topics: [`${topics.prefix}onto.schema`],
+      });
+      const received = await new Promise<string>((resolve) => {
+        void consumer.run(async (batch) => {
+          for (const m of batch.messages) resolve(String(m.value));
+        });
+      });
+      await consumer.disconnect();
+      expect(JSON.parse(received)).toMatchObject({ event_id: event.event_id, payload: { from: service.name } });
+      const { rows } = await built.app.pg.query('SELECT sent_at IS NOT NULL AS sent FROM outbox');
+      expect(rows).toEqual([{ sent: true }]);
+    } finally {
+      await built.close();
+      await topics.drop();
+    }
   });
 });
 

@@ -11,4 +11,22 @@ export { createKafkaBroker, type KafkaBrokerOptions } from './kafka/kafkajs-brok
 export { kafkaPlugin } from './kafka/plugin.js';
 export * from './kafka/topics.js';
 export { kernelMigrations } from './kernel-migrations.js';
+export { canonicalJson } from './messaging/canonical-json.js';
+export {
+  type ApplyEffects,
+  type ConsumerFaults,
+  type DeferralPolicy,
+  InboxConsumer,
+  type InboxConsumerOptions,
+  isInfrastructureError,
+  type ReceivedEvent,
+} from './messaging/consumer.js';
+export * from './messaging/envelope.js';
+export { ConcurrencyConflictError, isConflict, type OccOptions, StaleWriteError, withOcc } from './messaging/occ.js';
+export * from './messaging/outbox.js';
+export { type OutboxPluginOptions, outboxPlugin } from './messaging/plugin.js';
+export { ProcessedCache } from './messaging/processed-cache.js';
+export * from './messaging/relay.js';
+export { upsertIfNewer } from './messaging/upsert.js';
+export { UUID_V7, uuidv7 } from './messaging/uuidv7.js';
 export { createRedis, redisPlugin } from './redis/redis.js';

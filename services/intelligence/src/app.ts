@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
 import type { FastifyPluginAsync } from 'fastify';
+import fp from 'fastify-plugin';
 import type { Config } from './config.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
@@ -22,4 +23,5 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   });
 };
 
-export default app;
+// Not encapsulated: the server (and tests) see what the service decorates the instance with.
+export default fp(app, { name: 'onto-intelligence' });

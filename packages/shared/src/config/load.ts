@@ -83,5 +83,6 @@ export function serviceConfigSchema(defaultPort: number) {
     }),
     SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600_000, default: 10_000 }),
     DB_POOL_MAX: Type.Integer({ minimum: 1, maximum: 1000, default: 20 }),
+    OUTBOX_BATCH_SIZE: Type.Integer({ minimum: 1, maximum: 1000, default: 500 }),
   });
 }

@@ -5,6 +5,7 @@ import fp from 'fastify-plugin';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
 import { kafkaPlugin } from '../kafka/plugin.js';
+import { outboxPlugin } from '../messaging/plugin.js';
 import { redisPlugin } from '../redis/redis.js';
 import { healthPlugin } from './health.js';
 import { metricsPlugin } from './observability.js';
@@ -19,6 +20,7 @@ export interface BaseServiceConfig {
   KAFKA_CLIENT_ID?: string | undefined;
   ONTO_TOPIC_PREFIX: string;
   DB_POOL_MAX: number;
+  OUTBOX_BATCH_SIZE: number;
 }
 
 export interface PlatformOptions {
@@ -45,7 +47,7 @@ export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOpti
 
 /**
  * Everything a service has before its own routes: problem+json errors, request ids, metrics,
- * health and readiness, OpenAPI, PostgreSQL with migrations, Redis and Kafka.
+ * health and readiness, OpenAPI, PostgreSQL with migrations, Redis, Kafka and the outbox relay.
  */
 export const platformPlugin = fp(
   async (app: FastifyInstance, opts: PlatformOptions) => {
@@ -91,6 +93,7 @@ export const platformPlugin = fp(
       clientId: opts.config.KAFKA_CLIENT_ID ?? `onto-${opts.service}`,
       topicPrefix: opts.config.ONTO_TOPIC_PREFIX,
     });
+    await app.register(outboxPlugin, { batchSize: opts.config.OUTBOX_BATCH_SIZE });
   },
   { name: 'onto-platform' },
 );

@@ -6,12 +6,8 @@ import { dockerAvailable, ENV, endpointsFromEnv } from './env.js';
  * are started with testcontainers for the duration of the run.
  */
 export default async function setup(): Promise<(() => Promise<void>) | undefined> {
-  if (endpointsFromEnv()) return undefined;
-  if (!dockerAvailable()) {
-    throw new Error(
-      `no test endpoints: set ${Object.values(ENV).join(', ')} (./onto test does) or start a Docker engine`,
-    );
-  }
+  // Without endpoints or Docker, unit tests still run; integration tests fail naming the variables.
+  if (endpointsFromEnv() || !dockerAvailable()) return undefined;
   const [{ PostgreSqlContainer }, { RedisContainer }, { KafkaContainer }] = await Promise.all([
     import('@testcontainers/postgresql'),
     import('@testcontainers/redis'),

@@ -1,0 +1,596 @@
+import type { Redis } from 'ioredis';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { Broker, Consumer, Headers, IncomingBatch, IncomingMessage, Producer } from '../kafka/broker.js';
+import { dlqOf } from '../kafka/topics.js';
+import { type EventEnvelope, parseEvent } from './envelope.js';
+import { ProcessedCache } from './processed-cache.js';
+
+/** An event as a handler sees it, with where it came from. */
+export interface ReceivedEvent {
+  event: EventEnvelope;
+  message: Pick<IncomingMessage, 'topic' | 'partition' | 'offset' | 'key' | 'headers'>;
+}
+
+/**
+ * Applies the effects of events, in order, inside the transaction that also records them in
+ * the inbox. It must only write through `tx`; anything it throws rolls all of it back.
+ */
+export type ApplyEffects = (tx: pg.PoolClient, events: ReceivedEvent[]) => Promise<void>;
+
+export interface DeferralPolicy {
+  /** First retry of a parked event; each further one doubles. */
+  initialDelayMs?: number;
+  /** Retries before the cause is given up on. */
+  maxAttempts?: number;
+  /**
+   * When the cause never arrives: `dead-letter` sends the event to `<topic>.dlq` and lets the
+   * events queued behind it go on; `apply` applies it without its cause.
+   */
+  onExhausted?: 'dead-letter' | 'apply';
+}
+
+export interface ConsumerFaults {
+  /** Runs inside the transaction after the effects, before it commits. */
+  beforeCommit?: (events: ReceivedEvent[]) => void | Promise<void>;
+  /** Runs after the transaction committed, before the offsets are. */
+  afterCommit?: (events: ReceivedEvent[]) => void | Promise<void>;
+}
+
+export interface InboxConsumerOptions {
+  /** Consumer group id, and the consumer's name in the inbox. */
+  name: string;
+  /** Physical topic names (with any prefix). */
+  topics: string[];
+  broker: Broker;
+  pool: pg.Pool;
+  redis?: Redis;
+  apply: ApplyEffects;
+  logger: Logger;
+  registry?: Registry;
+  /** Attempts at an event whose effect throws, before it is dead-lettered. */
+  maxAttempts?: number;
+  retryDelayMs?: number;
+  deferral?: DeferralPolicy;
+  redisTtlSeconds?: number;
+  partitionsConsumedConcurrently?: number;
+  /** How long a silent member keeps its partitions; bounds the pause after a crash. */
+  sessionTimeoutMs?: number;
+  /** How long a rebalance waits for members to rejoin; bounds the pause after a crash mid-join. */
+  rebalanceTimeoutMs?: number;
+  /** Bounds a fetch, and so a batch, per partition. */
+  maxBytesPerPartition?: number;
+  faults?: ConsumerFaults;
+}
+
+interface Decoded {
+  message: IncomingMessage;
+  event?: EventEnvelope;
+  invalid?: Error;
+}
+
+type Outcome = 'applied' | 'duplicate' | 'parked' | 'dead_lettered';
+
+const INFRASTRUCTURE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  '57P01', // admin shutdown
+  '57P02',
+  '57P03', // cannot connect now
+  '08000',
+  '08001',
+  '08003',
+  '08004',
+  '08006',
+  '53300', // too many connections
+]);
+
+/** Failures of the platform rather than of the event: retried without counting an attempt. */
+export function isInfrastructureError(error: unknown): boolean {
+  const e = error as { code?: unknown; message?: unknown; name?: unknown } | null;
+  if (typeof e?.code === 'string' && INFRASTRUCTURE_CODES.has(e.code)) return true;
+  const message = typeof e?.message === 'string' ? e.message : '';
+  return /Connection terminated|connection timeout|Client has encountered a connection error|timeout exceeded when trying to connect/i.test(
+    message,
+  );
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const keyOf = (r: { topic: string; partition_key: string }) => `${r.topic}\u001f${r.partition_key}`;
+
+/**
+ * At-least-once from Kafka, exactly-once in effect. Per batch: Redis says which events are
+ * certainly done; the rest go through one PostgreSQL transaction that records each event in the
+ * inbox (a duplicate is skipped) and applies the effects; offsets are committed afterwards.
+ * An event whose cause has not been handled is parked, with the events of its key queued
+ * behind it, without holding up the partition. An event that keeps failing goes to the DLQ.
+ */
+export class InboxConsumer {
+  private consumer: Consumer | undefined;
+  private dlqProducer: Producer | undefined;
+  private readonly cache: ProcessedCache;
+  private readonly log: Logger;
+  private readonly maxAttempts: number;
+  private readonly retryDelayMs: number;
+  private readonly deferral: Required<DeferralPolicy>;
+  private deferralTimer: NodeJS.Timeout | undefined;
+  private deferralRunning: Promise<void> | undefined;
+  private running = false;
+  private readonly events: Counter<'consumer' | 'outcome'>;
+  private readonly duplicates: Counter<'consumer' | 'detected_by'>;
+  private readonly redisFallbacks: Counter<'consumer'>;
+
+  constructor(private readonly opts: InboxConsumerOptions) {
+    this.log = opts.logger.child({ component: 'inbox-consumer', consumer: opts.name });
+    this.maxAttempts = opts.maxAttempts ?? 5;
+    this.retryDelayMs = opts.retryDelayMs ?? 50;
+    this.deferral = { initialDelayMs: 100, maxAttempts: 8, onExhausted: 'dead-letter', ...opts.deferral };
+    const registry = opts.registry;
+    const registers = registry ? [registry] : [];
+    const labels = { consumer: opts.name };
+    this.events = reuse(
+      registry,
+      'onto_inbox_events_total',
+      () =>
+        new Counter({
+          name: 'onto_inbox_events_total',
+          help: 'Events handled by an inbox consumer, by outcome',
+          labelNames: ['consumer', 'outcome'] as const,
+          registers,
+        }),
+    );
+    this.duplicates = reuse(
+      registry,
+      'onto_inbox_duplicates_total',
+      () =>
+        new Counter({
+          name: 'onto_inbox_duplicates_total',
+          help: 'Redelivered events skipped (idempotency hits), by what detected them',
+          labelNames: ['consumer', 'detected_by'] as const,
+          registers,
+        }),
+    );
+    this.redisFallbacks = reuse(
+      registry,
+      'onto_inbox_redis_fallbacks_total',
+      () =>
+        new Counter({
+          name: 'onto_inbox_redis_fallbacks_total',
+          help: 'Batches that went to the PostgreSQL inbox alone because Redis did not answer',
+          labelNames: ['consumer'] as const,
+          registers,
+        }),
+    );
+    const pool = opts.pool;
+    reuse(
+      registry,
+      'onto_inbox_deferred',
+      () =>
+        new Gauge({
+          name: 'onto_inbox_deferred',
+          help: 'Events parked until their cause is handled, by consumer',
+          labelNames: ['consumer'] as const,
+          registers,
+          async collect() {
+            const { rows } = await pool.query<{ consumer: string; n: number }>(
+              'SELECT consumer, count(*)::int AS n FROM inbox_deferred GROUP BY consumer',
+            );
+            this.reset();
+            for (const r of rows) this.set({ consumer: r.consumer }, r.n);
+          },
+        }),
+    );
+    this.cache = new ProcessedCache(opts.redis, opts.name, opts.redisTtlSeconds ?? 7 * 24 * 3600, (err) => {
+      this.redisFallbacks.inc(labels);
+      this.log.debug({ err }, 'redis unavailable; using the PostgreSQL inbox alone');
+    });
+  }
+
+  private count(outcome: Outcome, n = 1) {
+    if (n > 0) this.events.inc({ consumer: this.opts.name, outcome }, n);
+  }
+
+  async start(): Promise<void> {
+    this.running = true;
+    this.dlqProducer = await this.opts.broker.producer();
+    this.consumer = await this.opts.broker.consumer({
+      groupId: this.opts.name,
+      topics: this.opts.topics,
+      fromBeginning: true,
+      partitionsConsumedConcurrently: this.opts.partitionsConsumedConcurrently ?? 3,
+      ...(this.opts.maxBytesPerPartition ? { maxBytesPerPartition: this.opts.maxBytesPerPartition } : {}),
+      ...(this.opts.sessionTimeoutMs ? { sessionTimeoutMs: this.opts.sessionTimeoutMs } : {}),
+      ...(this.opts.rebalanceTimeoutMs ? { rebalanceTimeoutMs: this.opts.rebalanceTimeoutMs } : {}),
+    });
+    await this.consumer.run((batch) => this.handleBatch(batch));
+    this.deferralTimer = setInterval(() => this.kickDeferred(), this.deferral.initialDelayMs);
+    this.deferralTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    clearInterval(this.deferralTimer);
+    await this.deferralRunning;
+    await this.consumer?.disconnect();
+    await this.dlqProducer?.disconnect();
+    this.consumer = undefined;
+    this.dlqProducer = undefined;
+  }
+
+  /** Handles one batch of one partition; public so that tests can drive it directly. */
+  async handleBatch(batch: IncomingBatch): Promise<void> {
+    const decoded: Decoded[] = batch.messages.map((message) => {
+      try {
+        return { message, event: parseEvent(message.value) };
+      } catch (error) {
+        return { message, invalid: error as Error };
+      }
+    });
+    const valid = decoded.filter((d): d is Decoded & { event: EventEnvelope } => d.event !== undefined);
+    const done = await this.cache.claim(valid.map((d) => d.event.event_id));
+    if (done.size > 0) {
+      this.duplicates.inc({ consumer: this.opts.name, detected_by: 'redis' }, done.size);
+      this.count('duplicate', done.size);
+    }
+    const todo: ReceivedEvent[] = valid
+      .filter((d) => !done.has(d.event.event_id))
+      .map((d) => ({ event: d.event, message: d.message }));
+
+    await this.untilSettled(batch, async () => {
+      try {
+        const handled = await this.transaction((tx) => this.process(tx, todo));
+        await this.opts.faults?.afterCommit?.(todo);
+        await this.cache.markDone(handled);
+      } catch (error) {
+        if (isInfrastructureError(error)) throw error;
+        this.log.warn({ err: error, size: todo.length }, 'batch failed; handling its events one by one');
+        await this.oneByOne(batch, todo);
+      }
+    });
+    for (const bad of decoded.filter((d) => d.invalid)) {
+      await this.untilSettled(batch, () => this.deadLetter(bad.message, bad.invalid as Error, null));
+    }
+    const last = batch.messages.at(-1);
+    if (last && batch.isRunning() && !batch.isStale()) await batch.commit(last);
+    this.kickDeferred();
+  }
+
+  /** Retries work that failed for infrastructure reasons (PostgreSQL or Kafka away) until it settles. */
+  private async untilSettled(batch: IncomingBatch, work: () => Promise<void>): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await work();
+      } catch (error) {
+        if (!isInfrastructureError(error) || !batch.isRunning()) throw error;
+        const delay = Math.min(100 * 2 ** attempt, 5000);
+        this.log.warn({ err: error, retryInMs: delay }, 'infrastructure unavailable; retrying');
+        await sleep(delay);
+        await batch.heartbeat().catch(() => {});
+      }
+    }
+  }
+
+  private async oneByOne(batch: IncomingBatch, events: ReceivedEvent[]): Promise<void> {
+    for (const item of events) {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.untilSettled(batch, async () => {
+            const ids = await this.transaction((tx) => this.process(tx, [item]));
+            await this.cache.markDone(ids);
+          });
+          break;
+        } catch (error) {
+          if (attempt >= this.maxAttempts) {
+            await this.untilSettled(batch, () => this.deadLetter(item.message, error as Error, item.event));
+            break;
+          }
+          this.log.warn({ err: error, eventId: item.event.event_id, attempt }, 'event failed; retrying');
+          await sleep(this.retryDelayMs * 2 ** (attempt - 1));
+        }
+      }
+      if (batch.isRunning() && !batch.isStale()) await batch.commit(item.message as IncomingMessage);
+    }
+  }
+
+  private async transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.opts.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const result = await work(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
+    } finally {
+      client.release();
+    }
+  }
+
+  /**
+   * Sorts events into duplicates, parked and to-apply, records the latter in the inbox and
+   * applies them; returns the ids that are now certainly done (applied or duplicates).
+   */
+  private async process(tx: pg.PoolClient, events: ReceivedEvent[]): Promise<string[]> {
+    if (events.length === 0) return [];
+    const ids = events.map((e) => e.event.event_id);
+    const causes = [...new Set(events.map((e) => e.event.caused_by).filter((c): c is string => c !== null))];
+    const keys = events.map((e) => ({ topic: e.message.topic, partition_key: partitionKey(e) }));
+    const { rows } = await tx.query<{ seen: string[]; parked: string[]; known: string[]; blocked: string[] }>(
+      `SELECT
+         ARRAY(SELECT event_id::text FROM inbox WHERE consumer = $1 AND event_id = ANY($2::uuid[])) AS seen,
+         ARRAY(SELECT event_id::text FROM inbox_deferred WHERE consumer = $1 AND event_id = ANY($2::uuid[])) AS parked,
+         ARRAY(SELECT c::text FROM unnest($3::uuid[]) c
+                WHERE EXISTS (SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = c)
+                   OR EXISTS (SELECT 1 FROM outbox WHERE event_id = c)) AS known,
+         ARRAY(SELECT DISTINCT d.topic || chr(31) || d.partition_key FROM inbox_deferred d
+                 JOIN unnest($4::text[], $5::text[]) AS k(topic, partition_key)
+                   ON d.topic = k.topic AND d.partition_key = k.partition_key
+                WHERE d.consumer = $1) AS blocked`,
+      [this.opts.name, ids, causes, keys.map((k) => k.topic), keys.map((k) => k.partition_key)],
+    );
+    const pre = rows[0] ?? { seen: [], parked: [], known: [], blocked: [] };
+    const seen = new Set([...pre.seen, ...pre.parked]);
+    const known = new Set(pre.known);
+    const blocked = new Set(pre.blocked);
+    const toApply: ReceivedEvent[] = [];
+    const toPark: ReceivedEvent[] = [];
+    let duplicates = 0;
+    for (const item of events) {
+      const id = item.event.event_id;
+      if (seen.has(id)) {
+        duplicates++;
+        continue;
+      }
+      seen.add(id);
+      const key = keyOf({ topic: item.message.topic, partition_key: partitionKey(item) });
+      const cause = item.event.caused_by;
+      if (blocked.has(key) || (cause !== null && !known.has(cause))) {
+        blocked.add(key);
+        toPark.push(item);
+        continue;
+      }
+      known.add(id);
+      toApply.push(item);
+    }
+    const applied = await this.record(tx, toApply, 'applied');
+    const appliedSet = new Set(applied);
+    const fresh = toApply.filter((e) => appliedSet.has(e.event.event_id));
+    duplicates += toApply.length - fresh.length;
+    if (fresh.length > 0) await this.opts.apply(tx, fresh);
+    await this.park(tx, toPark);
+    await this.opts.faults?.beforeCommit?.(fresh);
+    if (duplicates > 0) this.duplicates.inc({ consumer: this.opts.name, detected_by: 'postgres' }, duplicates);
+    this.count('duplicate', duplicates);
+    this.count('applied', fresh.length);
+    this.count('parked', toPark.length);
+    const parkedIds = new Set(toPark.map((e) => e.event.event_id));
+    return ids.filter((id) => !parkedIds.has(id));
+  }
+
+  /** Inserts inbox rows; returns the ids that were not there yet. */
+  private async record(tx: pg.PoolClient, events: ReceivedEvent[], outcome: 'applied' | 'dead_lettered') {
+    if (events.length === 0) return [];
+    const { rows } = await tx.query<{ event_id: string }>(
+      `INSERT INTO inbox (consumer, event_id, event_type, topic, partition, "offset", outcome)
+       SELECT $1, e, t, tp, p, o, $7 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::bigint[])
+         AS u(e, t, tp, p, o)
+       ON CONFLICT (consumer, event_id) DO NOTHING
+       RETURNING event_id::text`,
+      [
+        this.opts.name,
+        events.map((e) => e.event.event_id),
+        events.map((e) => e.event.type),
+        events.map((e) => e.message.topic),
+        events.map((e) => e.message.partition),
+        events.map((e) => e.message.offset),
+        outcome,
+      ],
+    );
+    return rows.map((r) => r.event_id);
+  }
+
+  private async park(tx: pg.PoolClient, events: ReceivedEvent[]) {
+    if (events.length === 0) return;
+    await tx.query(
+      `INSERT INTO inbox_deferred
+         (consumer, event_id, topic, partition, "offset", partition_key, caused_by, body, headers, next_attempt_at)
+       SELECT $1, e, t, p, o, k, c, b, h, now() + make_interval(secs => $10::float8 / 1000)
+         FROM unnest($2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::uuid[], $8::text[], $9::jsonb[])
+           WITH ORDINALITY AS u(e, t, p, o, k, c, b, h, n)
+        ORDER BY n
+       ON CONFLICT (consumer, event_id) DO NOTHING`,
+      [
+        this.opts.name,
+        events.map((e) => e.event.event_id),
+        events.map((e) => e.message.topic),
+        events.map((e) => e.message.partition),
+        events.map((e) => e.message.offset),
+        events.map(partitionKey),
+        events.map((e) => e.event.caused_by),
+        events.map((e) => JSON.stringify(e.event)),
+        events.map((e) => JSON.stringify(e.message.headers)),
+        this.deferral.initialDelayMs,
+      ],
+    );
+    this.log.debug({ parked: events.map((e) => e.event.event_id) }, 'events parked until their cause is handled');
+  }
+
+  private async deadLetter(
+    message: IncomingMessage | ReceivedEvent['message'],
+    error: Error,
+    event: EventEnvelope | null,
+  ) {
+    const producer = this.dlqProducer;
+    if (!producer) throw new Error('consumer is not started');
+    const headers: Headers = {
+      ...message.headers,
+      'onto-error': String(error.message).slice(0, 4000),
+      'onto-error-type': error.name,
+      'onto-original-topic': message.topic,
+      'onto-original-partition': String(message.partition),
+      'onto-original-offset': message.offset,
+      'onto-consumer': this.opts.name,
+    };
+    const value = 'value' in message && message.value ? message.value : event ? JSON.stringify(event) : '';
+    await producer.send([{ topic: dlqOf(message.topic), messages: [{ key: message.key ?? '', value, headers }] }]);
+    if (event) {
+      // Recorded so that a redelivery is a duplicate rather than a second dead letter.
+      await this.transaction((tx) =>
+        this.record(tx, [{ event, message: { ...message, key: message.key ?? null } }], 'dead_lettered'),
+      );
+      await this.cache.markDone([event.event_id]);
+    }
+    this.count('dead_lettered');
+    this.log.error({ err: error, topic: message.topic, offset: message.offset }, 'event dead-lettered');
+  }
+
+  private kickDeferred() {
+    if (this.deferralRunning || !this.running) return;
+    this.deferralRunning = this.retryDeferred()
+      .then(() => {})
+      .catch((err) => this.log.warn({ err }, 'retrying parked events failed'))
+      .finally(() => {
+        this.deferralRunning = undefined;
+      });
+  }
+
+  /**
+   * One pass over the parked events in the order they were parked: applies those whose cause is
+   * now handled and that have nothing parked before them on their key; backs off the others and,
+   * past the bound, applies the exhaustion policy.
+   */
+  async retryDeferred(): Promise<number> {
+    interface Parked {
+      event_id: string;
+      topic: string;
+      partition: number;
+      offset: string;
+      partition_key: string;
+      caused_by: string | null;
+      body: string;
+      headers: Headers;
+      attempts: number;
+      due: boolean;
+    }
+    let progressed = 0;
+    await this.transaction(async (tx) => {
+      const { rows } = await tx.query<Parked>(
+        `SELECT event_id::text, topic, partition, "offset"::text, partition_key, caused_by::text, body, headers,
+                attempts, next_attempt_at <= now() AS due
+           FROM inbox_deferred WHERE consumer = $1 ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED`,
+        [this.opts.name],
+      );
+      if (rows.length === 0) return;
+      const blocked = new Set<string>();
+      for (const row of rows) {
+        const key = keyOf(row);
+        if (blocked.has(key)) continue;
+        const event = JSON.parse(row.body) as EventEnvelope;
+        const item: ReceivedEvent = {
+          event,
+          message: {
+            topic: row.topic,
+            partition: row.partition,
+            offset: row.offset,
+            key: row.partition_key,
+            headers: row.headers,
+          },
+        };
+        const known =
+          row.caused_by === null ||
+          (
+            await tx.query(
+              `SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = $2::uuid
+               UNION ALL SELECT 1 FROM outbox WHERE event_id = $2::uuid LIMIT 1`,
+              [this.opts.name, row.caused_by],
+            )
+          ).rowCount;
+        const exhausted = row.due && row.attempts + 1 >= this.deferral.maxAttempts;
+        if (known || (exhausted && this.deferral.onExhausted === 'apply')) {
+          await tx.query('SAVEPOINT parked');
+          try {
+            const fresh = await this.record(tx, [item], 'applied');
+            if (fresh.length > 0) await this.opts.apply(tx, [item]);
+            await tx.query('DELETE FROM inbox_deferred WHERE consumer = $1 AND event_id = $2', [
+              this.opts.name,
+              row.event_id,
+            ]);
+            await tx.query('RELEASE SAVEPOINT parked');
+            this.count('applied', fresh.length);
+            progressed++;
+            continue;
+          } catch (error) {
+            await tx.query('ROLLBACK TO SAVEPOINT parked');
+            if (isInfrastructureError(error)) throw error;
+            this.log.warn({ err: error, eventId: row.event_id }, 'parked event failed');
+            if (row.attempts + 1 >= this.deferral.maxAttempts) {
+              await this.dropParked(tx, item, error as Error);
+              progressed++;
+              continue;
+            }
+          }
+        } else if (exhausted) {
+          await this.dropParked(tx, item, new Error(`cause ${row.caused_by} never arrived`));
+          progressed++;
+          continue;
+        }
+        blocked.add(key);
+        if (row.due) {
+          await tx.query(
+            `UPDATE inbox_deferred SET attempts = attempts + 1,
+                    next_attempt_at = now() + make_interval(secs => $3::float8 * power(2, attempts + 1) / 1000)
+              WHERE consumer = $1 AND event_id = $2`,
+            [this.opts.name, row.event_id, this.deferral.initialDelayMs],
+          );
+        }
+      }
+    });
+    if (progressed > 0) this.kickDeferred();
+    return progressed;
+  }
+
+  private async dropParked(tx: pg.PoolClient, item: ReceivedEvent, error: Error) {
+    await tx.query('DELETE FROM inbox_deferred WHERE consumer = $1 AND event_id = $2', [
+      this.opts.name,
+      item.event.event_id,
+    ]);
+    const producer = this.dlqProducer;
+    if (!producer) throw new Error('consumer is not started');
+    await producer.send([
+      {
+        topic: dlqOf(item.message.topic),
+        messages: [
+          {
+            key: item.message.key ?? '',
+            value: JSON.stringify(item.event),
+            headers: {
+              ...item.message.headers,
+              'onto-error': error.message,
+              'onto-error-type': 'CauseMissing',
+              'onto-original-topic': item.message.topic,
+              'onto-original-partition': String(item.message.partition),
+              'onto-original-offset': item.message.offset,
+              'onto-consumer': this.opts.name,
+            },
+          },
+        ],
+      },
+    ]);
+    await this.record(tx, [item], 'dead_lettered');
+    this.count('dead_lettered');
+  }
+}
+
+/** One metric per registry, shared by every consumer registered on it. */
+function reuse<M>(registry: Registry | undefined, name: string, create: () => M): M {
+  return (registry?.getSingleMetric(name) as M | undefined) ?? create();
+}
+
+function partitionKey(e: ReceivedEvent): string {
+  return e.message.key ?? e.event.key;
+}

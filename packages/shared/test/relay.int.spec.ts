@@ -1,0 +1,205 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Producer } from '../src/kafka/broker.js';
+import { InboxConsumer } from '../src/messaging/consumer.js';
+import { enqueue } from '../src/messaging/outbox.js';
+import { OutboxRelay, pendingRows } from '../src/messaging/relay.js';
+import { testBroker, testLogger } from '../src/testing/index.js';
+import { effectCounts, kernelFixture, orderEvent, readTopic, recordEffects, spawnFixture, waitFor } from './kernel.js';
+
+describe('outbox relay', () => {
+  let fx: Awaited<ReturnType<typeof kernelFixture>>;
+  let producer: Producer;
+  const pending = async () =>
+    (await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL')).rows[0]?.n ?? 0;
+
+  beforeAll(async () => {
+    fx = await kernelFixture();
+    producer = await testBroker(fx.endpoints.kafkaBrokers).producer();
+  });
+  afterAll(async () => {
+    await producer?.disconnect();
+    await fx?.close();
+  });
+
+  it('delivered twice, effect once: the relay dies after the broker acknowledged, before marking sent', async () => {
+    await fx.pool.query('TRUNCATE outbox, effects, inbox');
+    const messages = [orderEvent('twice', 1), orderEvent('twice', 2), orderEvent('once', 1)];
+    await enqueue(fx.pool, messages, fx.prefix);
+    const crashing = new OutboxRelay({
+      pool: fx.pool,
+      producer,
+      logger: testLogger,
+      faults: {
+        afterPublish: () => {
+          throw new Error('injected: relay died before acknowledging');
+        },
+      },
+    });
+    await expect(crashing.publishBatch()).rejects.toThrow('injected');
+    expect(await pending()).toBe(3); // published, but not marked sent
+
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger });
+    expect(await relay.drain()).toBe(3);
+    expect(await pending()).toBe(0);
+
+    const topic = fx.topic('onto.changes.objects');
+    const records = await readTopic(testBroker(fx.endpoints.kafkaBrokers), topic, 6);
+    const ids = messages.map((m) => m.event.event_id);
+    for (const id of ids) expect(records.filter((r) => r.headers['onto-event-id'] === id)).toHaveLength(2);
+
+    const consumer = new InboxConsumer({
+      name: 'twice',
+      topics: [topic],
+      broker: testBroker(fx.endpoints.kafkaBrokers),
+      pool: fx.pool,
+      logger: testLogger,
+      apply: recordEffects,
+    });
+    await consumer.start();
+    try {
+      await waitFor('three effects', async () => (await effectCounts(fx.pool)).size === 3);
+      await new Promise((r) => setTimeout(r, 500));
+      const counts = await effectCounts(fx.pool);
+      expect(ids.map((id) => counts.get(id))).toEqual([1, 1, 1]);
+      const { rows } = await fx.pool.query('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NOT NULL');
+      expect(rows[0]?.n).toBe(3);
+    } finally {
+      await consumer.stop();
+    }
+  });
+
+  it('two relay processes at once keep per-key order on every partition', async () => {
+    await fx.pool.query('TRUNCATE outbox');
+    const keys = Array.from({ length: 24 }, (_, i) => `order-${i}`);
+    const versions = 60;
+    const relays = [0, 1].map(() =>
+      spawnFixture('relay-process', {
+        DATABASE_URL: fx.db.url,
+        KAFKA_BROKERS: fx.endpoints.kafkaBrokers,
+        BATCH_SIZE: '50',
+        CONCURRENCY: '2',
+      }),
+    );
+    try {
+      await waitFor('both relays', async () => relays.every((r) => r.output().includes('relay started')), 30_000);
+      // Written while both relays run: each version of a key in its own transaction, in order.
+      for (let v = 1; v <= versions; v++) {
+        await enqueue(
+          fx.pool,
+          keys.map((k) => orderEvent(k, v, { world: 'order-world' })),
+          fx.prefix,
+        );
+      }
+      const total = keys.length * versions;
+      await waitFor('the outbox drained', async () => (await pending()) === 0, 60_000);
+      const published = relays.map((r) => r.output().match(/published (\d+)/g)?.length ?? 0);
+      expect(
+        published.every((n) => n > 0),
+        `both relays published (${published})`,
+      ).toBe(true);
+
+      const records = await readTopic(testBroker(fx.endpoints.kafkaBrokers), fx.topic('onto.changes.objects'), total);
+      const byPartition = new Map<number, typeof records>();
+      for (const r of records) {
+        if (!r.key?.startsWith('order-world/')) continue;
+        byPartition.set(r.partition, [...(byPartition.get(r.partition) ?? []), r]);
+      }
+      let seen = 0;
+      for (const list of byPartition.values()) {
+        list.sort((a, b) => Number(BigInt(a.offset) - BigInt(b.offset)));
+        const last = new Map<string, number>();
+        for (const r of list) {
+          const version = JSON.parse(String(r.value)).version as number;
+          expect(version, `${r.key} at offset ${r.offset}`).toBe((last.get(r.key ?? '') ?? 0) + 1);
+          last.set(r.key ?? '', version);
+          seen++;
+        }
+      }
+      expect(seen).toBe(total);
+    } finally {
+      for (const r of relays) r.child.kill('SIGKILL');
+    }
+  });
+
+  it('a relay killed with SIGKILL in the middle of a batch loses nothing', async () => {
+    await fx.pool.query('TRUNCATE outbox');
+    const messages = Array.from({ length: 600 }, (_, i) =>
+      orderEvent(`kill-${i % 30}`, Math.floor(i / 30) + 1, { world: 'kill' }),
+    );
+    await enqueue(fx.pool, messages, fx.prefix);
+    const env = { DATABASE_URL: fx.db.url, KAFKA_BROKERS: fx.endpoints.kafkaBrokers, BATCH_SIZE: '50' };
+    const first = spawnFixture('relay-process', { ...env, PUBLISH_DELAY_MS: '200' });
+    // Killed after some batches were acknowledged, while the next is published but not yet marked.
+    await waitFor('a batch acknowledged', async () => (await pending()) < 600, 30_000);
+    const batches = first.output().split('published').length;
+    await waitFor('the next batch published', async () => first.output().split('published').length > batches, 30_000);
+    first.child.kill('SIGKILL');
+    await first.exited;
+    const left = await pending();
+    expect(left).toBeGreaterThan(0);
+    expect(left).toBeLessThan(600);
+
+    const second = spawnFixture('relay-process', env);
+    try {
+      await waitFor('the outbox drained', async () => (await pending()) === 0, 60_000);
+    } finally {
+      second.child.kill('SIGTERM');
+      await second.exited;
+    }
+    const records = await readTopic(testBroker(fx.endpoints.kafkaBrokers), fx.topic('onto.changes.objects'), 600);
+    const delivered = new Set(records.map((r) => r.headers['onto-event-id']));
+    const missing = messages.filter((m) => !delivered.has(m.event.event_id));
+    expect(missing).toEqual([]);
+    expect(await pendingRows(fx.pool, 10)).toEqual([]);
+  });
+
+  it('wakes on NOTIFY without waiting for its poll', async () => {
+    await fx.pool.query('TRUNCATE outbox');
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 60_000 });
+    await relay.start();
+    try {
+      await new Promise((r) => setTimeout(r, 200)); // the relay is asleep on its 60 s poll
+      const started = Date.now();
+      await enqueue(fx.pool, orderEvent('notify', 1), fx.prefix);
+      await waitFor('sent', async () => (await pending()) === 0, 5000);
+      expect(Date.now() - started).toBeLessThan(2000);
+    } finally {
+      await relay.stop();
+    }
+  });
+
+  it('falls back to polling when a notification is lost', async () => {
+    await fx.pool.query('TRUNCATE outbox');
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 300 });
+    await relay.start();
+    try {
+      await new Promise((r) => setTimeout(r, 100));
+      // Inserted behind enqueue's back: no NOTIFY is sent, as when the listener was reconnecting.
+      const m = orderEvent('lost-notify', 1);
+      await fx.pool.query(
+        `INSERT INTO outbox (event_id, topic, partition_key, lane, body) VALUES ($1, $2, $3, 0, $4)`,
+        [m.event.event_id, fx.topic('onto.changes.objects'), m.key, JSON.stringify(m.event)],
+      );
+      await waitFor('sent by the poll', async () => (await pending()) === 0, 5000);
+    } finally {
+      await relay.stop();
+    }
+  });
+
+  it('reports backlog, oldest pending age, published and failures as metrics', async () => {
+    await fx.pool.query('TRUNCATE outbox');
+    const { Registry } = await import('prom-client');
+    const registry = new Registry();
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, registry });
+    await enqueue(fx.pool, [orderEvent('m', 1), orderEvent('m', 2)], fx.prefix);
+    await fx.pool.query(`UPDATE outbox SET created_at = now() - interval '5 seconds'`);
+    let text = await registry.metrics();
+    expect(text).toMatch(/onto_outbox_backlog 2/);
+    expect(Number(text.match(/^onto_outbox_oldest_pending_age_seconds (\S+)/m)?.[1])).toBeGreaterThanOrEqual(5);
+    await relay.drain();
+    text = await registry.metrics();
+    expect(text).toMatch(/onto_outbox_backlog 0/);
+    expect(text).toMatch(/onto_outbox_published_total 2/);
+    expect(text).toMatch(/onto_outbox_oldest_pending_age_seconds 0/);
+  });
+});
