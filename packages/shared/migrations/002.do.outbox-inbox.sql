@@ -1,6 +1,7 @@
 -- The transactional outbox: written in the same transaction as the state change it announces,
--- published to Kafka by the relay. `lane` groups rows by partition key: one relay at a time
--- publishes a lane, which keeps per-key order when several relays run.
+-- published to Kafka by the relay, kept for a retention period after it was sent.
+-- Nothing indexed changes when a row is marked sent, so that update stays on its page (HOT,
+-- helped by the fill factor) and writes no index entries.
 CREATE TABLE outbox (
   id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   event_id      uuid        NOT NULL UNIQUE,
@@ -13,10 +14,18 @@ CREATE TABLE outbox (
   sent_at       timestamptz,
   attempts      integer     NOT NULL DEFAULT 0,
   last_error    text
+) WITH (fillfactor = 80);
+-- Rows arrive in time order: a BRIN index finds the ones old enough to prune for almost nothing.
+CREATE INDEX outbox_created_at ON outbox USING brin (created_at);
+
+-- What is still to be published, by lane (a hash of the partition key). One relay at a time
+-- publishes a lane, which keeps per-key order when several relays run. Kept apart from the
+-- history so that claims stay cheap however long the retention.
+CREATE TABLE outbox_pending (
+  lane smallint NOT NULL,
+  id   bigint   NOT NULL,
+  PRIMARY KEY (lane, id)
 );
-CREATE INDEX outbox_pending ON outbox (lane, id) WHERE sent_at IS NULL;
-CREATE INDEX outbox_pending_id ON outbox (id) WHERE sent_at IS NULL;
-CREATE INDEX outbox_sent_at ON outbox (sent_at) WHERE sent_at IS NOT NULL;
 
 -- The inbox: one row per event a consumer group has handled, written in the transaction that
 -- applied its effect. The primary key is what makes a redelivery a no-op.

@@ -19,7 +19,7 @@ describe('transactional outbox', () => {
     await fx?.close();
   });
   beforeEach(async () => {
-    await fx.pool.query('TRUNCATE outbox, orders');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, orders');
   });
 
   async function placeOrder(id: string, amount: number, fault?: () => void) {
@@ -177,8 +177,14 @@ describe('transactional outbox', () => {
 
   it('prunes sent rows older than the retention, and only those', async () => {
     await enqueue(fx.pool, [orderEvent('old', 1), orderEvent('new', 1), orderEvent('pending', 1)], fx.prefix);
-    await fx.pool.query(`UPDATE outbox SET sent_at = now() - interval '2 days' WHERE partition_key LIKE '%old'`);
-    await fx.pool.query(`UPDATE outbox SET sent_at = now() WHERE partition_key LIKE '%new'`);
+    const sent = await pendingRows(fx.pool, 2);
+    await acknowledge(
+      fx.pool,
+      sent.map((r) => r.id),
+    );
+    await fx.pool.query(
+      `UPDATE outbox SET created_at = now() - interval '3 days', sent_at = now() - interval '2 days' WHERE partition_key LIKE '%old'`,
+    );
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, retentionMs: 24 * 3600_000 });
     expect(await relay.prune()).toBe(1);
     const { rows } = await fx.pool.query<{ partition_key: string }>('SELECT partition_key FROM outbox ORDER BY id');

@@ -10,7 +10,7 @@ describe('outbox relay', () => {
   let fx: Awaited<ReturnType<typeof kernelFixture>>;
   let producer: Producer;
   const pending = async () =>
-    (await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL')).rows[0]?.n ?? 0;
+    (await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending')).rows[0]?.n ?? 0;
 
   beforeAll(async () => {
     fx = await kernelFixture();
@@ -22,7 +22,7 @@ describe('outbox relay', () => {
   });
 
   it('delivered twice, effect once: the relay dies after the broker acknowledged, before marking sent', async () => {
-    await fx.pool.query('TRUNCATE outbox, effects, inbox');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, effects, inbox');
     const messages = [orderEvent('twice', 1), orderEvent('twice', 2), orderEvent('once', 1)];
     await enqueue(fx.pool, messages, fx.prefix);
     const crashing = new OutboxRelay({
@@ -69,7 +69,7 @@ describe('outbox relay', () => {
   });
 
   it('two relay processes at once keep per-key order on every partition', async () => {
-    await fx.pool.query('TRUNCATE outbox');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending');
     const keys = Array.from({ length: 24 }, (_, i) => `order-${i}`);
     const versions = 60;
     const relays = [0, 1].map(() =>
@@ -122,7 +122,7 @@ describe('outbox relay', () => {
   });
 
   it('a relay killed with SIGKILL in the middle of a batch loses nothing', async () => {
-    await fx.pool.query('TRUNCATE outbox');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending');
     const messages = Array.from({ length: 600 }, (_, i) =>
       orderEvent(`kill-${i % 30}`, Math.floor(i / 30) + 1, { world: 'kill' }),
     );
@@ -154,7 +154,7 @@ describe('outbox relay', () => {
   });
 
   it('wakes on NOTIFY without waiting for its poll', async () => {
-    await fx.pool.query('TRUNCATE outbox');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending');
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 60_000 });
     await relay.start();
     try {
@@ -169,7 +169,7 @@ describe('outbox relay', () => {
   });
 
   it('falls back to polling when a notification is lost', async () => {
-    await fx.pool.query('TRUNCATE outbox');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending');
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 300 });
     await relay.start();
     try {
@@ -177,7 +177,8 @@ describe('outbox relay', () => {
       // Inserted behind enqueue's back: no NOTIFY is sent, as when the listener was reconnecting.
       const m = orderEvent('lost-notify', 1);
       await fx.pool.query(
-        `INSERT INTO outbox (event_id, topic, partition_key, lane, body) VALUES ($1, $2, $3, 0, $4)`,
+        `WITH o AS (INSERT INTO outbox (event_id, topic, partition_key, lane, body) VALUES ($1, $2, $3, 0, $4) RETURNING id)
+         INSERT INTO outbox_pending (lane, id) SELECT 0, id FROM o`,
         [m.event.event_id, fx.topic('onto.changes.objects'), m.key, JSON.stringify(m.event)],
       );
       await waitFor('sent by the poll', async () => (await pending()) === 0, 5000);
@@ -187,7 +188,7 @@ describe('outbox relay', () => {
   });
 
   it('reports backlog, oldest pending age, published and failures as metrics', async () => {
-    await fx.pool.query('TRUNCATE outbox');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending');
     const { Registry } = await import('prom-client');
     const registry = new Registry();
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, registry });

@@ -82,13 +82,18 @@ export async function enqueue(
     headers.push(JSON.stringify(m.headers ?? {}));
   }
   const inserted = await tx.query<{ id: number; event_id: string }>(
-    `INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
-     SELECT e, t, k, l, b, h
-       FROM unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::jsonb[])
-            WITH ORDINALITY AS u(e, t, k, l, b, h, n)
-      ORDER BY n
-     ON CONFLICT (event_id) DO NOTHING
-     RETURNING id, event_id::text`,
+    `WITH added AS (
+       INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
+       SELECT e, t, k, l, b, h
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::jsonb[])
+              WITH ORDINALITY AS u(e, t, k, l, b, h, n)
+        ORDER BY n
+       ON CONFLICT (event_id) DO NOTHING
+       RETURNING id, event_id, lane
+     ), queued AS (
+       INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added
+     )
+     SELECT id, event_id::text FROM added`,
     [ids, topics, keys, lanes, bodies, headers],
   );
   const byId = new Map(inserted.rows.map((r) => [r.event_id, r.id]));

@@ -24,8 +24,9 @@ export function checkBatchSize(value: unknown): number {
 /** The oldest pending rows, in id order, at most `limit`. */
 export async function pendingRows(db: Queryable, limit: number): Promise<PendingRow[]> {
   const { rows } = await db.query<PendingRow & Record<string, unknown>>(
-    `SELECT id, event_id::text, topic, partition_key, body, headers
-       FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $1`,
+    `SELECT o.id, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
+       FROM outbox_pending p JOIN outbox o ON o.id = p.id
+      ORDER BY p.id LIMIT $1`,
     [checkBatchSize(limit)],
   );
   return rows;
@@ -34,7 +35,12 @@ export async function pendingRows(db: Queryable, limit: number): Promise<Pending
 /** Marks rows sent; rows already sent are left as they are, so acknowledging twice is a no-op. */
 export async function acknowledge(db: Queryable, ids: number[]): Promise<number> {
   const { rowCount } = await db.query(
-    'UPDATE outbox SET sent_at = now() WHERE id = ANY($1::bigint[]) AND sent_at IS NULL',
+    `WITH done AS (
+       DELETE FROM outbox_pending p USING outbox o
+        WHERE o.id = ANY($1::bigint[]) AND p.lane = o.lane AND p.id = o.id
+       RETURNING p.id
+     )
+     UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done)`,
     [ids],
   );
   return rowCount ?? 0;
@@ -44,28 +50,53 @@ export async function acknowledge(db: Queryable, ids: number[]): Promise<number>
 const LANE_LOCK_SPACE = 0x6f6e746f;
 
 /**
- * Claims the oldest pending rows of lanes no other relay holds. A lane's lock is taken for the
- * transaction, which spans publish and acknowledgement: while one relay publishes a lane, no other
- * can, so per-key order holds with any number of relays.
+ * Claims pending rows of lanes no other relay holds, the lane with the oldest pending row first,
+ * each lane's rows in id order, up to `batchSize` in all. A lane's lock is taken for the
+ * transaction, which spans publish and acknowledgement: while one relay publishes a lane, no
+ * other can, so per-key order holds with any number of relays. The rows are read by a second
+ * statement, whose snapshot is taken after the locks: it sees what the lane's previous holder
+ * committed, so nothing already sent is claimed again and no row lock is needed.
  */
-async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number): Promise<PendingRow[]> {
-  const { rows } = await client.query<PendingRow>(
-    `WITH candidate AS (
-       SELECT DISTINCT lane FROM (
-         SELECT lane FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $2 * 4
-       ) oldest
-     ), mine AS MATERIALIZED (
-       SELECT lane FROM candidate WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $3
+async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number): Promise<ClaimedRow[]> {
+  const locked = await client.query<{ lane: number }>(
+    `WITH oldest AS MATERIALIZED (
+       SELECT l.lane, first.id
+         FROM generate_series(0, $3::int - 1) AS l(lane)
+         CROSS JOIN LATERAL (SELECT id FROM outbox_pending WHERE lane = l.lane ORDER BY id LIMIT 1) first
+        ORDER BY first.id
      )
-     SELECT o.id, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
-       FROM outbox o
-      WHERE o.sent_at IS NULL AND o.lane IN (SELECT lane FROM mine)
-      ORDER BY o.id
-      LIMIT $2
-        FOR UPDATE OF o`,
-    [LANE_LOCK_SPACE, batchSize, maxLanes],
+     SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $2`,
+    [LANE_LOCK_SPACE, maxLanes, OUTBOX_LANES],
+  );
+  if (locked.rows.length === 0) return [];
+  const { rows } = await client.query<ClaimedRow>(
+    `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
+       FROM unnest($1::smallint[]) WITH ORDINALITY AS mine(lane, n)
+       CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $2) p
+       JOIN outbox o ON o.id = p.id
+      ORDER BY mine.n, o.id
+      LIMIT $2`,
+    [locked.rows.map((r) => r.lane), batchSize],
   );
   return rows;
+}
+
+interface ClaimedRow extends PendingRow {
+  lane: number;
+}
+
+/** Marks claimed rows sent: out of the pending set, `sent_at` set in the history. */
+async function markSent(client: pg.PoolClient, rows: ClaimedRow[]): Promise<void> {
+  await client.query(
+    `WITH done AS (
+       DELETE FROM outbox_pending p
+        USING unnest($1::smallint[], $2::bigint[]) AS s(lane, id)
+        WHERE p.lane = s.lane AND p.id = s.id
+       RETURNING p.id
+     )
+     UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done)`,
+    [rows.map((r) => r.lane), rows.map((r) => r.id)],
+  );
 }
 
 export interface RelayFaults {
@@ -75,7 +106,8 @@ export interface RelayFaults {
 
 export interface OutboxRelayOptions {
   pool: pg.Pool;
-  producer: Producer;
+  /** One producer, or one per claim loop so that their publishes overlap. */
+  producer: Producer | Producer[];
   logger: Logger;
   batchSize?: number;
   /** Claim loops run at once in this process; each holds its own lanes. */
@@ -137,7 +169,7 @@ export class OutboxRelay {
       help: 'Outbox rows not yet sent',
       registers,
       async collect() {
-        const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL');
+        const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending');
         this.set(rows[0]?.n ?? 0);
       },
     });
@@ -147,7 +179,10 @@ export class OutboxRelay {
       registers,
       async collect() {
         const { rows } = await pool.query<{ age: number | null }>(
-          `SELECT extract(epoch FROM now() - min(created_at))::float8 AS age FROM outbox WHERE sent_at IS NULL`,
+          `SELECT extract(epoch FROM now() - created_at)::float8 AS age FROM outbox
+            WHERE id = (SELECT min(first.id) FROM generate_series(0, $1::int - 1) AS l(lane)
+                          CROSS JOIN LATERAL (SELECT id FROM outbox_pending WHERE lane = l.lane ORDER BY id LIMIT 1) first)`,
+          [OUTBOX_LANES],
         );
         this.set(rows[0]?.age ?? 0);
       },
@@ -155,19 +190,23 @@ export class OutboxRelay {
   }
 
   /** Claims, publishes and acknowledges one batch; returns how many rows it published. */
-  async publishBatch(): Promise<number> {
+  async publishBatch(loop = 0): Promise<number> {
+    const producers = this.opts.producer;
+    const producer = Array.isArray(producers) ? (producers[loop % producers.length] as Producer) : producers;
     const client = await this.opts.pool.connect();
-    let rows: PendingRow[] = [];
+    let rows: ClaimedRow[] = [];
     try {
-      await client.query('BEGIN');
+      // Marking sent need not wait for the WAL flush: if PostgreSQL loses the mark in a crash the
+      // rows are published again, which consumers absorb; an event is never lost by it.
+      await client.query('BEGIN; SET LOCAL synchronous_commit = off');
       rows = await claim(client, this.batchSize, this.opts.maxLanesPerClaim);
       if (rows.length === 0) {
         await client.query('COMMIT');
         return 0;
       }
-      await this.opts.producer.send(groupByTopic(rows));
+      await producer.send(groupByTopic(rows));
       await this.opts.faults?.afterPublish?.(rows);
-      await client.query('UPDATE outbox SET sent_at = now() WHERE id = ANY($1::bigint[])', [rows.map((r) => r.id)]);
+      await markSent(client, rows);
       await client.query('COMMIT');
       this.published.inc(rows.length);
       return rows.length;
@@ -228,8 +267,12 @@ export class OutboxRelay {
     let total = 0;
     for (;;) {
       const { rowCount } = await this.opts.pool.query(
+        // created_at <= sent_at, so the BRIN index on created_at narrows the scan to old pages.
         `DELETE FROM outbox WHERE id IN (
-           SELECT id FROM outbox WHERE sent_at < now() - make_interval(secs => $1::float8 / 1000) LIMIT 5000)`,
+           SELECT id FROM outbox
+            WHERE created_at < now() - make_interval(secs => $1::float8 / 1000)
+              AND sent_at < now() - make_interval(secs => $1::float8 / 1000)
+            LIMIT 5000)`,
         [this.opts.retentionMs],
       );
       total += rowCount ?? 0;
@@ -242,7 +285,7 @@ export class OutboxRelay {
     let failures = 0;
     while (this.running) {
       try {
-        const n = await this.publishBatch();
+        const n = await this.publishBatch(index);
         failures = 0;
         if (n === this.batchSize) continue; // more is waiting
       } catch (err) {

@@ -1,0 +1,31 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+export const repo = fileURLToPath(new URL('../..', import.meta.url));
+
+/** Runs one of Kafka's own tools through ./onto and returns what it printed. */
+export function kafkaTool(className: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(`${repo}/onto`, ['kafka-tool', className, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${className} exited ${code}: ${out}`))));
+  });
+}
+
+export async function until(what: string, probe: () => Promise<boolean>, timeoutMs = 600_000, everyMs = 100) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+export const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits });
+
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i] as number;
+}

@@ -1,0 +1,160 @@
+/**
+ * The messaging kernel's throughput, in one run on one broker:
+ *   1. Kafka's own ProducerPerformance: N records of the outbox's average body size, acks=all;
+ *   2. the outbox relay draining N pending rows to Kafka;
+ *   3. the inbox consumer applying them (inbox row + version-checked upsert per event).
+ * Prints the rates and the ratios relay/raw (goal ≥ 0.5) and consumer/relay (goal ≥ 1.0).
+ *
+ *   ./onto bench relay [rows]      (default 200000)
+ */
+import { fileURLToPath } from 'node:url';
+import {
+  enqueue,
+  InboxConsumer,
+  kernelMigrations,
+  newEvent,
+  type OutboxMessage,
+  OutboxRelay,
+  TOPICS,
+  upsertIfNewer,
+} from '@onto/shared';
+import { createTestDatabase, createTestTopics, testBroker, testEndpoints, testLogger } from '@onto/shared/testing';
+import pg from 'pg';
+import { fmt, kafkaTool, until } from './lib/harness.js';
+
+const rows = Number(process.argv[2] ?? 200_000);
+const objects = 20_000;
+const endpoints = testEndpoints();
+const db = await createTestDatabase(endpoints.postgresUrl, [
+  kernelMigrations,
+  { directory: fileURLToPath(new URL('./migrations', import.meta.url)), table: 'bench_migrations' },
+]);
+const topics = await createTestTopics(endpoints.kafkaBrokers, 6);
+const pool = new pg.Pool({ connectionString: db.url, max: 16 });
+const topic = `${topics.prefix}onto.changes.objects`;
+const broker = testBroker(endpoints.kafkaBrokers);
+
+try {
+  // --- the outbox, filled beforehand (not timed): N object changes over 20,000 objects
+  let bytes = 0;
+  const fillStart = performance.now();
+  for (let start = 0; start < rows; start += 1000) {
+    const chunk: OutboxMessage[] = [];
+    for (let i = start; i < Math.min(start + 1000, rows); i++) {
+      const pk = `obj-${i % objects}`;
+      const version = Math.floor(i / objects) + 1;
+      const event = newEvent({
+        type: 'object.updated',
+        worldId: 'bench',
+        key: `item/${pk}`,
+        version,
+        producer: 'data',
+        producerSeq: i + 1,
+        payload: { pk, after: { name: `item ${pk}`, amount: i % 977, status: 'open', tags: ['a', 'b'] } },
+      });
+      const message = { event, key: TOPICS['onto.changes.objects'].key({ worldId: 'bench', objectType: 'item', pk }) };
+      chunk.push(message as OutboxMessage);
+      bytes += JSON.stringify(event).length;
+    }
+    await enqueue(pool, chunk, topics.prefix);
+  }
+  const recordSize = Math.round(bytes / rows);
+  console.log(
+    `outbox filled with ${fmt(rows)} rows of ~${recordSize} B in ${fmt((performance.now() - fillStart) / 1000, 1)} s`,
+  );
+
+  // --- 1. Kafka's own producer, same broker, same record size, acks=all
+  const admin = await broker.admin();
+  const rawTopic = `${topics.prefix}bench.raw`;
+  await admin.ensureTopics([{ name: rawTopic, partitions: 6 }]);
+  const perf = await kafkaTool('org.apache.kafka.tools.ProducerPerformance', [
+    '--topic',
+    rawTopic,
+    '--num-records',
+    String(rows),
+    '--record-size',
+    String(recordSize),
+    '--throughput',
+    '-1',
+    '--producer-props',
+    `bootstrap.servers=${endpoints.kafkaBrokers}`,
+    'acks=all',
+    'enable.idempotence=true',
+  ]);
+  const rawLine =
+    perf
+      .trim()
+      .split('\n')
+      .filter((l) => l.includes('records sent'))
+      .at(-1) ?? '';
+  const raw = Number(rawLine.match(/([\d.]+) records\/sec/)?.[1]);
+  console.log(`ProducerPerformance: ${rawLine.trim()}`);
+
+  // --- 2. the relay
+  const concurrency = Number(process.env.RELAY_CONCURRENCY ?? 2);
+  const producers = await Promise.all(
+    Array.from({ length: Number(process.env.RELAY_PRODUCERS ?? 2) }, () => broker.producer()),
+  );
+  const relay = new OutboxRelay({ pool, producer: producers, logger: testLogger, batchSize: 1000, concurrency });
+  const pending = async () =>
+    (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending')).rows[0]?.n ?? 0;
+  const relayStart = performance.now();
+  await relay.start();
+  await until('the outbox drained', async () => (await pending()) === 0, 600_000, 250);
+  const relaySeconds = (performance.now() - relayStart) / 1000;
+  await relay.stop();
+  await Promise.all(producers.map((p) => p.disconnect()));
+  const relayRate = rows / relaySeconds;
+
+  // --- 3. the inbox consumer: inbox row + version-checked upsert, one transaction per batch
+  const consumer = new InboxConsumer({
+    name: 'bench',
+    topics: [topic],
+    broker,
+    pool,
+    logger: testLogger,
+    partitionsConsumedConcurrently: 6,
+    apply: async (tx, events) => {
+      await upsertIfNewer(
+        tx,
+        'items',
+        ['world', 'key'],
+        'version',
+        events.map(({ event }) => ({
+          world: event.world_id,
+          key: event.key,
+          version: event.version,
+          value: event.payload,
+        })),
+      );
+    },
+  });
+  const applied = async () =>
+    (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM inbox WHERE consumer = 'bench'`)).rows[0]?.n ?? 0;
+  const consumerStart = performance.now();
+  await consumer.start();
+  await until('every event applied', async () => (await applied()) >= rows, 600_000, 250);
+  const consumerSeconds = (performance.now() - consumerStart) / 1000;
+  await consumer.stop();
+  const consumerRate = rows / consumerSeconds;
+  const items = (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM items')).rows[0]?.n;
+  await admin.disconnect();
+
+  console.log('');
+  console.log(`| what | records/s | ratio | goal |`);
+  console.log(`|---|---:|---:|---:|`);
+  console.log(`| Kafka ProducerPerformance (acks=all, ${recordSize} B) | ${fmt(raw)} | | |`);
+  console.log(
+    `| outbox relay, ${fmt(rows)} rows | ${fmt(relayRate)} | ${(relayRate / raw).toFixed(2)} × raw | ≥ 0.5 |`,
+  );
+  console.log(
+    `| inbox consumer (inbox + upsert) | ${fmt(consumerRate)} | ${(consumerRate / relayRate).toFixed(2)} × relay | ≥ 1.0 |`,
+  );
+  console.log(
+    `(consumer wrote ${fmt(items ?? 0)} items; relay ${fmt(relaySeconds, 1)} s, consumer ${fmt(consumerSeconds, 1)} s)`,
+  );
+} finally {
+  await pool.end();
+  await topics.drop();
+  await db.drop();
+}
