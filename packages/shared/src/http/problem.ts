@@ -103,12 +103,13 @@ export function installProblemHandlers(app: FastifyInstance): void {
       return sendProblem(
         reply,
         {
+          // Extensions first: they can never replace the standard members.
+          ...error.extensions,
           type: TYPE_BASE + error.slug,
           title: error.title,
           status: error.status,
           detail: error.detail,
           instance,
-          ...error.extensions,
         },
         error.headers,
       );

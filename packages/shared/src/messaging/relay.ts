@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { withTimeout } from '../http/health.js';
 import type { Producer } from '../kafka/broker.js';
 import { OUTBOX_CHANNEL, OUTBOX_LANES, type Queryable } from './outbox.js';
 
@@ -132,6 +133,10 @@ export class OutboxRelay {
   readonly batchSize: number;
   private readonly opts: Required<Omit<OutboxRelayOptions, 'registry' | 'faults'>> & OutboxRelayOptions;
   private running = false;
+  private stopping = false;
+  /** Rejects once stop() is called, so that a publish to a silent broker does not hold a batch. */
+  private stopped: Promise<never> = new Promise(() => {});
+  private signalStop: (error: Error) => void = () => {};
   private loops: Promise<void>[] = [];
   private listener: pg.PoolClient | undefined;
   private wakers = new Set<() => void>();
@@ -204,7 +209,9 @@ export class OutboxRelay {
         await client.query('COMMIT');
         return 0;
       }
-      await producer.send(groupByTopic(rows));
+      // On stop the batch is abandoned: rolled back, its rows still pending, its connection freed.
+      // Should the broker still take it, the rows are published again later: a duplicate.
+      await Promise.race([producer.send(groupByTopic(rows)), this.stopped]);
       await this.opts.faults?.afterPublish?.(rows);
       await markSent(client, rows);
       await client.query('COMMIT');
@@ -212,7 +219,7 @@ export class OutboxRelay {
       return rows.length;
     } catch (error) {
       await client.query('ROLLBACK').catch(() => {});
-      if (rows.length > 0) {
+      if (rows.length > 0 && !this.stopping) {
         this.failures.inc();
         await this.opts.pool
           .query('UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = ANY($1::bigint[])', [
@@ -240,6 +247,11 @@ export class OutboxRelay {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    this.stopping = false;
+    this.stopped = new Promise<never>((_, reject) => {
+      this.signalStop = reject;
+    });
+    this.stopped.catch(() => {});
     await this.listen();
     this.loops = Array.from({ length: this.opts.concurrency }, (_, i) => this.loop(i));
     this.pruneTimer = setInterval(() => {
@@ -248,11 +260,19 @@ export class OutboxRelay {
     this.pruneTimer.unref();
   }
 
-  async stop(): Promise<void> {
+  /**
+   * Stops claiming. A batch in flight finishes or rolls back; waiting for it is bounded, since a
+   * publish to an unreachable broker can take its full request timeout (its rows stay pending).
+   */
+  async stop(waitMs = 3000): Promise<void> {
     this.running = false;
+    this.stopping = true;
     clearInterval(this.pruneTimer);
+    this.signalStop(new Error('relay stopping'));
     this.wakeAll();
-    await Promise.all(this.loops);
+    await withTimeout(Promise.all(this.loops), waitMs, 'relay batch still in flight').catch((err) =>
+      this.opts.logger.warn({ err }, 'stopping the relay without waiting for its batch'),
+    );
     this.loops = [];
     const listener = this.listener;
     this.listener = undefined;

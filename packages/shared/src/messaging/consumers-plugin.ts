@@ -1,0 +1,77 @@
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { withTimeout } from '../http/health.js';
+import { physicalTopic } from '../kafka/topics.js';
+import { InboxConsumer, type InboxConsumerOptions } from './consumer.js';
+
+export type ServiceConsumerOptions = Omit<
+  InboxConsumerOptions,
+  'broker' | 'pool' | 'redis' | 'logger' | 'registry' | 'topics'
+> & {
+  /** Logical topic names; the service's topic prefix is added. */
+  topics: string[];
+};
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Registers an inbox consumer that runs while the service does. */
+    addConsumer(options: ServiceConsumerOptions): InboxConsumer;
+  }
+}
+
+/**
+ * The service's inbox consumers: started once the app is ready — in the background, retrying
+ * while Kafka is away, so that a service boots without it — and stopped on close.
+ */
+export const consumersPlugin = fp(
+  async (app: FastifyInstance) => {
+    const consumers: InboxConsumer[] = [];
+    let closing = false;
+    const starting: Promise<void>[] = [];
+    app.decorate('addConsumer', (options: ServiceConsumerOptions) => {
+      const consumer = new InboxConsumer({
+        ...options,
+        // The prefix namespaces the group too, so that test runs or tenants sharing a broker
+        // never join each other's groups.
+        name: `${app.topicPrefix}${options.name}`,
+        topics: options.topics.map((t) => physicalTopic(app.topicPrefix, t)),
+        broker: app.broker,
+        pool: app.pg,
+        redis: app.redis,
+        logger: app.log as never,
+        registry: app.metrics,
+      });
+      consumers.push(consumer);
+      return consumer;
+    });
+    app.addHook('onReady', async () => {
+      for (const consumer of consumers) {
+        starting.push(
+          (async () => {
+            for (let attempt = 0; !closing; attempt++) {
+              try {
+                await consumer.start();
+                return;
+              } catch (err) {
+                app.log.warn({ err, attempt }, 'consumer could not start; retrying');
+                await consumer.stop().catch(() => {});
+                await new Promise((r) => setTimeout(r, Math.min(500 * 2 ** attempt, 10_000)));
+              }
+            }
+          })(),
+        );
+      }
+    });
+    app.addHook('onClose', async () => {
+      closing = true;
+      // A start against an unreachable broker can hang for its whole connection timeout.
+      await withTimeout(Promise.all(starting), 500, 'consumer start in progress').catch(() => {});
+      await withTimeout(
+        Promise.all(consumers.map((c) => c.stop().catch(() => {}))),
+        5000,
+        'consumers did not stop in time',
+      ).catch((err) => app.log.warn({ err }, 'closing without waiting for the consumers'));
+    });
+  },
+  { name: 'onto-consumers', dependencies: ['onto-postgres', 'onto-redis', 'onto-kafka', 'onto-metrics'] },
+);
