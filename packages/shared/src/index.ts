@@ -1,3 +1,14 @@
+export { type AuditEntry, recordAudit } from './auth/audit.js';
+export * from './auth/events.js';
+export { type AuthPluginOptions, authPlugin, principalOf, type RevocationView, refusal } from './auth/plugin.js';
+export {
+  IdentityReplica,
+  type IdentityReplicaOptions,
+  type IdentityReplicaPluginOptions,
+  identityReplicaPlugin,
+} from './auth/replica.js';
+export * from './auth/tokens.js';
+export * from './auth/types.js';
 export { ConfigError, loadConfig, serviceConfigSchema } from './config/load.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { postgresPlugin } from './db/postgres.js';
@@ -21,6 +32,7 @@ export {
   isInfrastructureError,
   type ReceivedEvent,
 } from './messaging/consumer.js';
+export { consumersPlugin, type ServiceConsumerOptions } from './messaging/consumers-plugin.js';
 export * from './messaging/envelope.js';
 export { ConcurrencyConflictError, isConflict, type OccOptions, StaleWriteError, withOcc } from './messaging/occ.js';
 export * from './messaging/outbox.js';
@@ -29,4 +41,5 @@ export { ProcessedCache } from './messaging/processed-cache.js';
 export * from './messaging/relay.js';
 export { upsertIfNewer } from './messaging/upsert.js';
 export { UUID_V7, uuidv7 } from './messaging/uuidv7.js';
+export { type WorldHooks, worldProvisioning } from './messaging/world-provisioning.js';
 export { createRedis, redisPlugin } from './redis/redis.js';

@@ -4,6 +4,10 @@ import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/sha
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Config } from './config.js';
+import identity from './identity/plugin.js';
+import schemaRoutes from './schema/routes.js';
+import worldRoutes from './worlds/routes.js';
+import worldSaga from './worlds/saga.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -21,6 +25,10 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     config,
     migrations,
   });
+  await fastify.register(identity, { config });
+  await fastify.register(schemaRoutes);
+  await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS });
+  await fastify.register(worldSaga);
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

@@ -8,6 +8,18 @@ export const ConfigSchema = Type.Composite([
     ONTO_BOOTSTRAP_TOKEN: Type.Optional(
       Type.String({ minLength: 16, description: "The first administrator's API token on a fresh stack" }),
     ),
+    ACCESS_TOKEN_TTL_SECONDS: Type.Integer({
+      minimum: 1,
+      maximum: 86_400,
+      default: 900,
+      description: 'How long an access token exchanged for an API token is valid',
+    }),
+    WORLD_PROVISION_TIMEOUT_MS: Type.Integer({
+      minimum: 500,
+      maximum: 3_600_000,
+      default: 30_000,
+      description: 'How long data and intelligence have to provision a new world before it is FAILED',
+    }),
   }),
 ]);
 export type Config = Static<typeof ConfigSchema>;

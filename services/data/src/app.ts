@@ -4,6 +4,8 @@ import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/sha
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Config } from './config.js';
+import identity from './identity/plugin.js';
+import worlds from './worlds/plugin.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -21,6 +23,8 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     config,
     migrations,
   });
+  await fastify.register(identity, { config });
+  await fastify.register(worlds);
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

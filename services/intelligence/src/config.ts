@@ -1,6 +1,16 @@
 import { serviceConfigSchema } from '@onto/shared';
-import type { Static } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 
 /** The intelligence service's configuration: the names are environment variables. */
-export const ConfigSchema = serviceConfigSchema(4003);
+export const ConfigSchema = Type.Composite([
+  serviceConfigSchema(4003),
+  Type.Object({
+    IDENTITY_MAX_LAG_MS: Type.Integer({
+      minimum: 100,
+      maximum: 600_000,
+      default: 2000,
+      description: 'Requests are refused (503) while the replica of revocations lags control by more than this',
+    }),
+  }),
+]);
 export type Config = Static<typeof ConfigSchema>;

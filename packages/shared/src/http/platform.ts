@@ -1,3 +1,4 @@
+/// <reference types="@fastify/swagger" preserve="true" />
 import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
@@ -5,6 +6,7 @@ import fp from 'fastify-plugin';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
 import { kafkaPlugin } from '../kafka/plugin.js';
+import { consumersPlugin } from '../messaging/consumers-plugin.js';
 import { outboxPlugin } from '../messaging/plugin.js';
 import { redisPlugin } from '../redis/redis.js';
 import { healthPlugin } from './health.js';
@@ -94,6 +96,7 @@ export const platformPlugin = fp(
       topicPrefix: opts.config.ONTO_TOPIC_PREFIX,
     });
     await app.register(outboxPlugin, { batchSize: opts.config.OUTBOX_BATCH_SIZE });
+    await app.register(consumersPlugin);
   },
   { name: 'onto-platform' },
 );

@@ -15,6 +15,11 @@ export const TOPICS = {
   'onto.worlds': { producer: 'control', key: (p: { worldId: string }) => make<'onto.worlds'>([p.worldId]) },
   'onto.identity': { producer: 'control', key: (p: { userId: string }) => make<'onto.identity'>([p.userId]) },
   'onto.storage': { producer: 'data', key: (p: { worldId: string }) => make<'onto.storage'>([p.worldId]) },
+  // Not in the original topic table: intelligence's own reports to control (world provisioning).
+  'onto.intelligence': {
+    producer: 'intelligence',
+    key: (p: { worldId: string }) => make<'onto.intelligence'>([p.worldId]),
+  },
   'onto.changes.objects': {
     producer: 'data',
     key: (p: { worldId: string; objectType: string; pk: string }) =>
@@ -53,10 +58,15 @@ export function physicalTopic(prefix: string, topic: string): string {
   return `${prefix}${topic}`;
 }
 
+/**
+ * Topics with a fixed partition count whatever the platform's: onto.identity has one partition,
+ * so that a heartbeat orders after every revocation published before it (docs/adr/0006).
+ */
+export const FIXED_PARTITIONS: Partial<Record<TopicName, number>> = { 'onto.identity': 1 };
+
 /** Every topic the platform needs, with its dead-letter twin. */
 export function platformTopics(prefix: string, partitions: number) {
-  return TOPIC_NAMES.flatMap((t) => [t, dlqOf(t)]).map((name) => ({
-    name: physicalTopic(prefix, name),
-    partitions,
-  }));
+  return TOPIC_NAMES.flatMap((t) =>
+    [t, dlqOf(t)].map((name) => ({ name: physicalTopic(prefix, name), partitions: FIXED_PARTITIONS[t] ?? partitions })),
+  );
 }

@@ -1,0 +1,396 @@
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import type { Redis } from 'ioredis';
+import type { CryptoKey } from 'jose';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { Gauge, type Registry } from 'prom-client';
+import { Unavailable } from '../http/problem.js';
+import type { Broker, IncomingMessage } from '../kafka/broker.js';
+import { physicalTopic } from '../kafka/topics.js';
+import { type ApplyEffects, InboxConsumer } from '../messaging/consumer.js';
+import { type EventEnvelope, parseEvent } from '../messaging/envelope.js';
+import { HEARTBEAT_KEY, identityPayload } from './events.js';
+import { authPlugin, type RevocationView } from './plugin.js';
+import {
+  type AccessTokenClaims,
+  importVerificationKey,
+  type KeyRing,
+  type PublicSigningKey,
+  principalOfClaims,
+} from './tokens.js';
+import type { Principal } from './types.js';
+
+export interface IdentityReplicaOptions {
+  pool: pg.Pool;
+  broker: Broker;
+  redis?: Redis;
+  topicPrefix: string;
+  /** The inbox consumer's name and group id. */
+  consumerName: string;
+  /** Past this lag behind control's watermark, requests are refused with 503. */
+  maxLagMs: number;
+  /** How often the in-memory view is reloaded from the database (other instances' consumers). */
+  pollIntervalMs?: number;
+  logger: Logger;
+  registry?: Registry;
+}
+
+interface Snapshot {
+  watermark_ms: number | null;
+  revision: number;
+  keys: PublicSigningKey[];
+  revocations: { kind: 'api_token' | 'access_token'; tokenId: string; expiresAt: number | null }[];
+  generations: { userId: string; minGeneration: number }[];
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * data's and intelligence's view of identity: the signing keys and revocations control published
+ * on onto.identity, kept in the service's database (tables of its migration 001) and in memory,
+ * and the watermark of control's latest heartbeat. Revocations go through the inbox; heartbeats
+ * do not (they are idempotent, and two a second would flood it): they only raise the watermark,
+ * once every event before them in the partition has been applied. A request is refused with 503
+ * when the watermark is older than the bound, so a revoked token is never accepted past it.
+ */
+export class IdentityReplica implements KeyRing, RevocationView {
+  readonly topic: string;
+  private watermark: number | undefined;
+  private revision = 0;
+  private readonly keys = new Map<string, CryptoKey>();
+  private readonly revokedApiTokens = new Set<string>();
+  private readonly revokedAccessTokens = new Map<string, number>();
+  private readonly minGenerations = new Map<string, number>();
+  private consumer: InboxConsumer | undefined;
+  private starting: Promise<void> | undefined;
+  private loading: Promise<void> | undefined;
+  private reloadAgain = false;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private loads = 0;
+  private readonly log: Logger;
+
+  constructor(private readonly opts: IdentityReplicaOptions) {
+    this.topic = physicalTopic(opts.topicPrefix, 'onto.identity');
+    this.log = opts.logger.child({ component: 'identity-replica' });
+    if (opts.registry && !opts.registry.getSingleMetric('onto_identity_replica_lag_seconds')) {
+      const replica = this;
+      new Gauge({
+        name: 'onto_identity_replica_lag_seconds',
+        help: "How far this service's revocation replica is behind control (-1 before the first heartbeat)",
+        registers: [opts.registry],
+        collect() {
+          const lag = replica.lagMs();
+          this.set(lag === undefined ? -1 : lag / 1000);
+        },
+      });
+    }
+  }
+
+  async start(): Promise<void> {
+    this.stopped = false;
+    await this.reload().catch((err) => this.log.warn({ err }, 'could not load the identity replica'));
+    this.timer = setInterval(() => this.kick(), this.opts.pollIntervalMs ?? 200);
+    this.timer.unref();
+    this.starting = this.startConsumer();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    // A broker that does not answer can hold a start for many seconds; it stops itself when it ends.
+    await Promise.race([this.starting, sleep(300)]);
+    await this.consumer?.stop().catch(() => {});
+    this.consumer = undefined;
+    await this.loading;
+  }
+
+  /** Milliseconds between now and the latest watermark this instance has loaded. */
+  lagMs(): number | undefined {
+    return this.watermark === undefined ? undefined : Date.now() - this.watermark;
+  }
+
+  async key(kid: string, issuedAtSeconds: number): Promise<CryptoKey | undefined> {
+    const known = this.keys.get(kid);
+    if (known) return known;
+    // Control publishes a key before it signs with it: once the watermark is past the token's
+    // issue time, a key still unknown is not control's.
+    if (this.watermark !== undefined && this.watermark >= (issuedAtSeconds + 1) * 1000) return undefined;
+    throw new Unavailable('the key that signed this access token is not known here yet; retry shortly', 1);
+  }
+
+  async principal(claims: AccessTokenClaims): Promise<Principal | null> {
+    const lag = this.lagMs();
+    if (lag === undefined) throw new Unavailable('this service has not heard from control yet; retry shortly', 1);
+    if (lag > this.opts.maxLagMs) {
+      throw new Unavailable(
+        `this service's view of revocations is ${lag} ms behind control (bound ${this.opts.maxLagMs} ms); retry shortly`,
+        Math.max(1, Math.ceil(this.opts.maxLagMs / 1000)),
+      );
+    }
+    if (this.revokedApiTokens.has(claims.ati) || this.revokedAccessTokens.has(claims.jti)) return null;
+    if (claims.gen < (this.minGenerations.get(claims.sub) ?? 0)) return null;
+    return principalOfClaims(claims);
+  }
+
+  /** Reloads what changed in the database since the last load; concurrent calls share one run. */
+  kick(): void {
+    if (this.loading) {
+      this.reloadAgain = true;
+      return;
+    }
+    this.loading = this.reload()
+      .catch((err) => this.log.warn({ err }, 'could not reload the identity replica'))
+      .finally(() => {
+        this.loading = undefined;
+        if (this.reloadAgain && !this.stopped) {
+          this.reloadAgain = false;
+          this.kick();
+        }
+      });
+  }
+
+  /** Waits for a reload that includes everything committed so far. */
+  async refresh(): Promise<void> {
+    await this.loading;
+    await this.reload();
+  }
+
+  private async reload(): Promise<void> {
+    // One statement, one snapshot: a watermark is never loaded without the revocations before it.
+    // Writers bump identity_replica.revision under its row lock, so revisions commit in order.
+    const { rows } = await this.opts.pool.query<Snapshot & Record<string, unknown>>(
+      `SELECT r.watermark_ms, r.revision,
+         (SELECT coalesce(json_agg(k.jwk ORDER BY k.revision), '[]') FROM identity_keys k WHERE k.revision > $1) AS keys,
+         (SELECT coalesce(json_agg(json_build_object('kind', v.kind, 'tokenId', v.token_id,
+                   'expiresAt', floor(extract(epoch FROM v.expires_at) * 1000)::int8)), '[]')
+            FROM identity_revocations v WHERE v.revision > $1) AS revocations,
+         (SELECT coalesce(json_agg(json_build_object('userId', g.user_id, 'minGeneration', g.min_generation)), '[]')
+            FROM identity_user_generations g WHERE g.revision > $1) AS generations
+       FROM identity_replica r`,
+      [this.revision],
+    );
+    const snapshot = rows[0];
+    if (!snapshot) throw new Error('identity_replica has no row: is migration 001.do.identity-replica applied?');
+    const imported = await Promise.all(
+      snapshot.keys.map(async (jwk) => [jwk.kid, await importVerificationKey(jwk)] as const),
+    );
+    // From here on nothing awaits: a request sees the whole snapshot or none of it.
+    for (const [kid, key] of imported) this.keys.set(kid, key);
+    const now = Date.now();
+    for (const r of snapshot.revocations) {
+      if (r.kind === 'api_token') this.revokedApiTokens.add(r.tokenId);
+      else if (r.expiresAt === null || r.expiresAt > now) this.revokedAccessTokens.set(r.tokenId, r.expiresAt ?? 0);
+    }
+    for (const g of snapshot.generations) {
+      this.minGenerations.set(g.userId, Math.max(g.minGeneration, this.minGenerations.get(g.userId) ?? 0));
+    }
+    this.revision = Math.max(this.revision, snapshot.revision);
+    if (snapshot.watermark_ms !== null) this.watermark = Math.max(snapshot.watermark_ms, this.watermark ?? 0);
+    if (++this.loads % 1000 === 0) {
+      for (const [jti, expiresAt] of this.revokedAccessTokens) {
+        if (expiresAt !== 0 && expiresAt <= now) this.revokedAccessTokens.delete(jti);
+      }
+    }
+  }
+
+  /** Applies revocations, role changes and keys inside the inbox transaction. */
+  private readonly apply: ApplyEffects = async (tx, events) => {
+    const { rows } = await tx.query<{ revision: number }>(
+      'UPDATE identity_replica SET revision = revision + 1 RETURNING revision',
+    );
+    const revision = rows[0]?.revision;
+    if (revision === undefined) throw new Error('identity_replica has no row');
+    for (const { event } of events) {
+      switch (event.type) {
+        case 'identity.token.revoked': {
+          const p = identityPayload('identity.token.revoked', event);
+          const expires = p.expiresAt === undefined ? null : new Date(p.expiresAt).toISOString();
+          for (const [kind, id] of [
+            ['api_token', p.apiTokenId],
+            ['access_token', p.accessTokenId],
+          ] as const) {
+            if (id === undefined) continue;
+            await tx.query(
+              `INSERT INTO identity_revocations (kind, token_id, user_id, expires_at, revision)
+               VALUES ($1, $2, $3, $4, $5) ON CONFLICT (kind, token_id) DO NOTHING`,
+              [kind, id, p.userId, kind === 'access_token' ? expires : null, revision],
+            );
+          }
+          break;
+        }
+        case 'identity.roles.changed': {
+          const p = identityPayload('identity.roles.changed', event);
+          await tx.query(
+            `INSERT INTO identity_user_generations AS g (user_id, min_generation, revision) VALUES ($1, $2, $3)
+             ON CONFLICT (user_id) DO UPDATE SET min_generation = EXCLUDED.min_generation, revision = EXCLUDED.revision
+              WHERE g.min_generation < EXCLUDED.min_generation`,
+            [p.userId, p.minGeneration, revision],
+          );
+          break;
+        }
+        case 'identity.keys.published': {
+          const p = identityPayload('identity.keys.published', event);
+          await insertKeys(tx, p.keys, revision);
+          break;
+        }
+        default:
+          break; // an identity event this version does not know: recorded in the inbox, no effect
+      }
+    }
+  };
+
+  /** Raises the watermark to the newest heartbeat's; learns any key it names that is new here. */
+  private async onHeartbeats(beats: EventEnvelope[]): Promise<void> {
+    let watermark = -1;
+    let keys: PublicSigningKey[] = [];
+    for (const beat of beats) {
+      try {
+        const p = identityPayload('identity.heartbeat', beat);
+        watermark = Math.max(watermark, p.watermark);
+        keys = p.keys;
+      } catch (err) {
+        this.log.warn({ err, eventId: beat.event_id }, 'malformed heartbeat ignored');
+      }
+    }
+    if (watermark < 0) return;
+    const unknown = keys.filter((k) => !this.keys.has(k.kid));
+    await this.opts.pool.query(
+      `WITH bump AS (
+         UPDATE identity_replica
+            SET watermark_ms = greatest(coalesce(watermark_ms, 0), $1::int8),
+                revision = revision + CASE WHEN jsonb_array_length($2::jsonb) > 0 THEN 1 ELSE 0 END
+         RETURNING revision
+       )
+       INSERT INTO identity_keys (kid, jwk, revision)
+       SELECT k->>'kid', k, bump.revision FROM bump, jsonb_array_elements($2::jsonb) AS k
+       ON CONFLICT (kid) DO NOTHING`,
+      [watermark, JSON.stringify(unknown)],
+    );
+    this.kick();
+  }
+
+  private async startConsumer(): Promise<void> {
+    for (let attempt = 0; !this.stopped; attempt++) {
+      const consumer = new InboxConsumer({
+        name: this.opts.consumerName,
+        topics: [this.topic],
+        broker: separatingHeartbeats(this.opts.broker, async (beats) => {
+          if (beats.length === 0) return this.kick();
+          try {
+            await this.onHeartbeats(beats);
+          } catch (err) {
+            // The watermark stays where it was: requests fail closed until the next heartbeat lands.
+            this.log.warn({ err }, 'could not record a heartbeat');
+          }
+        }),
+        pool: this.opts.pool,
+        ...(this.opts.redis ? { redis: this.opts.redis } : {}),
+        apply: this.apply,
+        logger: this.opts.logger,
+        ...(this.opts.registry ? { registry: this.opts.registry } : {}),
+        partitionsConsumedConcurrently: 1,
+      });
+      try {
+        await consumer.start();
+        if (this.stopped) await consumer.stop();
+        else this.consumer = consumer;
+        return;
+      } catch (err) {
+        await consumer.stop().catch(() => {});
+        this.log.warn({ err, attempt }, 'identity consumer could not start; retrying');
+        const until = Date.now() + Math.min(500 * 2 ** attempt, 10_000);
+        while (!this.stopped && Date.now() < until) await sleep(100);
+      }
+    }
+  }
+}
+
+async function insertKeys(tx: pg.ClientBase, keys: PublicSigningKey[], revision: number) {
+  if (keys.length === 0) return;
+  await tx.query(
+    `INSERT INTO identity_keys (kid, jwk, revision)
+     SELECT k->>'kid', k, $2 FROM jsonb_array_elements($1::jsonb) AS k
+     ON CONFLICT (kid) DO NOTHING`,
+    [JSON.stringify(keys), revision],
+  );
+}
+
+function asHeartbeat(message: IncomingMessage): EventEnvelope | undefined {
+  if (message.key !== HEARTBEAT_KEY) return undefined;
+  try {
+    const event = parseEvent(message.value);
+    return event.type === 'identity.heartbeat' ? event : undefined;
+  } catch {
+    return undefined; // not an event at all: the inbox dead-letters it
+  }
+}
+
+/**
+ * The broker as the inbox consumer sees it, minus heartbeats: each batch's other events are
+ * handled (and committed to the inbox) first, then `afterBatch` gets its heartbeats (maybe none),
+ * so that a watermark is only raised once everything before it in the partition has been applied.
+ */
+function separatingHeartbeats(broker: Broker, afterBatch: (beats: EventEnvelope[]) => Promise<void>): Broker {
+  return {
+    producer: () => broker.producer(),
+    admin: () => broker.admin(),
+    async consumer(options) {
+      const inner = await broker.consumer(options);
+      return {
+        run: (handle) =>
+          inner.run(async (batch) => {
+            const beats: EventEnvelope[] = [];
+            const rest: IncomingMessage[] = [];
+            for (const message of batch.messages) {
+              const beat = asHeartbeat(message);
+              if (beat) beats.push(beat);
+              else rest.push(message);
+            }
+            if (rest.length > 0) await handle({ ...batch, messages: rest });
+            if (batch.isRunning()) await afterBatch(beats);
+          }),
+        stop: () => inner.stop(),
+        disconnect: () => inner.disconnect(),
+        committedOffsets: (topic) => inner.committedOffsets(topic),
+      };
+    },
+  };
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** data's and intelligence's replica of identity (keys, revocations, control's watermark). */
+    identityReplica: IdentityReplica;
+  }
+}
+
+export interface IdentityReplicaPluginOptions {
+  /** The consumer's name; the service's topic prefix is put before it. */
+  consumer: string;
+  maxLagMs: number;
+  pollIntervalMs?: number;
+}
+
+/** The auth plugin on a replica of onto.identity: for the services other than control. */
+export const identityReplicaPlugin = fp(
+  async (app: FastifyInstance, opts: IdentityReplicaPluginOptions) => {
+    const replica = new IdentityReplica({
+      pool: app.pg,
+      broker: app.broker,
+      redis: app.redis,
+      topicPrefix: app.topicPrefix,
+      consumerName: `${app.topicPrefix}${opts.consumer}`,
+      maxLagMs: opts.maxLagMs,
+      ...(opts.pollIntervalMs ? { pollIntervalMs: opts.pollIntervalMs } : {}),
+      logger: app.log as never,
+      registry: app.metrics,
+    });
+    app.decorate('identityReplica', replica);
+    await app.register(authPlugin, { keys: replica, revocations: replica });
+    app.addHook('onReady', () => replica.start());
+    app.addHook('onClose', () => replica.stop());
+  },
+  { name: 'onto-identity-replica', dependencies: ['onto-postgres', 'onto-redis', 'onto-kafka', 'onto-metrics'] },
+);

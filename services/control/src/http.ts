@@ -1,0 +1,42 @@
+import { BadRequest } from '@onto/shared';
+import type { FastifyRequest } from 'fastify';
+import type pg from 'pg';
+
+/** `If-Match: "3"` (or 3, or W/"3") → 3; absent → undefined; anything else is a 400. */
+export function ifMatchVersion(request: FastifyRequest): number | undefined {
+  const raw = request.headers['if-match'];
+  if (raw === undefined) return undefined;
+  const value = String(raw)
+    .trim()
+    .replace(/^W\//, '')
+    .replace(/^"(.*)"$/, '$1');
+  if (!/^\d{1,9}$/.test(value)) {
+    throw new BadRequest('If-Match must be a version, such as "3"', [
+      { path: 'header/if-match', message: 'must be a quoted integer version' },
+    ]);
+  }
+  return Number(value);
+}
+
+/** Who is acting, for authorship and the audit log. */
+export const actorOf = (request: FastifyRequest) => request.principal?.userId ?? 'anonymous';
+
+/** Runs `work` in one transaction of the given isolation on a client of its own. */
+export async function inTransaction<T>(
+  pool: pg.Pool,
+  isolation: 'READ COMMITTED' | 'SERIALIZABLE',
+  work: (tx: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query(`BEGIN ISOLATION LEVEL ${isolation}`);
+    const result = await work(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
+}

@@ -1,0 +1,146 @@
+import {
+  type Broker,
+  encodeEvent,
+  HEARTBEAT_KEY,
+  newEvent,
+  type Producer,
+  type PublicSigningKey,
+  physicalTopic,
+} from '@onto/shared';
+import type { FastifyBaseLogger } from 'fastify';
+import type pg from 'pg';
+
+export interface IdentityHeartbeatOptions {
+  pool: pg.Pool;
+  broker: Broker;
+  topicPrefix: string;
+  logger: FastifyBaseLogger;
+  intervalMs?: number;
+  /** Keys retired less than this long ago still verify tokens, so heartbeats still carry them. */
+  keyGraceSeconds: number;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * Publishes `identity.heartbeat` straight to onto.identity (not through the outbox) every
+ * `intervalMs`, carrying the watermark W = min(transaction start, creation time of the oldest
+ * identity event still pending in the outbox), both read in one PostgreSQL statement; the
+ * transaction starts before the statement's snapshot is taken, so a commit W does not see is
+ * later than W. Every identity event that
+ * committed before W is out of the pending set, so the broker acknowledged it before this
+ * heartbeat was sent: on the topic's single partition it precedes the heartbeat. A replica that
+ * has applied the heartbeat has applied every revocation committed before W.
+ */
+export class IdentityHeartbeat {
+  readonly topic: string;
+  private readonly intervalMs: number;
+  private producer: Producer | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private beating: Promise<void> | undefined;
+  private running = false;
+  private failures = 0;
+  private checkedPartitions = false;
+  private seq = 0;
+
+  constructor(private readonly opts: IdentityHeartbeatOptions) {
+    this.topic = physicalTopic(opts.topicPrefix, 'onto.identity');
+    this.intervalMs = opts.intervalMs ?? 500;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    clearTimeout(this.timer);
+    // A broker that never answers can hold a connect for many seconds; it is dropped when it ends.
+    await Promise.race([this.beating, sleep(300)]);
+    const producer = this.producer;
+    this.producer = undefined;
+    await producer?.disconnect().catch(() => {});
+  }
+
+  private schedule(delayMs: number) {
+    this.timer = setTimeout(() => {
+      const started = Date.now();
+      this.beating = this.beat().finally(() => {
+        this.beating = undefined;
+        if (!this.running) return;
+        const backoff = this.failures > 0 ? Math.min(this.intervalMs * 2 ** this.failures, 5000) : this.intervalMs;
+        this.schedule(Math.max(0, backoff - (Date.now() - started)));
+      });
+    }, delayMs);
+    this.timer.unref();
+  }
+
+  /** Publishes one heartbeat; failures are logged and retried with backoff, never thrown. */
+  async beat(): Promise<void> {
+    try {
+      const producer = await this.connect();
+      const { rows } = await this.opts.pool.query<{ watermark: number; keys: PublicSigningKey[] }>(
+        `SELECT floor(extract(epoch FROM least(transaction_timestamp(),
+                  (SELECT min(o.created_at) FROM outbox_pending p JOIN outbox o ON o.id = p.id WHERE o.topic = $1)
+                )) * 1000)::int8 AS watermark,
+                (SELECT coalesce(json_agg(public_jwk ORDER BY created_at), '[]') FROM signing_keys
+                  WHERE retired_at IS NULL OR retired_at > now() - make_interval(secs => $2)) AS keys`,
+        [this.topic, this.opts.keyGraceSeconds],
+      );
+      const row = rows[0];
+      if (!row) throw new Error('the watermark query returned no row');
+      const event = newEvent({
+        type: 'identity.heartbeat',
+        worldId: '*',
+        key: HEARTBEAT_KEY,
+        version: 0,
+        producer: 'control',
+        producerSeq: this.seq++,
+        payload: { watermark: row.watermark, keys: row.keys },
+      });
+      await producer.send([{ topic: this.topic, messages: [{ key: HEARTBEAT_KEY, value: encodeEvent(event) }] }]);
+      if (this.failures > 0) this.opts.logger.info({ failures: this.failures }, 'identity heartbeats resumed');
+      this.failures = 0;
+      await this.checkPartitions();
+    } catch (err) {
+      this.failures++;
+      if (this.failures === 1 || this.failures % 20 === 0) {
+        this.opts.logger.warn({ err, failures: this.failures }, 'identity heartbeat failed; replicas will fail closed');
+      }
+      const producer = this.producer;
+      this.producer = undefined;
+      await producer?.disconnect().catch(() => {});
+    }
+  }
+
+  private async connect(): Promise<Producer> {
+    if (this.producer) return this.producer;
+    const producer = await this.opts.broker.producer();
+    if (!this.running) {
+      await producer.disconnect().catch(() => {});
+      throw new Error('identity heartbeat stopped');
+    }
+    this.producer = producer;
+    return producer;
+  }
+
+  /** The watermark's argument needs one partition; say so loudly when the topic has more. */
+  private async checkPartitions() {
+    if (this.checkedPartitions) return;
+    this.checkedPartitions = true;
+    try {
+      const admin = await this.opts.broker.admin();
+      const partitions = await admin.partitionOffsets(this.topic).finally(() => admin.disconnect().catch(() => {}));
+      if (partitions.length !== 1) {
+        this.opts.logger.error(
+          { topic: this.topic, partitions: partitions.length },
+          'onto.identity must have exactly one partition: heartbeats may overtake revocations on the others',
+        );
+      }
+    } catch (err) {
+      this.opts.logger.warn({ err }, 'could not count the partitions of onto.identity');
+    }
+  }
+}

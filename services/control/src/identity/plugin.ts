@@ -1,0 +1,34 @@
+import { authPlugin } from '@onto/shared';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import type { Config } from '../config.js';
+import { IdentityHeartbeat } from './heartbeat.js';
+import { ControlKeyRing, ControlRevocations, ensureSigningKey } from './keys.js';
+import identityRoutes from './routes.js';
+
+/**
+ * Identity in control: the signing key (created and published at first boot), verification from
+ * control's own tables (strongly consistent), the identity routes, and the heartbeat that lets
+ * data and intelligence bound how far behind their replica of revocations is.
+ */
+export default fp(
+  async (app: FastifyInstance, { config }: { config: Config }) => {
+    const signingKey = await ensureSigningKey(app.pg, app.topicPrefix);
+    await app.register(authPlugin, { keys: new ControlKeyRing(app.pg), revocations: new ControlRevocations(app.pg) });
+    await app.register(identityRoutes, {
+      signingKey,
+      accessTokenTtlSeconds: config.ACCESS_TOKEN_TTL_SECONDS,
+      bootstrapToken: config.ONTO_BOOTSTRAP_TOKEN,
+    });
+    const heartbeat = new IdentityHeartbeat({
+      pool: app.pg,
+      broker: app.broker,
+      topicPrefix: app.topicPrefix,
+      logger: app.log.child({ component: 'identity-heartbeat' }),
+      keyGraceSeconds: config.ACCESS_TOKEN_TTL_SECONDS,
+    });
+    app.addHook('onReady', async () => heartbeat.start());
+    app.addHook('onClose', () => heartbeat.stop());
+  },
+  { name: 'onto-identity', dependencies: ['onto-postgres', 'onto-kafka', 'onto-outbox'] },
+);

@@ -1,0 +1,414 @@
+/**
+ * The ontology schema of one world, and the pure rules that keep it whole: what a valid type
+ * is, which references must resolve, and what a change breaks. No I/O here.
+ */
+import type { FieldError } from '@onto/shared';
+
+export const PRIMITIVES = ['string', 'integer', 'double', 'boolean', 'timestamp', 'date', 'geopoint'] as const;
+export type Primitive = (typeof PRIMITIVES)[number];
+export type PropertyType =
+  | Primitive
+  | { type: 'enum'; values: string[] }
+  | { type: 'array'; items: PropertyType }
+  | { type: 'struct'; fields: Record<string, PropertyType> };
+
+export interface PropertyDef {
+  type: PropertyType;
+  required?: boolean;
+  indexed?: boolean;
+  description?: string;
+}
+
+export interface ObjectType {
+  apiName: string;
+  displayName: string;
+  description?: string;
+  primaryKey: string;
+  properties: Record<string, PropertyDef>;
+}
+
+export const CARDINALITIES = ['ONE_TO_ONE', 'ONE_TO_MANY', 'MANY_TO_MANY'] as const;
+export interface LinkType {
+  apiName: string;
+  displayName?: string;
+  from: string;
+  to: string;
+  cardinality: (typeof CARDINALITIES)[number];
+}
+
+export interface ParameterDef {
+  type: PropertyType;
+  required?: boolean;
+  description?: string;
+}
+
+/** Where an edit's value comes from: a parameter of the action, or a constant. */
+export type ValueSource = { param: string } | { value: unknown };
+
+export type ActionEdit =
+  | { op: 'createObject' | 'modifyObject'; objectType: string; pk: ValueSource; values: Record<string, ValueSource> }
+  | { op: 'deleteObject'; objectType: string; pk: ValueSource }
+  | { op: 'createLink' | 'deleteLink'; linkType: string; from: ValueSource; to: ValueSource };
+
+export interface ActionType {
+  apiName: string;
+  displayName?: string;
+  description?: string;
+  parameters: Record<string, ParameterDef>;
+  edits: ActionEdit[];
+  /** Parameters that, with the world and action type, identify one execution. */
+  idempotencyKey?: string[];
+}
+
+export interface SchemaDocument {
+  objectTypes: Record<string, ObjectType>;
+  linkTypes: Record<string, LinkType>;
+  actionTypes: Record<string, ActionType>;
+}
+
+export const emptySchema = (): SchemaDocument => ({ objectTypes: {}, linkTypes: {}, actionTypes: {} });
+
+export const NAME = /^[A-Za-z][A-Za-z0-9_]{0,62}$/;
+export const NAME_RULE = 'a letter, then letters, digits or _ (at most 63 characters)';
+
+// ---------------------------------------------------------------- shape checks
+
+type Json = unknown;
+const isObject = (v: Json): v is Record<string, Json> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+class Collector {
+  readonly errors: FieldError[] = [];
+  add(path: string, message: string) {
+    this.errors.push({ path, message });
+  }
+  name(path: string, value: Json) {
+    if (typeof value !== 'string' || !NAME.test(value)) this.add(path, `must be a name: ${NAME_RULE}`);
+  }
+  only(path: string, value: Record<string, Json>, allowed: string[]) {
+    for (const key of Object.keys(value))
+      if (!allowed.includes(key)) this.add(`${path}/${key}`, 'is not a known field');
+  }
+  optionalString(path: string, value: Json, max = 4000) {
+    if (value !== undefined && (typeof value !== 'string' || value.length > max)) {
+      this.add(path, `must be a string of at most ${max} characters`);
+    }
+  }
+  optionalBoolean(path: string, value: Json) {
+    if (value !== undefined && typeof value !== 'boolean') this.add(path, 'must be true or false');
+  }
+}
+
+const esc = (key: string) => key.replaceAll('~', '~0').replaceAll('/', '~1');
+
+function checkPropertyType(c: Collector, path: string, t: Json, depth = 0): void {
+  if (depth > 8) {
+    c.add(path, 'nests more than 8 levels');
+    return;
+  }
+  if (typeof t === 'string') {
+    if (!(PRIMITIVES as readonly string[]).includes(t)) {
+      c.add(
+        path,
+        `unknown property type ${JSON.stringify(t)}; expected one of ${PRIMITIVES.join(', ')}, enum, array, struct`,
+      );
+    }
+    return;
+  }
+  if (!isObject(t)) {
+    c.add(path, 'must be a type name or a {"type": "enum" | "array" | "struct", …} object');
+    return;
+  }
+  switch (t.type) {
+    case 'enum': {
+      c.only(path, t, ['type', 'values']);
+      const values = t.values;
+      if (!Array.isArray(values) || values.length === 0 || values.length > 1000) {
+        c.add(`${path}/values`, 'must be a list of 1 to 1000 strings');
+        return;
+      }
+      values.forEach((v, i) => {
+        if (typeof v !== 'string' || v.length === 0 || v.length > 200)
+          c.add(`${path}/values/${i}`, 'must be a non-empty string');
+      });
+      if (new Set(values).size !== values.length) c.add(`${path}/values`, 'must not repeat a value');
+      return;
+    }
+    case 'array':
+      c.only(path, t, ['type', 'items']);
+      checkPropertyType(c, `${path}/items`, t.items, depth + 1);
+      return;
+    case 'struct': {
+      c.only(path, t, ['type', 'fields']);
+      if (!isObject(t.fields) || Object.keys(t.fields).length === 0) {
+        c.add(`${path}/fields`, 'must name at least one field');
+        return;
+      }
+      for (const [name, field] of Object.entries(t.fields)) {
+        c.name(`${path}/fields/${esc(name)}`, name);
+        checkPropertyType(c, `${path}/fields/${esc(name)}`, field, depth + 1);
+      }
+      return;
+    }
+    default: {
+      c.add(`${path}/type`, `unknown property type ${JSON.stringify(t.type)}; expected enum, array or struct`);
+      return;
+    }
+  }
+}
+
+export function checkObjectType(body: Json, apiName: string): FieldError[] {
+  const c = new Collector();
+  if (!isObject(body)) return [{ path: '/', message: 'must be an object' }];
+  c.only('', body, ['apiName', 'displayName', 'description', 'primaryKey', 'properties']);
+  c.name('/apiName', apiName);
+  if (body.apiName !== undefined && body.apiName !== apiName) c.add('/apiName', `must equal the path's ${apiName}`);
+  if (typeof body.displayName !== 'string' || body.displayName.length === 0 || body.displayName.length > 200) {
+    c.add('/displayName', 'must be a string of 1 to 200 characters');
+  }
+  c.optionalString('/description', body.description);
+  const properties = body.properties;
+  if (!isObject(properties) || Object.keys(properties).length === 0) {
+    c.add('/properties', 'must define at least one property');
+  } else {
+    if (Object.keys(properties).length > 500) c.add('/properties', 'must define at most 500 properties');
+    for (const [name, def] of Object.entries(properties)) {
+      const p = `/properties/${esc(name)}`;
+      c.name(p, name);
+      if (!isObject(def)) {
+        c.add(p, 'must be an object with a type');
+        continue;
+      }
+      c.only(p, def, ['type', 'required', 'indexed', 'description']);
+      if (def.type === undefined) c.add(`${p}/type`, 'is required');
+      else checkPropertyType(c, `${p}/type`, def.type);
+      c.optionalBoolean(`${p}/required`, def.required);
+      c.optionalBoolean(`${p}/indexed`, def.indexed);
+      c.optionalString(`${p}/description`, def.description);
+    }
+  }
+  if (typeof body.primaryKey !== 'string') c.add('/primaryKey', 'must name one of the properties');
+  else if (isObject(properties) && !(body.primaryKey in properties)) {
+    c.add('/primaryKey', `${JSON.stringify(body.primaryKey)} is not one of the properties`);
+  } else if (isObject(properties)) {
+    const pk = properties[body.primaryKey] as Record<string, Json>;
+    if (pk && !['string', 'integer'].includes(pk.type as string))
+      c.add('/primaryKey', 'must be a string or integer property');
+  }
+  return c.errors;
+}
+
+export function checkLinkType(body: Json, apiName: string, schema: SchemaDocument): FieldError[] {
+  const c = new Collector();
+  if (!isObject(body)) return [{ path: '/', message: 'must be an object' }];
+  c.only('', body, ['apiName', 'displayName', 'from', 'to', 'cardinality']);
+  c.name('/apiName', apiName);
+  if (body.apiName !== undefined && body.apiName !== apiName) c.add('/apiName', `must equal the path's ${apiName}`);
+  c.optionalString('/displayName', body.displayName, 200);
+  for (const end of ['from', 'to'] as const) {
+    const v = body[end];
+    if (typeof v !== 'string') c.add(`/${end}`, 'must name an object type');
+    else if (!(v in schema.objectTypes)) c.add(`/${end}`, `object type ${JSON.stringify(v)} does not exist`);
+  }
+  if (!(CARDINALITIES as readonly Json[]).includes(body.cardinality)) {
+    c.add('/cardinality', `must be one of ${CARDINALITIES.join(', ')}`);
+  }
+  return c.errors;
+}
+
+const EDIT_OPS = ['createObject', 'modifyObject', 'deleteObject', 'createLink', 'deleteLink'];
+
+export function checkActionType(body: Json, apiName: string, schema: SchemaDocument): FieldError[] {
+  const c = new Collector();
+  if (!isObject(body)) return [{ path: '/', message: 'must be an object' }];
+  c.only('', body, ['apiName', 'displayName', 'description', 'parameters', 'edits', 'idempotencyKey']);
+  c.name('/apiName', apiName);
+  if (body.apiName !== undefined && body.apiName !== apiName) c.add('/apiName', `must equal the path's ${apiName}`);
+  c.optionalString('/displayName', body.displayName, 200);
+  c.optionalString('/description', body.description);
+  const params = isObject(body.parameters) ? body.parameters : {};
+  if (body.parameters !== undefined && !isObject(body.parameters)) c.add('/parameters', 'must be an object');
+  for (const [name, def] of Object.entries(params)) {
+    const p = `/parameters/${esc(name)}`;
+    c.name(p, name);
+    if (!isObject(def)) {
+      c.add(p, 'must be an object with a type');
+      continue;
+    }
+    c.only(p, def, ['type', 'required', 'description']);
+    checkPropertyType(c, `${p}/type`, def.type);
+    c.optionalBoolean(`${p}/required`, def.required);
+  }
+  const source = (path: string, v: Json) => {
+    if (isObject(v) && typeof v.param === 'string' && Object.keys(v).length === 1) {
+      if (!(v.param in params)) c.add(`${path}/param`, `parameter ${JSON.stringify(v.param)} is not declared`);
+    } else if (!(isObject(v) && 'value' in v && Object.keys(v).length === 1)) {
+      c.add(path, 'must be {"param": name} or {"value": constant}');
+    }
+  };
+  if (!Array.isArray(body.edits) || body.edits.length === 0 || body.edits.length > 100) {
+    c.add('/edits', 'must list 1 to 100 edits');
+  } else {
+    for (const [i, edit] of (body.edits as Json[]).entries()) {
+      const p = `/edits/${i}`;
+      if (!isObject(edit) || !EDIT_OPS.includes(edit.op as string)) {
+        c.add(`${p}/op`, `must be one of ${EDIT_OPS.join(', ')}`);
+        continue;
+      }
+      if (edit.op === 'createLink' || edit.op === 'deleteLink') {
+        c.only(p, edit, ['op', 'linkType', 'from', 'to']);
+        if (typeof edit.linkType !== 'string' || !(edit.linkType in schema.linkTypes)) {
+          c.add(`${p}/linkType`, `link type ${JSON.stringify(edit.linkType)} does not exist`);
+        }
+        source(`${p}/from`, edit.from);
+        source(`${p}/to`, edit.to);
+        continue;
+      }
+      c.only(p, edit, edit.op === 'deleteObject' ? ['op', 'objectType', 'pk'] : ['op', 'objectType', 'pk', 'values']);
+      const type = typeof edit.objectType === 'string' ? schema.objectTypes[edit.objectType] : undefined;
+      if (!type) {
+        c.add(`${p}/objectType`, `object type ${JSON.stringify(edit.objectType)} does not exist`);
+        continue;
+      }
+      source(`${p}/pk`, edit.pk);
+      if (edit.op === 'deleteObject') continue;
+      if (!isObject(edit.values)) {
+        c.add(`${p}/values`, 'must map properties to {"param"} or {"value"}');
+        continue;
+      }
+      for (const [prop, v] of Object.entries(edit.values)) {
+        if (!(prop in type.properties))
+          c.add(`${p}/values/${esc(prop)}`, `property ${JSON.stringify(prop)} does not exist on ${type.apiName}`);
+        else source(`${p}/values/${esc(prop)}`, v);
+      }
+    }
+  }
+  if (body.idempotencyKey !== undefined) {
+    if (!Array.isArray(body.idempotencyKey) || body.idempotencyKey.length === 0)
+      c.add('/idempotencyKey', 'must list parameters');
+    else
+      body.idempotencyKey.forEach((k: Json, i: number) => {
+        if (typeof k !== 'string' || !(k in params))
+          c.add(`/idempotencyKey/${i}`, `parameter ${JSON.stringify(k)} is not declared`);
+      });
+  }
+  return c.errors;
+}
+
+/** What still refers to an object type or link type; deleting it is refused while anything does. */
+export function usesOf(schema: SchemaDocument, kind: 'objectType' | 'linkType', apiName: string): FieldError[] {
+  const uses: FieldError[] = [];
+  if (kind === 'objectType') {
+    for (const link of Object.values(schema.linkTypes)) {
+      if (link.from === apiName || link.to === apiName) {
+        uses.push({ path: `/linkTypes/${link.apiName}`, message: `link type ${link.apiName} still uses ${apiName}` });
+      }
+    }
+  }
+  for (const action of Object.values(schema.actionTypes)) {
+    action.edits.forEach((edit, i) => {
+      const target = 'objectType' in edit ? edit.objectType : edit.linkType;
+      const matches = kind === 'objectType' ? 'objectType' in edit : 'linkType' in edit;
+      if (matches && target === apiName) {
+        uses.push({
+          path: `/actionTypes/${action.apiName}/edits/${i}`,
+          message: `action type ${action.apiName} still uses ${apiName}`,
+        });
+      }
+    });
+  }
+  return uses;
+}
+
+// ---------------------------------------------------------------- diff
+
+export interface Change {
+  path: string;
+  change: 'added' | 'removed' | 'changed';
+  breaking: boolean;
+  reason?: string;
+}
+
+export interface SchemaDiff {
+  changes: Change[];
+  breaking: boolean;
+}
+
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+
+/** A structured diff; changes that stored data may no longer satisfy are marked breaking. */
+export function diffSchemas(before: SchemaDocument, after: SchemaDocument): SchemaDiff {
+  const changes: Change[] = [];
+  for (const kind of ['objectTypes', 'linkTypes', 'actionTypes'] as const) {
+    const b = before[kind] as Record<string, unknown>;
+    const a = after[kind] as Record<string, unknown>;
+    for (const name of Object.keys(b)) {
+      if (!(name in a)) {
+        changes.push({
+          path: `/${kind}/${name}`,
+          change: 'removed',
+          breaking: kind !== 'actionTypes',
+          reason: 'removed',
+        });
+      }
+    }
+    for (const name of Object.keys(a)) {
+      if (!(name in b)) changes.push({ path: `/${kind}/${name}`, change: 'added', breaking: false });
+      else if (!same(a[name], b[name])) {
+        if (kind === 'objectTypes')
+          changes.push(
+            ...diffObjectType(before.objectTypes[name] as ObjectType, after.objectTypes[name] as ObjectType),
+          );
+        else if (kind === 'linkTypes') {
+          const [lb, la] = [b[name] as LinkType, a[name] as LinkType];
+          const narrowed =
+            lb.from !== la.from ||
+            lb.to !== la.to ||
+            CARDINALITIES.indexOf(la.cardinality) < CARDINALITIES.indexOf(lb.cardinality);
+          changes.push({
+            path: `/linkTypes/${name}`,
+            change: 'changed',
+            breaking: narrowed,
+            ...(narrowed ? { reason: 'ends or cardinality narrowed' } : {}),
+          });
+        } else changes.push({ path: `/actionTypes/${name}`, change: 'changed', breaking: false });
+      }
+    }
+  }
+  return { changes, breaking: changes.some((c) => c.breaking) };
+}
+
+function diffObjectType(b: ObjectType, a: ObjectType): Change[] {
+  const base = `/objectTypes/${a.apiName}`;
+  const changes: Change[] = [];
+  if (b.primaryKey !== a.primaryKey) {
+    changes.push({ path: `${base}/primaryKey`, change: 'changed', breaking: true, reason: 'primary key changed' });
+  }
+  for (const name of Object.keys(b.properties)) {
+    if (!(name in a.properties)) {
+      changes.push({
+        path: `${base}/properties/${name}`,
+        change: 'removed',
+        breaking: true,
+        reason: 'property removed',
+      });
+    }
+  }
+  for (const [name, def] of Object.entries(a.properties)) {
+    const old = b.properties[name];
+    const p = `${base}/properties/${name}`;
+    if (!old) {
+      const breaking = def.required === true;
+      changes.push({ path: p, change: 'added', breaking, ...(breaking ? { reason: 'new required property' } : {}) });
+    } else if (!same(old.type, def.type)) {
+      changes.push({ path: `${p}/type`, change: 'changed', breaking: true, reason: 'property type changed' });
+    } else if (!old.required && def.required) {
+      changes.push({ path: `${p}/required`, change: 'changed', breaking: true, reason: 'property became required' });
+    } else if (!same(old, def)) {
+      changes.push({ path: p, change: 'changed', breaking: false });
+    }
+  }
+  for (const field of ['displayName', 'description'] as const) {
+    if (b[field] !== a[field]) changes.push({ path: `${base}/${field}`, change: 'changed', breaking: false });
+  }
+  return changes;
+}

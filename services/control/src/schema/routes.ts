@@ -1,0 +1,244 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { PreconditionFailed, recordAudit, Unprocessable, WORLD_ID, withOcc } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { actorOf, ifMatchVersion, inTransaction } from '../http.js';
+import { lockWorld, lockWritableWorld } from '../worlds/repository.js';
+import { checkActionType, checkLinkType, checkObjectType, NAME, type SchemaDocument, usesOf } from './model.js';
+import { currentSchema, history, writeVersion } from './repository.js';
+
+const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
+const TypeParams = Type.Object({
+  world: Type.String({ pattern: WORLD_ID }),
+  apiName: Type.String({ pattern: NAME.source }),
+});
+const Problem = { $ref: 'Problem#' };
+const Schema = Type.Object({
+  version: Type.Integer(),
+  objectTypes: Type.Record(Type.String(), Type.Unknown()),
+  linkTypes: Type.Record(Type.String(), Type.Unknown()),
+  actionTypes: Type.Record(Type.String(), Type.Unknown()),
+});
+const Written = Type.Object({
+  version: Type.Integer(),
+  changed: Type.Boolean(),
+  breaking: Type.Boolean(),
+  changes: Type.Array(
+    Type.Object({
+      path: Type.String(),
+      change: Type.String(),
+      breaking: Type.Boolean(),
+      reason: Type.Optional(Type.String()),
+    }),
+  ),
+});
+const errors = {
+  400: Problem,
+  401: Problem,
+  403: Problem,
+  404: Problem,
+  409: Problem,
+  412: Problem,
+  422: Problem,
+  503: Problem,
+};
+
+type Kind = 'objectTypes' | 'linkTypes' | 'actionTypes';
+const KINDS: { path: string; kind: Kind; label: string }[] = [
+  { path: 'object-types', kind: 'objectTypes', label: 'object type' },
+  { path: 'link-types', kind: 'linkTypes', label: 'link type' },
+  { path: 'action-types', kind: 'actionTypes', label: 'action type' },
+];
+
+/**
+ * The ontology schema of each world: strongly consistent. Every change is a new version written
+ * in a SERIALIZABLE transaction (retried on serialization failures), conditional on If-Match,
+ * with `schema.updated` enqueued in the same transaction.
+ */
+export default fp(
+  async (fastify: FastifyInstance) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    app.get(
+      '/v1/worlds/:world/schema',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: { tags: ['schema'], params: WorldParams, response: { 200: Schema, ...errors } },
+      },
+      async (request, reply) => {
+        const head = await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+          await lockWorld(tx, request.params.world);
+          return currentSchema(tx, request.params.world);
+        });
+        reply.header('etag', `"${head.version}"`).header('x-consistency-token', `control=${head.version}`);
+        return { version: head.version, ...head.document };
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/schema/history',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['schema'],
+          params: WorldParams,
+          querystring: Type.Object({
+            before: Type.Optional(Type.Integer({ minimum: 1 })),
+            limit: Type.Integer({ minimum: 1, maximum: 200, default: 50 }),
+          }),
+          response: {
+            200: Type.Object({ versions: Type.Array(Type.Unknown()), next: Type.Union([Type.Integer(), Type.Null()]) }),
+            ...errors,
+          },
+        },
+      },
+      async (request) => {
+        await inTransaction(app.pg, 'READ COMMITTED', (tx) => lockWorld(tx, request.params.world));
+        const versions = await history(
+          app.pg,
+          request.params.world,
+          request.query.before ?? 2 ** 31 - 1,
+          request.query.limit,
+        );
+        const last = versions.at(-1);
+        return {
+          versions,
+          next: versions.length === request.query.limit && last && last.version > 1 ? last.version : null,
+        };
+      },
+    );
+
+    for (const { path, kind, label } of KINDS) {
+      app.put(
+        `/v1/worlds/:world/${path}/:apiName`,
+        {
+          preHandler: app.authorize({ role: 'owner' }),
+          schema: {
+            tags: ['schema'],
+            summary: `Create or replace a ${label}`,
+            params: TypeParams,
+            headers: Type.Object({
+              'if-match': Type.Optional(Type.String({ description: 'the schema version this change is based on' })),
+            }),
+            body: Type.Object({}, { additionalProperties: true, description: `the ${label}; see docs/schema.md` }),
+            response: { 200: Written, ...errors },
+          },
+        },
+        async (request, reply) =>
+          change(request, reply, `${path}.put`, (doc) => {
+            const { apiName } = request.params;
+            const body = request.body as Record<string, unknown>;
+            const errs =
+              kind === 'objectTypes'
+                ? checkObjectType(body, apiName)
+                : kind === 'linkTypes'
+                  ? checkLinkType(body, apiName, doc)
+                  : checkActionType(body, apiName, doc);
+            if (errs.length > 0) throw new Unprocessable(`the ${label} ${apiName} is invalid`, errs);
+            const next: SchemaDocument = { ...doc, [kind]: { ...doc[kind], [apiName]: { ...body, apiName } } };
+            if (kind === 'objectTypes') {
+              // Links and actions that use this type must still make sense after the change.
+              const broken = revalidateDependents(next);
+              if (broken.length > 0) throw new Unprocessable(`the change to ${apiName} breaks what uses it`, broken);
+            }
+            return next;
+          }),
+      );
+
+      app.delete(
+        `/v1/worlds/:world/${path}/:apiName`,
+        {
+          preHandler: app.authorize({ role: 'owner' }),
+          schema: {
+            tags: ['schema'],
+            summary: `Delete a ${label}`,
+            params: TypeParams,
+            headers: Type.Object({ 'if-match': Type.Optional(Type.String()) }),
+            response: { 200: Written, ...errors },
+          },
+        },
+        async (request, reply) =>
+          change(request, reply, `${path}.delete`, (doc) => {
+            const { apiName } = request.params;
+            if (!(apiName in doc[kind])) {
+              throw new Unprocessable(`${label} ${apiName} does not exist`, [
+                { path: `/${kind}/${apiName}`, message: 'does not exist' },
+              ]);
+            }
+            if (kind !== 'actionTypes') {
+              const uses = usesOf(doc, kind === 'objectTypes' ? 'objectType' : 'linkType', apiName);
+              if (uses.length > 0) throw new Unprocessable(`${label} ${apiName} is still in use`, uses);
+            }
+            const rest = { ...doc[kind] };
+            delete rest[apiName];
+            return { ...doc, [kind]: rest };
+          }),
+      );
+    }
+
+    async function change(
+      request: FastifyRequest,
+      reply: FastifyReply,
+      action: string,
+      mutate: (doc: SchemaDocument) => SchemaDocument,
+    ) {
+      const expected = ifMatchVersion(request);
+      const { world, apiName } = request.params as { world: string; apiName: string };
+      const result = await withOcc(() =>
+        inTransaction(app.pg, 'SERIALIZABLE', async (tx) => {
+          await lockWritableWorld(tx, world);
+          const before = await currentSchema(tx, world);
+          if (expected !== undefined && expected !== before.version) {
+            throw new PreconditionFailed(`the schema of ${world} is at version ${before.version}, not ${expected}`, {
+              currentVersion: before.version,
+            });
+          }
+          const after = mutate(before.document);
+          const written = await writeVersion(tx, {
+            worldId: world,
+            author: actorOf(request),
+            requestId: request.id,
+            before,
+            after,
+            topicPrefix: app.topicPrefix,
+          });
+          if (!written) return { version: before.version, changed: false, breaking: false, changes: [] };
+          await recordAudit(tx, request, {
+            action: `schema.${action}`,
+            worldId: world,
+            subject: apiName,
+            detail: { version: written.version },
+          });
+          return {
+            version: written.version,
+            changed: true,
+            breaking: written.diff.breaking,
+            changes: written.diff.changes,
+          };
+        }),
+      );
+      reply.header('etag', `"${result.version}"`).header('x-consistency-token', `control=${result.version}`);
+      return result;
+    }
+  },
+  { name: 'onto-control-schema', dependencies: ['onto-auth'] },
+);
+
+/** Every link and action type checked again against a changed document. */
+function revalidateDependents(doc: SchemaDocument) {
+  const errs = [];
+  for (const link of Object.values(doc.linkTypes)) {
+    errs.push(
+      ...checkLinkType(link, link.apiName, doc).map((e) => ({ ...e, path: `/linkTypes/${link.apiName}${e.path}` })),
+    );
+  }
+  for (const action of Object.values(doc.actionTypes)) {
+    errs.push(
+      ...checkActionType(action, action.apiName, doc).map((e) => ({
+        ...e,
+        path: `/actionTypes/${action.apiName}${e.path}`,
+      })),
+    );
+  }
+  return errs;
+}

@@ -1,0 +1,219 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Conflict, enqueue, Forbidden, NotFound, newEvent, recordAudit, TOPICS, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import type pg from 'pg';
+import { actorOf, inTransaction } from '../http.js';
+import { grantRole } from '../identity/roles.js';
+import { emptySchema } from '../schema/model.js';
+import { currentSchema, writeVersion } from '../schema/repository.js';
+import { lockWorld, WORLD_STATUSES } from './repository.js';
+
+const Problem = { $ref: 'Problem#' };
+const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 503: Problem };
+const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
+const World = Type.Object({
+  id: Type.String(),
+  status: Type.Union(WORLD_STATUSES.map((s) => Type.Literal(s))),
+  from: Type.Union([Type.Object({ world: Type.String(), ref: Type.Union([Type.String(), Type.Null()]) }), Type.Null()]),
+  createdBy: Type.String(),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+  confirmedBy: Type.Array(Type.String()),
+  failure: Type.Union([Type.String(), Type.Null()]),
+});
+const CreateWorld = Type.Object(
+  {
+    id: Type.String({
+      pattern: WORLD_ID,
+      description: 'a slug: a lowercase letter, then lowercase letters, digits or -',
+    }),
+    from: Type.Optional(
+      Type.Object(
+        {
+          world: Type.String({ pattern: WORLD_ID }),
+          ref: Type.Optional(
+            Type.String({
+              pattern: '^[0-9]{1,9}$',
+              description: 'the schema version to fork at; the latest by default',
+            }),
+          ),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+/** The services that must provision a world before it is READY, and drop it before DELETED. */
+export const PROVISIONERS = ['data', 'intelligence'] as const;
+
+const SELECT_WORLD = `SELECT id, status,
+  CASE WHEN parent_world IS NULL THEN NULL ELSE json_build_object('world', parent_world, 'ref', parent_ref) END AS "from",
+  created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt", to_json(updated_at)#>>'{}' AS "updatedAt",
+  confirmed_by AS "confirmedBy", failure FROM worlds`;
+
+function worldEvent(
+  type: 'world.created' | 'world.deleted' | 'world.drop.requested',
+  worldId: string,
+  payload: Record<string, unknown>,
+) {
+  return {
+    event: newEvent({ type, worldId, key: worldId, version: 0, producer: 'control', producerSeq: 0, payload }),
+    key: TOPICS['onto.worlds'].key({ worldId }),
+  };
+}
+
+/**
+ * Worlds: metadata strongly consistent here, the lifecycle a saga over events. A new world is
+ * PROVISIONING until data and intelligence report it provisioned (READY), or FAILED after the
+ * timeout, when those that did provision it are told to drop it. Deleting is DELETING until both
+ * report it dropped (DELETED).
+ */
+export default fp(
+  async (fastify: FastifyInstance, opts: { provisionTimeoutMs: number }) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+    app.post(
+      '/v1/worlds',
+      {
+        preHandler: app.authorize({ authenticated: true }),
+        schema: { tags: ['worlds'], body: CreateWorld, response: { 202: World, ...errors } },
+      },
+      async (request, reply) => {
+        const { id, from } = request.body;
+        const world = await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+          let forkedSchema = null;
+          if (from) {
+            const parent = await tx.query<{ status: string }>('SELECT status FROM worlds WHERE id = $1 FOR SHARE', [
+              from.world,
+            ]);
+            const status = parent.rows[0]?.status;
+            if (!status || status === 'DELETED') throw new NotFound(`world ${from.world} does not exist`);
+            if (status !== 'READY')
+              throw new Conflict(`world ${from.world} is ${status}, not READY: it cannot be forked`, {
+                worldStatus: status,
+              });
+            const roles = request.principal?.roles ?? {};
+            if (!request.principal?.admin && !roles[from.world]) throw new Forbidden(`no role in world ${from.world}`);
+            forkedSchema = await schemaAt(tx, from.world, from.ref);
+          }
+          const inserted = await tx.query(
+            `INSERT INTO worlds (id, status, parent_world, parent_ref, created_by, deadline_at)
+             VALUES ($1, 'PROVISIONING', $2, $3, $4, now() + make_interval(secs => $5::float8 / 1000))
+             ON CONFLICT (id) DO NOTHING RETURNING id`,
+            [
+              id,
+              from?.world ?? null,
+              from ? String(forkedSchema?.version ?? 0) : null,
+              actorOf(request),
+              opts.provisionTimeoutMs,
+            ],
+          );
+          if (inserted.rowCount === 0) throw new Conflict(`world ${id} already exists`);
+          if (forkedSchema && forkedSchema.version > 0) {
+            await writeVersion(tx, {
+              worldId: id,
+              author: actorOf(request),
+              requestId: request.id,
+              before: { version: 0, document: emptySchema() },
+              after: forkedSchema.document,
+              topicPrefix: app.topicPrefix,
+            });
+          }
+          await grantRole(tx, { userId: actorOf(request), worldId: id, role: 'owner', topicPrefix: app.topicPrefix });
+          await enqueue(
+            tx,
+            {
+              ...worldEvent('world.created', id, {
+                from: from ? { world: from.world, schemaVersion: forkedSchema?.version ?? 0 } : null,
+                createdBy: actorOf(request),
+              }),
+              headers: { 'x-request-id': request.id },
+            },
+            app.topicPrefix,
+          );
+          await recordAudit(tx, request, { action: 'world.create', worldId: id, detail: { from: from ?? null } });
+          return (await tx.query(`${SELECT_WORLD} WHERE id = $1`, [id])).rows[0];
+        });
+        reply.code(202).header('location', `/v1/worlds/${id}`);
+        return world;
+      },
+    );
+
+    app.get(
+      '/v1/worlds',
+      {
+        preHandler: app.authorize({ authenticated: true }),
+        schema: {
+          tags: ['worlds'],
+          querystring: Type.Object({ status: Type.Optional(Type.Union(WORLD_STATUSES.map((s) => Type.Literal(s)))) }),
+          response: { 200: Type.Object({ worlds: Type.Array(World) }), ...errors },
+        },
+      },
+      async (request) => {
+        const principal = request.principal;
+        const { rows } = await app.pg.query(
+          `${SELECT_WORLD} WHERE ($1::text IS NULL AND status <> 'DELETED' OR status = $1)
+             AND ($2 OR id = ANY($3::text[])) ORDER BY id`,
+          [request.query.status ?? null, principal?.admin ?? false, Object.keys(principal?.roles ?? {})],
+        );
+        return { worlds: rows };
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: { tags: ['worlds'], params: WorldParams, response: { 200: World, ...errors } },
+      },
+      async (request) => {
+        const { rows } = await app.pg.query(`${SELECT_WORLD} WHERE id = $1`, [request.params.world]);
+        if (!rows[0]) throw new NotFound(`world ${request.params.world} does not exist`);
+        return rows[0];
+      },
+    );
+
+    app.delete(
+      '/v1/worlds/:world',
+      {
+        preHandler: app.authorize({ role: 'owner' }),
+        schema: { tags: ['worlds'], params: WorldParams, response: { 202: World, ...errors } },
+      },
+      async (request, reply) => {
+        const { world } = request.params;
+        const row = await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+          const status = await lockWorld(tx, world);
+          if (status === 'DELETING')
+            throw new Conflict(`world ${world} is already being deleted`, { worldStatus: status });
+          await tx.query(`UPDATE worlds SET status = 'DELETING', dropped_by = '{}', updated_at = now() WHERE id = $1`, [
+            world,
+          ]);
+          await enqueue(
+            tx,
+            { ...worldEvent('world.deleted', world, {}), headers: { 'x-request-id': request.id } },
+            app.topicPrefix,
+          );
+          await recordAudit(tx, request, { action: 'world.delete', worldId: world });
+          return (await tx.query(`${SELECT_WORLD} WHERE id = $1`, [world])).rows[0];
+        });
+        reply.code(202);
+        return row;
+      },
+    );
+  },
+  { name: 'onto-control-worlds', dependencies: ['onto-auth'] },
+);
+
+async function schemaAt(tx: pg.ClientBase, worldId: string, ref: string | undefined) {
+  if (ref === undefined) return currentSchema(tx, worldId);
+  const { rows } = await tx.query(
+    'SELECT version, document FROM schema_versions WHERE world_id = $1 AND version = $2',
+    [worldId, Number(ref)],
+  );
+  if (!rows[0]) throw new NotFound(`world ${worldId} has no schema version ${ref}`);
+  return rows[0] as { version: number; document: ReturnType<typeof emptySchema> };
+}

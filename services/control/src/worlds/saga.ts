@@ -1,0 +1,94 @@
+import { enqueue, newEvent, type ReceivedEvent, TOPICS } from '@onto/shared';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import type pg from 'pg';
+import { PROVISIONERS } from './routes.js';
+
+const REPORTS: Record<string, { service: string; kind: 'provisioned' | 'dropped' }> = {
+  'world.provisioned': { service: 'data', kind: 'provisioned' },
+  'world.dropped': { service: 'data', kind: 'dropped' },
+  'intelligence.world.provisioned': { service: 'intelligence', kind: 'provisioned' },
+  'intelligence.world.dropped': { service: 'intelligence', kind: 'dropped' },
+};
+
+/** Applies data's and intelligence's reports to the world lifecycle. */
+export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
+  for (const { event } of events) {
+    const report = REPORTS[event.type];
+    if (!report) continue;
+    const column = report.kind === 'provisioned' ? 'confirmed_by' : 'dropped_by';
+    // A report moves the world on only from the state that was waiting for it; a late one
+    // (after FAILED, say) is recorded and changes nothing else.
+    await tx.query(
+      `UPDATE worlds SET ${column} = (SELECT array_agg(DISTINCT s ORDER BY s) FROM unnest(${column} || $2::text) s),
+              updated_at = now()
+        WHERE id = $1`,
+      [event.world_id, report.service],
+    );
+    await tx.query(
+      `UPDATE worlds SET status = CASE WHEN status = 'PROVISIONING' THEN 'READY' ELSE 'DELETED' END,
+              deadline_at = NULL, updated_at = now()
+        WHERE id = $1
+          AND ((status = 'PROVISIONING' AND confirmed_by @> $2::text[])
+            OR (status = 'DELETING' AND dropped_by @> $2::text[]))`,
+      [event.world_id, PROVISIONERS],
+    );
+  }
+}
+
+/**
+ * Worlds still PROVISIONING past their deadline become FAILED, and every provisioner is told to
+ * drop what it may have made (compensation), in one transaction.
+ */
+export async function failOverdue(pool: pg.Pool, topicPrefix: string): Promise<string[]> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const { rows } = await client.query<{ id: string; confirmed_by: string[] }>(
+      `UPDATE worlds SET status = 'FAILED', updated_at = now(), deadline_at = NULL,
+              failure = 'provisioning timed out waiting for ' ||
+                (SELECT string_agg(p, ', ') FROM unnest($1::text[]) p WHERE NOT p = ANY(confirmed_by))
+        WHERE status = 'PROVISIONING' AND deadline_at < now()
+       RETURNING id, confirmed_by`,
+      [PROVISIONERS],
+    );
+    for (const row of rows) {
+      const event = newEvent({
+        type: 'world.drop.requested',
+        worldId: row.id,
+        key: row.id,
+        version: 0,
+        producer: 'control',
+        producerSeq: 0,
+        payload: { reason: 'provisioning timed out', provisioned: row.confirmed_by },
+      });
+      await enqueue(client, { event, key: TOPICS['onto.worlds'].key({ worldId: row.id }) }, topicPrefix);
+    }
+    await client.query('COMMIT');
+    return rows.map((r) => r.id);
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
+}
+
+export default fp(
+  async (app: FastifyInstance) => {
+    app.addConsumer({ name: 'control-worlds', topics: ['onto.storage', 'onto.intelligence'], apply: applyReports });
+    let timer: NodeJS.Timeout | undefined;
+    app.addHook('onReady', async () => {
+      timer = setInterval(() => {
+        failOverdue(app.pg, app.topicPrefix)
+          .then((failed) => {
+            if (failed.length > 0) app.log.warn({ worlds: failed }, 'world provisioning timed out; compensating');
+          })
+          .catch((err) => app.log.warn({ err }, 'checking provisioning deadlines failed'));
+      }, 500);
+      timer.unref();
+    });
+    app.addHook('onClose', async () => clearInterval(timer));
+  },
+  { name: 'onto-control-world-saga', dependencies: ['onto-consumers'] },
+);

@@ -1,0 +1,364 @@
+import { type IncomingMessage, parseEvent } from '@onto/shared';
+import { buildTestService, createTestTopics, type TestService, testBroker, testEndpoints } from '@onto/shared/testing';
+import type { LightMyRequestResponse } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as data from '../../data/src/app.js';
+import { ConfigSchema as DataConfig } from '../../data/src/config.js';
+import * as intelligence from '../../intelligence/src/app.js';
+import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
+import * as control from '../src/app.js';
+import { ConfigSchema } from '../src/config.js';
+
+const BOOTSTRAP = 'worlds-test-bootstrap-token-0123456789';
+type Service = TestService<unknown>;
+
+/** control, and the provisioners asked for, on one topic prefix of their own. */
+async function stack(provisioners: ('data' | 'intelligence')[], timeoutMs = 30_000) {
+  const { kafkaBrokers } = testEndpoints();
+  const topics = await createTestTopics(kafkaBrokers, 2);
+  const env = { ONTO_TOPIC_PREFIX: topics.prefix };
+  const c = (await buildTestService(
+    { schema: ConfigSchema, app: control.default, migrations: control.migrations } as never,
+    {
+      ...env,
+      ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP,
+      WORLD_PROVISION_TIMEOUT_MS: String(timeoutMs),
+    },
+  )) as Service;
+  const others: Record<string, Service> = {};
+  if (provisioners.includes('data')) {
+    others.data = (await buildTestService(
+      { schema: DataConfig, app: data.default, migrations: data.migrations } as never,
+      env,
+    )) as Service;
+  }
+  if (provisioners.includes('intelligence')) {
+    others.intelligence = (await buildTestService(
+      { schema: IntelligenceConfig, app: intelligence.default, migrations: intelligence.migrations } as never,
+      env,
+    )) as Service;
+  }
+  const login = await c.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken: BOOTSTRAP } });
+  const admin = login.json().accessToken as string;
+  const call = (
+    method: 'GET' | 'POST' | 'PUT' | 'DELETE',
+    url: string,
+    token = admin,
+    payload?: unknown,
+    headers = {},
+  ) =>
+    c.app.inject({ method, url, payload: payload as never, headers: { authorization: `Bearer ${token}`, ...headers } });
+  return {
+    control: c,
+    others,
+    prefix: topics.prefix,
+    admin,
+    call,
+    async until(world: string, status: string, timeout = 20_000) {
+      const deadline = Date.now() + timeout;
+      for (;;) {
+        const res = await call('GET', `/v1/worlds/${world}`);
+        if (res.json().status === status) return res.json();
+        if (Date.now() > deadline) throw new Error(`world ${world} is ${res.json().status}, not ${status}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+    async close() {
+      await Promise.all([c, ...Object.values(others)].map((s) => s.close()));
+      await topics.drop();
+    },
+  };
+}
+
+/** An access token for the user as they are now: roles travel in the token. */
+async function accessTokenFor(s: Awaited<ReturnType<typeof stack>>, id: string): Promise<string> {
+  const apiToken = (await s.call('POST', `/v1/users/${id}/tokens`, s.admin, {})).json().token;
+  const res = await s.control.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken } });
+  return res.json().accessToken;
+}
+
+function expectProblem(res: LightMyRequestResponse, status: number) {
+  expect(res.statusCode, res.body).toBe(status);
+  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+  return res.json();
+}
+
+const order = {
+  displayName: 'Order',
+  primaryKey: 'id',
+  properties: { id: { type: 'string', required: true }, amount: { type: 'integer', indexed: true } },
+};
+
+describe('worlds and their schema', () => {
+  let s: Awaited<ReturnType<typeof stack>>;
+
+  beforeAll(async () => {
+    s = await stack(['data', 'intelligence']);
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  it('provisions a world in data and intelligence, then it is READY', async () => {
+    const created = await s.call('POST', '/v1/worlds', s.admin, { id: 'prod' });
+    expect(created.statusCode, created.body).toBe(202);
+    expect(created.json()).toMatchObject({ id: 'prod', status: 'PROVISIONING', from: null });
+    const ready = await s.until('prod', 'READY');
+    expect(ready.confirmedBy).toEqual(['data', 'intelligence']);
+    for (const svc of ['data', 'intelligence']) {
+      const { rows } = await (s.others[svc] as Service).app.pg.query('SELECT id FROM worlds');
+      expect(rows, svc).toEqual([{ id: 'prod' }]);
+    }
+    expectProblem(await s.call('POST', '/v1/worlds', s.admin, { id: 'prod' }), 409);
+    expectProblem(await s.call('GET', '/v1/worlds/nowhere'), 404);
+    const list = await s.call('GET', '/v1/worlds');
+    expect(list.json().worlds.map((w: { id: string }) => w.id)).toContain('prod');
+  });
+
+  it('versions the schema, conditional on If-Match, and publishes schema.updated keyed by world', async () => {
+    await s.until('prod', 'READY');
+    const first = await s.call('PUT', '/v1/worlds/prod/object-types/Order', s.admin, order, { 'if-match': '"0"' });
+    expect(first.statusCode, first.body).toBe(200);
+    expect(first.json()).toMatchObject({ version: 1, changed: true, breaking: false });
+    expect(first.headers.etag).toBe('"1"');
+    const same = await s.call('PUT', '/v1/worlds/prod/object-types/Order', s.admin, order, { 'if-match': '"1"' });
+    expect(same.json()).toMatchObject({ version: 1, changed: false });
+    const stale = expectProblem(
+      await s.call('PUT', '/v1/worlds/prod/object-types/Order', s.admin, order, { 'if-match': '"0"' }),
+      412,
+    );
+    expect(stale.currentVersion).toBe(1);
+
+    const typeChange = { ...order, properties: { ...order.properties, amount: { type: 'double' } } };
+    const second = await s.call('PUT', '/v1/worlds/prod/object-types/Order', s.admin, typeChange, {
+      'if-match': '"1"',
+    });
+    expect(second.json()).toMatchObject({
+      version: 2,
+      breaking: true,
+      changes: [
+        {
+          path: '/objectTypes/Order/properties/amount/type',
+          change: 'changed',
+          breaking: true,
+          reason: 'property type changed',
+        },
+      ],
+    });
+    const schema = await s.call('GET', '/v1/worlds/prod/schema');
+    expect(schema.json()).toMatchObject({
+      version: 2,
+      objectTypes: { Order: { apiName: 'Order' } },
+      linkTypes: {},
+      actionTypes: {},
+    });
+    const { rows: audit } = await s.control.app.pg.query(
+      `SELECT actor, action, subject, request_id IS NOT NULL AS has_request FROM audit_log
+        WHERE world_id = 'prod' AND action LIKE 'schema.%' ORDER BY id`,
+    );
+    expect(audit).toEqual([
+      { actor: 'admin', action: 'schema.object-types.put', subject: 'Order', has_request: true },
+      { actor: 'admin', action: 'schema.object-types.put', subject: 'Order', has_request: true },
+    ]);
+    const history = await s.call('GET', '/v1/worlds/prod/schema/history');
+    expect(history.json().versions.map((v: { version: number; author: string }) => [v.version, v.author])).toEqual([
+      [2, 'admin'],
+      [1, 'admin'],
+    ]);
+
+    const records: IncomingMessage[] = [];
+    const consumer = await testBroker(testEndpoints().kafkaBrokers).consumer({
+      groupId: `${s.prefix}schema-reader`,
+      topics: [`${s.prefix}onto.schema`],
+    });
+    await consumer.run(async (batch) => {
+      records.push(...batch.messages);
+    });
+    const deadline = Date.now() + 15_000;
+    while (records.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    await consumer.disconnect();
+    const events = records.map((r) => ({ record: r, event: parseEvent(r.value) }));
+    expect(events.map((e) => e.event.version)).toEqual([1, 2]);
+    for (const { record, event } of events) {
+      expect(record.key).toBe('prod');
+      expect(event).toMatchObject({ type: 'schema.updated', world_id: 'prod', key: 'prod', producer: 'control' });
+    }
+    expect(new Set(records.map((r) => r.partition)).size).toBe(1);
+    expect(events[1]?.event.payload).toMatchObject({
+      version: 2,
+      previousVersion: 1,
+      diff: { breaking: true },
+      schema: { objectTypes: { Order: {} } },
+    });
+  });
+
+  it('lets exactly one of two concurrent writers with the same If-Match win; the other gets 412', async () => {
+    const head = (await s.call('GET', '/v1/worlds/prod/schema')).json().version;
+    const [a, b] = await Promise.all(
+      ['A', 'B'].map((suffix) =>
+        s.call(
+          'PUT',
+          `/v1/worlds/prod/object-types/Thing${suffix}`,
+          s.admin,
+          { ...order, displayName: suffix },
+          { 'if-match': `"${head}"` },
+        ),
+      ),
+    );
+    expect([a?.statusCode, b?.statusCode].sort()).toEqual([200, 412]);
+    expect((await s.call('GET', '/v1/worlds/prod/schema')).json().version).toBe(head + 1);
+  });
+
+  it('refuses invalid types with 422 and the JSON path, and keeps what is stored', async () => {
+    const before = (await s.call('GET', '/v1/worlds/prod/schema')).json();
+    const cases: [string, string, unknown, string][] = [
+      [
+        'object-types/Bad',
+        '/properties/x/type',
+        { ...order, properties: { ...order.properties, x: { type: 'money' } } },
+        'unknown property type',
+      ],
+      ['object-types/Bad', '/primaryKey', { ...order, primaryKey: 'nope' }, 'is not one of the properties'],
+      [
+        'object-types/Bad',
+        '/properties/9x',
+        { ...order, properties: { ...order.properties, '9x': { type: 'string' } } },
+        'must be a name',
+      ],
+      ['link-types/toGhost', '/to', { from: 'Order', to: 'Ghost', cardinality: 'ONE_TO_MANY' }, 'does not exist'],
+      [
+        'action-types/paint',
+        '/edits/0/values/colour',
+        {
+          parameters: { id: { type: 'string' } },
+          edits: [
+            { op: 'modifyObject', objectType: 'Order', pk: { param: 'id' }, values: { colour: { value: 'red' } } },
+          ],
+        },
+        'does not exist on Order',
+      ],
+    ];
+    for (const [path, field, body, message] of cases) {
+      const problem = expectProblem(await s.call('PUT', `/v1/worlds/prod/${path}`, s.admin, body), 422);
+      expect(problem.errors, path).toContainEqual({ path: field, message: expect.stringContaining(message) });
+    }
+    expect(
+      (
+        await s.call('PUT', '/v1/worlds/prod/link-types/placedBy', s.admin, {
+          from: 'Order',
+          to: 'Order',
+          cardinality: 'ONE_TO_MANY',
+        })
+      ).statusCode,
+    ).toBe(200);
+    const inUse = expectProblem(await s.call('DELETE', '/v1/worlds/prod/object-types/Order', s.admin), 422);
+    expect(inUse.errors).toEqual([{ path: '/linkTypes/placedBy', message: 'link type placedBy still uses Order' }]);
+    const after = (await s.call('GET', '/v1/worlds/prod/schema')).json();
+    expect(after.version).toBe(before.version + 1); // only the link type was added
+    expect(after.objectTypes).toEqual(before.objectTypes);
+  });
+
+  it('authorises: a viewer reads, an editor cannot change the schema, another world refuses them', async () => {
+    for (const [id, role] of [
+      ['vera', 'viewer'],
+      ['eddie', 'editor'],
+    ]) {
+      expect((await s.call('POST', '/v1/users', s.admin, { id })).statusCode).toBe(201);
+      expect((await s.call('PUT', `/v1/worlds/prod/members/${id}`, s.admin, { role })).statusCode).toBe(200);
+    }
+    const [v, e] = [await accessTokenFor(s, 'vera'), await accessTokenFor(s, 'eddie')];
+    expect((await s.call('GET', '/v1/worlds/prod/schema', v)).statusCode).toBe(200);
+    expectProblem(await s.call('PUT', '/v1/worlds/prod/object-types/X', v, order), 403);
+    expectProblem(await s.call('PUT', '/v1/worlds/prod/object-types/X', e, order), 403);
+    expectProblem(await s.call('DELETE', '/v1/worlds/prod', e), 403);
+    await s.call('POST', '/v1/worlds', s.admin, { id: 'other' });
+    expectProblem(await s.call('GET', '/v1/worlds/other/schema', v), 403);
+    expectProblem(await s.call('GET', '/v1/worlds/prod/schema', 'not-a-token'), 401);
+  });
+
+  it('forks a READY world at a schema version, and refuses to fork one that is not READY', async () => {
+    await s.until('other', 'READY');
+    const fork = await s.call('POST', '/v1/worlds', s.admin, { id: 'staging', from: { world: 'prod', ref: '1' } });
+    expect(fork.statusCode, fork.body).toBe(202);
+    expect(fork.json().from).toEqual({ world: 'prod', ref: '1' });
+    const schema = (await s.call('GET', '/v1/worlds/staging/schema')).json();
+    expect(schema.version).toBe(1);
+    expect(schema.objectTypes.Order.properties.amount.type).toBe('integer'); // as at prod's version 1
+    expectProblem(await s.call('POST', '/v1/worlds', s.admin, { id: 'dev-1', from: { world: 'staging' } }), 409);
+    expectProblem(await s.call('POST', '/v1/worlds', s.admin, { id: 'dev-2', from: { world: 'ghost' } }), 404);
+    await s.until('staging', 'READY');
+  });
+
+  it('deletes a world: DELETING until data and intelligence dropped it, then DELETED', async () => {
+    const res = await s.call('DELETE', '/v1/worlds/staging');
+    expect(res.statusCode, res.body).toBe(202);
+    expect(res.json().status).toBe('DELETING');
+    await expect(
+      (async () => {
+        const deadline = Date.now() + 20_000;
+        for (;;) {
+          const { rows } = await s.control.app.pg.query(`SELECT status FROM worlds WHERE id = 'staging'`);
+          if (rows[0]?.status === 'DELETED') return 'DELETED';
+          if (Date.now() > deadline) return rows[0]?.status;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      })(),
+    ).resolves.toBe('DELETED');
+    for (const svc of ['data', 'intelligence']) {
+      const { rows } = await (s.others[svc] as Service).app.pg.query(`SELECT id FROM worlds WHERE id = 'staging'`);
+      expect(rows, svc).toEqual([]);
+    }
+    expectProblem(await s.call('GET', '/v1/worlds/staging/schema'), 404);
+  });
+
+  it('answers bad input on every endpoint with 4xx problem+json', async () => {
+    const bad: [string, string, unknown?, Record<string, string>?][] = [
+      ['POST', '/v1/worlds', { id: 'Not A Slug' }],
+      ['POST', '/v1/worlds', { id: 'ok', extra: 1 }],
+      ['POST', '/v1/worlds', { id: 'ok2', from: { world: 'prod', ref: 'latest' } }],
+      ['POST', '/v1/worlds', 'not json'],
+      ['GET', '/v1/worlds?status=SLEEPING'],
+      ['GET', '/v1/worlds/UPPER'],
+      ['DELETE', '/v1/worlds/UPPER'],
+      ['GET', '/v1/worlds/prod/schema/history?limit=0'],
+      ['PUT', '/v1/worlds/prod/object-types/bad name', order],
+      ['PUT', '/v1/worlds/prod/object-types/Order', [1, 2]],
+      ['PUT', '/v1/worlds/prod/object-types/Order', order, { 'if-match': 'yesterday' }],
+      ['DELETE', '/v1/worlds/prod/link-types/nothing'],
+      ['PUT', '/v1/worlds/prod/action-types/a', { edits: 'all' }],
+    ];
+    for (const [method, url, body, headers] of bad) {
+      const res = await s.call(method as never, url, s.admin, body, headers);
+      expect(res.statusCode, `${method} ${url}: ${res.body}`).toBeGreaterThanOrEqual(400);
+      expect(res.statusCode, `${method} ${url}`).toBeLessThan(500);
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+    }
+  });
+});
+
+describe('a world that a service never provisions', () => {
+  it('FAILs after the timeout and tells those that did provision it to drop it', async () => {
+    const s = await stack(['data'], 2000); // intelligence never answers
+    try {
+      expect((await s.call('POST', '/v1/worlds', s.admin, { id: 'doomed' })).statusCode).toBe(202);
+      const failed = await s.until('doomed', 'FAILED', 15_000);
+      expect(failed.failure).toBe('provisioning timed out waiting for intelligence');
+      expect(failed.confirmedBy).toEqual(['data']);
+      const deadline = Date.now() + 15_000;
+      let rows: unknown[] = [{}];
+      while (rows.length > 0 && Date.now() < deadline) {
+        rows = (await (s.others.data as Service).app.pg.query(`SELECT id FROM worlds WHERE id = 'doomed'`)).rows;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(rows).toEqual([]); // compensated
+      const { rows: control } = await s.control.app.pg.query(
+        `SELECT status, dropped_by FROM worlds WHERE id = 'doomed'`,
+      );
+      await new Promise((r) => setTimeout(r, 500));
+      expect(control[0]?.status).toBe('FAILED');
+      expectProblem(await s.call('POST', '/v1/worlds', s.admin, { id: 'child', from: { world: 'doomed' } }), 409);
+    } finally {
+      await s.close();
+    }
+  }, 60_000);
+});

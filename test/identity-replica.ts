@@ -1,0 +1,224 @@
+import { fastifyOptions, loadConfig, type MigrationTrack } from '@onto/shared';
+import { buildTestService, createTestDatabase, createTestTopics, testEndpoints } from '@onto/shared/testing';
+import type { TObject } from '@sinclair/typebox';
+import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SERVICES } from './services.js';
+
+const BOOTSTRAP = 'replica-bootstrap-token-0123456789';
+const BOUND_MS = 2000;
+// What may pass beyond the bound before a poll sees the refusal: one poll and a loaded machine.
+const SLACK_MS = 750;
+
+interface ReplicaService {
+  name: string;
+  schema: TObject;
+  app: FastifyPluginAsync<{ config: never }>;
+  migrations: MigrationTrack[];
+}
+
+/** The service as server.ts builds it, plus probe routes that need a role in a world or admin. */
+async function buildWithProbes(service: ReplicaService, prefix: string) {
+  const endpoints = testEndpoints();
+  const db = await createTestDatabase(endpoints.postgresUrl, service.migrations);
+  const config = loadConfig(service.schema, {
+    DATABASE_URL: db.url,
+    REDIS_URL: endpoints.redisUrl,
+    KAFKA_BROKERS: endpoints.kafkaBrokers,
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    ONTO_TOPIC_PREFIX: prefix,
+  }) as { LOG_LEVEL: string };
+  const app = Fastify(fastifyOptions(config));
+  await app.register(service.app, { config: config as never });
+  await app.register(async (scoped) => {
+    scoped.get('/v1/worlds/:world/probe', { preHandler: scoped.authorize({ role: 'viewer' }) }, async (r) => ({
+      principal: r.principal,
+    }));
+    scoped.put('/v1/worlds/:world/probe', { preHandler: scoped.authorize({ role: 'editor' }) }, async () => ({}));
+    scoped.get('/v1/probe/admin', { preHandler: scoped.authorize({ admin: true }) }, async () => ({}));
+  });
+  await app.ready();
+  return {
+    app,
+    databaseUrl: db.url,
+    async close() {
+      await app.close();
+      await db.drop();
+    },
+  };
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
+ * data and intelligence verify control's tokens against their replica of onto.identity: the same
+ * suite for both, against a real control publishing on the same topic prefix.
+ */
+export function describeIdentityReplica(service: ReplicaService) {
+  const controlService = SERVICES[0];
+
+  describe(`${service.name} identity replica`, () => {
+    let control: Awaited<ReturnType<typeof buildTestService>> | undefined;
+    let replica: Awaited<ReturnType<typeof buildWithProbes>>;
+    let dropTopics: () => Promise<void>;
+    let prefix: string;
+    let admin: string;
+
+    const call = (
+      app: FastifyInstance,
+      method: 'GET' | 'POST' | 'PUT' | 'DELETE',
+      url: string,
+      token?: string,
+      body?: unknown,
+    ) =>
+      app.inject({
+        method,
+        url,
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+        ...(body === undefined ? {} : { payload: body as object }),
+      });
+    const controlApp = () => {
+      if (!control) throw new Error('control is closed');
+      return control.app;
+    };
+    const exchange = async (apiToken: string) => {
+      const res = await call(controlApp(), 'POST', '/v1/auth/token', undefined, { apiToken });
+      expect(res.statusCode, res.body).toBe(200);
+      return res.json().accessToken as string;
+    };
+    async function user(id: string, roles: Record<string, string> = {}) {
+      expect((await call(controlApp(), 'POST', '/v1/users', admin, { id })).statusCode).toBe(201);
+      for (const [world, role] of Object.entries(roles)) {
+        expect((await call(controlApp(), 'PUT', `/v1/worlds/${world}/members/${id}`, admin, { role })).statusCode).toBe(
+          200,
+        );
+      }
+      const issued = (await call(controlApp(), 'POST', `/v1/users/${id}/tokens`, admin, {})).json();
+      return { apiTokenId: issued.id as string, access: await exchange(issued.token) };
+    }
+    /** Polls the replica until `status` answers; returns how long that took. */
+    async function timeUntil(token: string, status: number, from = Date.now()) {
+      await until(`${status} from ${service.name}`, async () => {
+        const res = await call(replica.app, 'GET', '/v1/worlds/alpha/probe', token);
+        return res.statusCode === status ? res : undefined;
+      });
+      return Date.now() - from;
+    }
+
+    beforeAll(async () => {
+      const topics = await createTestTopics(testEndpoints().kafkaBrokers, 1);
+      prefix = topics.prefix;
+      dropTopics = topics.drop;
+      control = await buildTestService(controlService as never, {
+        ONTO_TOPIC_PREFIX: prefix,
+        ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP,
+      });
+      admin = await exchange(BOOTSTRAP);
+      replica = await buildWithProbes(service, prefix);
+      // Fresh once the consumer has joined and applied control's key and a heartbeat.
+      await until('the replica to catch up', async () => {
+        const res = await call(replica.app, 'GET', '/v1/probe/admin', admin);
+        return res.statusCode === 200 ? res : undefined;
+      });
+    });
+    afterAll(async () => {
+      await replica?.close();
+      await control?.close();
+      await dropTopics?.();
+    });
+
+    it('authorises with the roles the token carries, per world', async () => {
+      const ann = await user('ann', { alpha: 'viewer' });
+      const read = await call(replica.app, 'GET', '/v1/worlds/alpha/probe', ann.access);
+      expect(read.statusCode).toBe(200);
+      expect(read.json().principal).toMatchObject({ userId: 'ann', admin: false, roles: { alpha: 'viewer' } });
+      expect((await call(replica.app, 'PUT', '/v1/worlds/alpha/probe', ann.access)).statusCode).toBe(403);
+      expect((await call(replica.app, 'GET', '/v1/worlds/beta/probe', ann.access)).statusCode).toBe(403);
+      expect((await call(replica.app, 'GET', '/v1/probe/admin', ann.access)).statusCode).toBe(403);
+      expect((await call(replica.app, 'PUT', '/v1/worlds/beta/probe', admin)).statusCode).toBe(200);
+      const none = await call(replica.app, 'GET', '/v1/worlds/alpha/probe');
+      expect(none.statusCode).toBe(401);
+      expect(none.headers['www-authenticate']).toBe('Bearer');
+    });
+
+    it('refuses a revoked API token’s access tokens within the bound', async () => {
+      const bob = await user('bob', { alpha: 'editor' });
+      expect((await call(replica.app, 'PUT', '/v1/worlds/alpha/probe', bob.access)).statusCode).toBe(200);
+      const started = Date.now();
+      const revoked = await call(controlApp(), 'DELETE', `/v1/users/bob/tokens/${bob.apiTokenId}`, admin);
+      expect(revoked.statusCode).toBe(204);
+      const elapsed = await timeUntil(bob.access, 401, started);
+      expect(elapsed).toBeLessThan(BOUND_MS + SLACK_MS);
+      console.info(`${service.name}: a revoked API token was refused after ${elapsed} ms`);
+      const res = await call(replica.app, 'GET', '/v1/worlds/alpha/probe', bob.access);
+      expect(res.json()).toMatchObject({ status: 401, detail: 'the access token has been revoked' });
+    });
+
+    it('refuses a user’s tokens within the bound once a role is taken away', async () => {
+      const carol = await user('carol', { alpha: 'owner' });
+      expect((await call(replica.app, 'GET', '/v1/worlds/alpha/probe', carol.access)).statusCode).toBe(200);
+      const started = Date.now();
+      expect((await call(controlApp(), 'DELETE', '/v1/worlds/alpha/members/carol', admin)).statusCode).toBe(204);
+      const elapsed = await timeUntil(carol.access, 401, started);
+      expect(elapsed).toBeLessThan(BOUND_MS + SLACK_MS);
+      console.info(`${service.name}: a taken role was refused after ${elapsed} ms`);
+    });
+
+    it('keeps revocations in its inbox and heartbeats out of it', async () => {
+      const { Client } = (await import('pg')).default;
+      const db = new Client({ connectionString: replica.databaseUrl });
+      await db.connect();
+      try {
+        const { rows } = await db.query<{ event_type: string; n: number }>(
+          'SELECT event_type, count(*)::int AS n FROM inbox GROUP BY event_type ORDER BY event_type',
+        );
+        expect(rows.map((r) => r.event_type)).toEqual([
+          'identity.keys.published',
+          'identity.roles.changed',
+          'identity.token.revoked',
+        ]);
+        const state = await db.query('SELECT watermark_ms FROM identity_replica');
+        expect(Number(state.rows[0]?.watermark_ms)).toBeGreaterThan(Date.now() - BOUND_MS);
+      } finally {
+        await db.end();
+      }
+    });
+
+    it('fails closed with 503 once control falls silent for longer than the bound', async () => {
+      const dave = await user('dave', { alpha: 'viewer' });
+      expect((await call(replica.app, 'GET', '/v1/worlds/alpha/probe', dave.access)).statusCode).toBe(200);
+      const silent = Date.now();
+      await control?.close();
+      control = undefined;
+      const elapsed = await timeUntil(dave.access, 503, silent);
+      expect(elapsed).toBeLessThan(BOUND_MS + SLACK_MS + 500);
+      const res = await call(replica.app, 'GET', '/v1/worlds/alpha/probe', dave.access);
+      expect(res.headers['retry-after']).toBe('2');
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(res.json()).toMatchObject({ status: 503, detail: expect.stringContaining('behind control') });
+      // A token that is not valid at all is still refused as such.
+      expect((await call(replica.app, 'GET', '/v1/worlds/alpha/probe', 'x.y.z')).statusCode).toBe(401);
+    });
+
+    it('fails closed with 503 on a topic prefix no control publishes to', async () => {
+      const topics = await createTestTopics(testEndpoints().kafkaBrokers, 1);
+      const lonely = await buildWithProbes(service, topics.prefix);
+      try {
+        const res = await call(lonely.app, 'GET', '/v1/probe/admin', admin);
+        expect(res.statusCode).toBe(503);
+        expect(res.headers['retry-after']).toBeDefined();
+      } finally {
+        await lonely.close();
+        await topics.drop();
+      }
+    });
+  });
+}
