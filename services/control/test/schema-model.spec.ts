@@ -136,6 +136,15 @@ describe('schema diff', () => {
     );
   });
 
+  it('sees no change when only the order of keys differs, as after a round trip through jsonb', () => {
+    const reordered = JSON.parse(JSON.stringify(schema()), (_key, value) =>
+      value && typeof value === 'object' && !Array.isArray(value)
+        ? Object.fromEntries(Object.entries(value).reverse())
+        : value,
+    );
+    expect(diffSchemas(schema(), reordered)).toEqual({ changes: [], breaking: false });
+  });
+
   it('is empty for equal schemas and non-breaking for a new type', () => {
     expect(diffSchemas(schema(), schema())).toEqual({ changes: [], breaking: false });
     const diff = diffSchemas(emptySchema(), { ...emptySchema(), objectTypes: { Customer: customer } });

@@ -2,7 +2,7 @@
  * The ontology schema of one world, and the pure rules that keep it whole: what a valid type
  * is, which references must resolve, and what a change breaks. No I/O here.
  */
-import type { FieldError } from '@onto/shared';
+import { canonicalJson, type FieldError } from '@onto/shared';
 
 export const PRIMITIVES = ['string', 'integer', 'double', 'boolean', 'timestamp', 'date', 'geopoint'] as const;
 export type Primitive = (typeof PRIMITIVES)[number];
@@ -333,7 +333,8 @@ export interface SchemaDiff {
   breaking: boolean;
 }
 
-const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+// Documents come back from jsonb with their keys reordered: compare canonical forms.
+const same = (a: unknown, b: unknown) => canonicalJson(a) === canonicalJson(b);
 
 /** A structured diff; changes that stored data may no longer satisfy are marked breaking. */
 export function diffSchemas(before: SchemaDocument, after: SchemaDocument): SchemaDiff {
