@@ -8,6 +8,7 @@ import identity from './identity/plugin.js';
 import schemaRoutes from './schema/routes.js';
 import worldRoutes from './worlds/routes.js';
 import worldSaga from './worlds/saga.js';
+import worldTags from './worlds/tags.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -28,6 +29,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(identity, { config });
   await fastify.register(schemaRoutes);
   await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS });
+  await fastify.register(worldTags);
   await fastify.register(worldSaga);
 };
 

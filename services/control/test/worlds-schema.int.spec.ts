@@ -289,6 +289,31 @@ describe('worlds and their schema', () => {
     await s.until('staging', 'READY');
   });
 
+  it('tags a point of a world: immutable names, refs no newer than the schema', async () => {
+    const head = (await s.call('GET', '/v1/worlds/prod/schema')).json().version;
+    const created = await s.call('PUT', '/v1/worlds/prod/tags/v1.0', s.admin, {});
+    expect(created.statusCode, created.body).toBe(201);
+    expect(created.json()).toMatchObject({ world: 'prod', name: 'v1.0', ref: { control: head }, createdBy: 'admin' });
+    expect((await s.call('PUT', '/v1/worlds/prod/tags/v1.0', s.admin, { ref: { control: head } })).statusCode).toBe(
+      200,
+    );
+    expectProblem(await s.call('PUT', '/v1/worlds/prod/tags/v1.0', s.admin, { ref: { control: 1 } }), 409);
+    const future = expectProblem(
+      await s.call('PUT', '/v1/worlds/prod/tags/next', s.admin, { ref: { control: head + 5 } }),
+      422,
+    );
+    expect(future.errors[0].path).toBe('/ref/control');
+    expect((await s.call('PUT', '/v1/worlds/prod/tags/first', s.admin, { ref: { control: 1 } })).statusCode).toBe(201);
+    const list = await s.call('GET', '/v1/worlds/prod/tags');
+    expect(list.json().tags.map((t: { name: string; ref: { control: number } }) => [t.name, t.ref.control])).toEqual([
+      ['first', 1],
+      ['v1.0', head],
+    ]);
+    expect((await s.call('DELETE', '/v1/worlds/prod/tags/first')).statusCode).toBe(204);
+    expectProblem(await s.call('GET', '/v1/worlds/prod/tags/first'), 404);
+    expectProblem(await s.call('PUT', '/v1/worlds/prod/tags/-bad-', s.admin, {}), 400);
+  });
+
   it('deletes a world: DELETING until data and intelligence dropped it, then DELETED', async () => {
     const res = await s.call('DELETE', '/v1/worlds/staging');
     expect(res.statusCode, res.body).toBe(202);

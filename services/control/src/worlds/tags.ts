@@ -1,0 +1,141 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Conflict, NotFound, recordAudit, Unprocessable, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { actorOf, inTransaction } from '../http.js';
+import { currentSchema } from '../schema/repository.js';
+import { lockWorld } from './repository.js';
+
+const Problem = { $ref: 'Problem#' };
+const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 422: Problem, 503: Problem };
+const TAG = '^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$';
+const Ref = Type.Object(
+  { control: Type.Integer({ minimum: 0, description: 'schema version' }) },
+  { additionalProperties: false },
+);
+const Tag = Type.Object({
+  world: Type.String(),
+  name: Type.String(),
+  ref: Ref,
+  createdBy: Type.String(),
+  createdAt: Type.String(),
+});
+const TagParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }), name: Type.String({ pattern: TAG }) });
+const SELECT_TAG = `SELECT world_id AS world, name, ref, created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt" FROM world_tags`;
+
+/**
+ * Tags name a point of a world's history. They are immutable, like git tags: the same tag again
+ * is a no-op, another ref under an existing name is a conflict (delete it first).
+ */
+export default fp(
+  async (fastify: FastifyInstance) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+    app.put(
+      '/v1/worlds/:world/tags/:name',
+      {
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['worlds'],
+          summary: 'Name a point of the world: its current schema version unless a ref is given',
+          params: TagParams,
+          body: Type.Object({ ref: Type.Optional(Ref) }, { additionalProperties: false }),
+          response: { 200: Tag, 201: Tag, ...errors },
+        },
+      },
+      async (request, reply) => {
+        const { world, name } = request.params;
+        const { status, tag } = await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+          await lockWorld(tx, world);
+          const head = await currentSchema(tx, world);
+          const ref = request.body.ref ?? { control: head.version };
+          if (ref.control > head.version) {
+            throw new Unprocessable(`world ${world} has no schema version ${ref.control}`, [
+              { path: '/ref/control', message: `must be at most the current version ${head.version}` },
+            ]);
+          }
+          const inserted = await tx.query(
+            `INSERT INTO world_tags (world_id, name, ref, created_by) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (world_id, name) DO NOTHING RETURNING name`,
+            [world, name, ref, actorOf(request)],
+          );
+          const tag = (await tx.query(`${SELECT_TAG} WHERE world_id = $1 AND name = $2`, [world, name])).rows[0];
+          if (inserted.rowCount === 0) {
+            if (tag.ref.control !== ref.control) {
+              throw new Conflict(`tag ${name} of ${world} already names schema version ${tag.ref.control}`, {
+                ref: tag.ref,
+              });
+            }
+            return { status: 200, tag };
+          }
+          await recordAudit(tx, request, {
+            action: 'world.tag.create',
+            worldId: world,
+            subject: name,
+            detail: { ref },
+          });
+          return { status: 201, tag };
+        });
+        reply.code(status);
+        return tag;
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/tags',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['worlds'],
+          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
+          response: { 200: Type.Object({ tags: Type.Array(Tag) }), ...errors },
+        },
+      },
+      async (request) => {
+        await inTransaction(app.pg, 'READ COMMITTED', (tx) => lockWorld(tx, request.params.world));
+        const { rows } = await app.pg.query(`${SELECT_TAG} WHERE world_id = $1 ORDER BY name`, [request.params.world]);
+        return { tags: rows };
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/tags/:name',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: { tags: ['worlds'], params: TagParams, response: { 200: Tag, ...errors } },
+      },
+      async (request) => {
+        const { rows } = await app.pg.query(`${SELECT_TAG} WHERE world_id = $1 AND name = $2`, [
+          request.params.world,
+          request.params.name,
+        ]);
+        if (!rows[0]) throw new NotFound(`world ${request.params.world} has no tag ${request.params.name}`);
+        return rows[0];
+      },
+    );
+
+    app.delete(
+      '/v1/worlds/:world/tags/:name',
+      {
+        preHandler: app.authorize({ role: 'owner' }),
+        schema: { tags: ['worlds'], params: TagParams, response: { 204: Type.Null(), ...errors } },
+      },
+      async (request, reply) => {
+        const { world, name } = request.params;
+        await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+          await lockWorld(tx, world);
+          const { rowCount } = await tx.query('DELETE FROM world_tags WHERE world_id = $1 AND name = $2', [
+            world,
+            name,
+          ]);
+          if (rowCount === 0) throw new NotFound(`world ${world} has no tag ${name}`);
+          await recordAudit(tx, request, { action: 'world.tag.delete', worldId: world, subject: name });
+        });
+        reply.code(204);
+        return null;
+      },
+    );
+  },
+  { name: 'onto-control-tags', dependencies: ['onto-auth'] },
+);
