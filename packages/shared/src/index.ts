@@ -12,6 +12,7 @@ export * from './auth/types.js';
 export { ConfigError, loadConfig, serviceConfigSchema } from './config/load.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { postgresPlugin } from './db/postgres.js';
+export { type Isolation, inTransaction } from './db/transaction.js';
 export { healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
 export { metricsPlugin } from './http/observability.js';
 export { type BaseServiceConfig, fastifyOptions, type PlatformOptions, platformPlugin } from './http/platform.js';

@@ -1,6 +1,5 @@
 import { BadRequest } from '@onto/shared';
 import type { FastifyRequest } from 'fastify';
-import type pg from 'pg';
 
 /** `If-Match: "3"` (or 3, or W/"3") → 3; absent → undefined; anything else is a 400. */
 export function ifMatchVersion(request: FastifyRequest): number | undefined {
@@ -20,23 +19,3 @@ export function ifMatchVersion(request: FastifyRequest): number | undefined {
 
 /** Who is acting, for authorship and the audit log. */
 export const actorOf = (request: FastifyRequest) => request.principal?.userId ?? 'anonymous';
-
-/** Runs `work` in one transaction of the given isolation on a client of its own. */
-export async function inTransaction<T>(
-  pool: pg.Pool,
-  isolation: 'READ COMMITTED' | 'SERIALIZABLE',
-  work: (tx: pg.PoolClient) => Promise<T>,
-): Promise<T> {
-  const client = await pool.connect();
-  try {
-    await client.query(`BEGIN ISOLATION LEVEL ${isolation}`);
-    const result = await work(client);
-    await client.query('COMMIT');
-    return result;
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw error;
-  } finally {
-    client.release();
-  }
-}

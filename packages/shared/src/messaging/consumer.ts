@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { inTransaction } from '../db/transaction.js';
 import type { Broker, Consumer, Headers, IncomingBatch, IncomingMessage, Producer } from '../kafka/broker.js';
 import { dlqOf } from '../kafka/topics.js';
 import { type EventEnvelope, parseEvent } from './envelope.js';
@@ -296,19 +297,8 @@ export class InboxConsumer {
     }
   }
 
-  private async transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.opts.pool.connect();
-    try {
-      await client.query('BEGIN');
-      const result = await work(client);
-      await client.query('COMMIT');
-      return result;
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => {});
-      throw error;
-    } finally {
-      client.release();
-    }
+  private transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
+    return inTransaction(this.opts.pool, work);
   }
 
   /**

@@ -2,21 +2,8 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { WorldRole } from '@onto/shared';
 import type pg from 'pg';
 
-/** Runs `work` in one READ COMMITTED transaction on a client of its own. */
-export async function transaction<T>(pool: pg.Pool, work: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    const result = await work(client);
-    await client.query('COMMIT');
-    return result;
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw error;
-  } finally {
-    client.release();
-  }
-}
+/** One READ COMMITTED transaction on a client of its own. */
+export { inTransaction as transaction } from '@onto/shared';
 
 /** API tokens are 256 random bits; only their SHA-256 is stored, so a lookup by hash is safe. */
 export const newApiTokenSecret = () => `onto_${randomBytes(32).toString('base64url')}`;

@@ -1,9 +1,9 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { PreconditionFailed, recordAudit, Unprocessable, WORLD_ID, withOcc } from '@onto/shared';
+import { inTransaction, PreconditionFailed, recordAudit, Unprocessable, WORLD_ID, withOcc } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { actorOf, ifMatchVersion, inTransaction } from '../http.js';
+import { actorOf, ifMatchVersion } from '../http.js';
 import { lockWorld, lockWritableWorld } from '../worlds/repository.js';
 import { checkActionType, checkLinkType, checkObjectType, NAME, type SchemaDocument, usesOf } from './model.js';
 import { currentSchema, history, writeVersion } from './repository.js';
@@ -66,7 +66,7 @@ export default fp(
         schema: { tags: ['schema'], params: WorldParams, response: { 200: Schema, ...errors } },
       },
       async (request, reply) => {
-        const head = await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+        const head = await inTransaction(app.pg, async (tx) => {
           await lockWorld(tx, request.params.world);
           return currentSchema(tx, request.params.world);
         });
@@ -93,7 +93,7 @@ export default fp(
         },
       },
       async (request) => {
-        await inTransaction(app.pg, 'READ COMMITTED', (tx) => lockWorld(tx, request.params.world));
+        await inTransaction(app.pg, (tx) => lockWorld(tx, request.params.world));
         const versions = await history(
           app.pg,
           request.params.world,
@@ -185,37 +185,41 @@ export default fp(
       const expected = ifMatchVersion(request);
       const { world, apiName } = request.params as { world: string; apiName: string };
       const result = await withOcc(() =>
-        inTransaction(app.pg, 'SERIALIZABLE', async (tx) => {
-          await lockWritableWorld(tx, world);
-          const before = await currentSchema(tx, world);
-          if (expected !== undefined && expected !== before.version) {
-            throw new PreconditionFailed(`the schema of ${world} is at version ${before.version}, not ${expected}`, {
-              currentVersion: before.version,
+        inTransaction(
+          app.pg,
+          async (tx) => {
+            await lockWritableWorld(tx, world);
+            const before = await currentSchema(tx, world);
+            if (expected !== undefined && expected !== before.version) {
+              throw new PreconditionFailed(`the schema of ${world} is at version ${before.version}, not ${expected}`, {
+                currentVersion: before.version,
+              });
+            }
+            const after = mutate(before.document);
+            const written = await writeVersion(tx, {
+              worldId: world,
+              author: actorOf(request),
+              requestId: request.id,
+              before,
+              after,
+              topicPrefix: app.topicPrefix,
             });
-          }
-          const after = mutate(before.document);
-          const written = await writeVersion(tx, {
-            worldId: world,
-            author: actorOf(request),
-            requestId: request.id,
-            before,
-            after,
-            topicPrefix: app.topicPrefix,
-          });
-          if (!written) return { version: before.version, changed: false, breaking: false, changes: [] };
-          await recordAudit(tx, request, {
-            action: `schema.${action}`,
-            worldId: world,
-            subject: apiName,
-            detail: { version: written.version },
-          });
-          return {
-            version: written.version,
-            changed: true,
-            breaking: written.diff.breaking,
-            changes: written.diff.changes,
-          };
-        }),
+            if (!written) return { version: before.version, changed: false, breaking: false, changes: [] };
+            await recordAudit(tx, request, {
+              action: `schema.${action}`,
+              worldId: world,
+              subject: apiName,
+              detail: { version: written.version },
+            });
+            return {
+              version: written.version,
+              changed: true,
+              breaking: written.diff.breaking,
+              changes: written.diff.changes,
+            };
+          },
+          'SERIALIZABLE',
+        ),
       );
       reply.header('etag', `"${result.version}"`).header('x-consistency-token', `control=${result.version}`);
       return result;

@@ -1,10 +1,20 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Conflict, enqueue, Forbidden, NotFound, newEvent, recordAudit, TOPICS, WORLD_ID } from '@onto/shared';
+import {
+  Conflict,
+  enqueue,
+  Forbidden,
+  inTransaction,
+  NotFound,
+  newEvent,
+  recordAudit,
+  TOPICS,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
-import { actorOf, inTransaction } from '../http.js';
+import { actorOf } from '../http.js';
 import { grantRole } from '../identity/roles.js';
 import { emptySchema } from '../schema/model.js';
 import { currentSchema, writeVersion } from '../schema/repository.js';
@@ -84,7 +94,7 @@ export default fp(
       },
       async (request, reply) => {
         const { id, from } = request.body;
-        const world = await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+        const world = await inTransaction(app.pg, async (tx) => {
           let forkedSchema = null;
           if (from) {
             const parent = await tx.query<{ status: string }>('SELECT status FROM worlds WHERE id = $1 FOR SHARE', [
@@ -185,7 +195,7 @@ export default fp(
       },
       async (request, reply) => {
         const { world } = request.params;
-        const row = await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+        const row = await inTransaction(app.pg, async (tx) => {
           const status = await lockWorld(tx, world);
           if (status === 'DELETING')
             throw new Conflict(`world ${world} is already being deleted`, { worldStatus: status });

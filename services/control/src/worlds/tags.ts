@@ -1,9 +1,9 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Conflict, NotFound, recordAudit, Unprocessable, WORLD_ID } from '@onto/shared';
+import { Conflict, inTransaction, NotFound, recordAudit, Unprocessable, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { actorOf, inTransaction } from '../http.js';
+import { actorOf } from '../http.js';
 import { currentSchema } from '../schema/repository.js';
 import { lockWorld } from './repository.js';
 
@@ -46,7 +46,7 @@ export default fp(
       },
       async (request, reply) => {
         const { world, name } = request.params;
-        const { status, tag } = await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+        const { status, tag } = await inTransaction(app.pg, async (tx) => {
           await lockWorld(tx, world);
           const head = await currentSchema(tx, world);
           const ref = request.body.ref ?? { control: head.version };
@@ -93,7 +93,7 @@ export default fp(
         },
       },
       async (request) => {
-        await inTransaction(app.pg, 'READ COMMITTED', (tx) => lockWorld(tx, request.params.world));
+        await inTransaction(app.pg, (tx) => lockWorld(tx, request.params.world));
         const { rows } = await app.pg.query(`${SELECT_TAG} WHERE world_id = $1 ORDER BY name`, [request.params.world]);
         return { tags: rows };
       },
@@ -123,7 +123,7 @@ export default fp(
       },
       async (request, reply) => {
         const { world, name } = request.params;
-        await inTransaction(app.pg, 'READ COMMITTED', async (tx) => {
+        await inTransaction(app.pg, async (tx) => {
           await lockWorld(tx, world);
           const { rowCount } = await tx.query('DELETE FROM world_tags WHERE world_id = $1 AND name = $2', [
             world,

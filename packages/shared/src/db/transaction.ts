@@ -1,0 +1,26 @@
+import type pg from 'pg';
+
+export type Isolation = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+
+/**
+ * Runs `work` in one transaction on a client of its own: committed when it resolves, rolled
+ * back when it throws (the error passes through), the client released either way.
+ */
+export async function inTransaction<T>(
+  pool: pg.Pool,
+  work: (tx: pg.PoolClient) => Promise<T>,
+  isolation: Isolation = 'READ COMMITTED',
+): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query(isolation === 'READ COMMITTED' ? 'BEGIN' : `BEGIN ISOLATION LEVEL ${isolation}`);
+    const result = await work(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
+}
