@@ -106,6 +106,25 @@ try {
   await Promise.all(producers.map((p) => p.disconnect()));
   const relayRate = rows / relaySeconds;
 
+  // --- 2b. the same drain with a producer that does nothing: what PostgreSQL alone allows
+  await pool.query('UPDATE outbox SET sent_at = NULL');
+  await pool.query('INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM outbox');
+  const nullRelay = new OutboxRelay({
+    pool,
+    producer: { send: async () => [], disconnect: async () => {} },
+    logger: testLogger,
+    batchSize: 1000,
+    concurrency,
+  });
+  const pgStart = performance.now();
+  let drained = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, loop) => {
+      for (let n = await nullRelay.publishBatch(loop); n > 0; n = await nullRelay.publishBatch(loop)) drained += n;
+    }),
+  );
+  const pgRate = drained / ((performance.now() - pgStart) / 1000);
+
   // --- 3. the inbox consumer: inbox row + version-checked upsert, one transaction per batch
   const consumer = new InboxConsumer({
     name: 'bench',
@@ -147,6 +166,7 @@ try {
   console.log(
     `| outbox relay, ${fmt(rows)} rows | ${fmt(relayRate)} | ${(relayRate / raw).toFixed(2)} × raw | ≥ 0.5 |`,
   );
+  console.log(`| relay's PostgreSQL side alone (claim + mark, publish skipped) | ${fmt(pgRate)} | | |`);
   console.log(
     `| inbox consumer (inbox + upsert) | ${fmt(consumerRate)} | ${(consumerRate / relayRate).toFixed(2)} × relay | ≥ 1.0 |`,
   );
