@@ -288,6 +288,9 @@ export class IdentityReplica implements KeyRing, RevocationView {
         pool: this.opts.pool,
         ...(this.opts.redis ? { redis: this.opts.redis } : {}),
         apply: this.apply,
+        // A revocation is never skipped: one that cannot be applied holds the partition, the
+        // watermark stops, and requests fail closed until it applies.
+        maxAttempts: Number.POSITIVE_INFINITY,
         logger: this.opts.logger,
         ...(this.opts.registry ? { registry: this.opts.registry } : {}),
         partitionsConsumedConcurrently: 1,

@@ -50,7 +50,11 @@ export interface InboxConsumerOptions {
   apply: ApplyEffects;
   logger: Logger;
   registry?: Registry;
-  /** Attempts at an event whose effect throws, before it is dead-lettered. */
+  /**
+   * Attempts at an event whose effect throws, before it is dead-lettered. `Infinity` never
+   * dead-letters: the partition waits until the effect applies (for streams where skipping an
+   * event is worse than stopping, such as revocations).
+   */
   maxAttempts?: number;
   retryDelayMs?: number;
   deferral?: DeferralPolicy;
@@ -290,7 +294,7 @@ export class InboxConsumer {
             break;
           }
           this.log.warn({ err: error, eventId: item.event.event_id, attempt }, 'event failed; retrying');
-          await sleep(this.retryDelayMs * 2 ** (attempt - 1));
+          await sleep(Math.min(this.retryDelayMs * 2 ** (attempt - 1), 5000));
         }
       }
       if (batch.isRunning() && !batch.isStale()) await batch.commit(item.message as IncomingMessage);
