@@ -135,6 +135,38 @@ describe('inbox consumer', () => {
     }
   });
 
+  it('with maxAttempts Infinity, holds the partition on a failing event until it applies, and never dead-letters', async () => {
+    const topic = await freshTopic();
+    const stubborn = orderEvent('hold', 1);
+    const after = orderEvent('hold', 2);
+    let failuresLeft = 8; // more than the default five attempts
+    const consumer = await consume(topic, {
+      maxAttempts: Number.POSITIVE_INFINITY,
+      retryDelayMs: 5,
+      apply: async (tx, events) => {
+        if (events.some((e) => e.event.event_id === stubborn.event.event_id) && failuresLeft-- > 0) {
+          throw new Error('injected: not yet');
+        }
+        await recordEffects(tx, events);
+      },
+    });
+    try {
+      await publish(topic, [stubborn, after]);
+      await waitFor('both applied', async () => (await countsFor([stubborn, after])).every((n) => n === 1), 20_000);
+      expect(failuresLeft).toBeLessThan(0);
+      const { rows } = await fx.pool.query<{ event_id: string }>(
+        `SELECT event_id::text FROM effects WHERE key = 'hold' ORDER BY applied_at`,
+      );
+      expect(rows.map((r) => r.event_id)).toEqual([stubborn.event.event_id, after.event.event_id]);
+      const admin = await testBroker(fx.endpoints.kafkaBrokers).admin();
+      const dlq = await admin.partitionOffsets(dlqOf(topic));
+      await admin.disconnect();
+      expect(dlq.every((p) => p.high === p.low)).toBe(true);
+    } finally {
+      await consumer.stop();
+    }
+  });
+
   it('killed with SIGKILL in the middle of a batch, applies every effect exactly once after restart', {
     timeout: 90_000,
   }, async () => {
