@@ -113,6 +113,11 @@ describe('worlds and their schema', () => {
     expectProblem(await s.call('GET', '/v1/worlds/nowhere'), 404);
     const list = await s.call('GET', '/v1/worlds');
     expect(list.json().worlds.map((w: { id: string }) => w.id)).toContain('prod');
+    // Both reports consumed and committed: control's consumer has nothing left on onto.storage.
+    const metrics = (await s.control.app.inject({ method: 'GET', url: '/metrics' })).body;
+    expect(metrics).toContain(
+      `onto_consumer_lag{consumer="${s.prefix}control-worlds",topic="${s.prefix}onto.storage",service="control"} 0`,
+    );
   });
 
   it('versions the schema, conditional on If-Match, and publishes schema.updated keyed by world', async () => {

@@ -1,6 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import { Gauge } from 'prom-client';
 import { withTimeout } from '../http/health.js';
+import type { Admin } from '../kafka/broker.js';
 import { physicalTopic } from '../kafka/topics.js';
 import { InboxConsumer, type InboxConsumerOptions } from './consumer.js';
 
@@ -26,8 +28,29 @@ declare module 'fastify' {
 export const consumersPlugin = fp(
   async (app: FastifyInstance) => {
     const consumers: InboxConsumer[] = [];
+    const groups: { group: string; topics: string[] }[] = [];
     let closing = false;
     const starting: Promise<void>[] = [];
+    let admin: Admin | undefined;
+    new Gauge({
+      name: 'onto_consumer_lag',
+      help: 'Records not yet consumed, by consumer group and topic (end offsets minus committed)',
+      labelNames: ['consumer', 'topic'] as const,
+      registers: [app.metrics],
+      async collect() {
+        // Asked of the broker at scrape time, bounded: a scrape never hangs on Kafka.
+        try {
+          admin ??= await withTimeout(app.broker.admin(), 1000, 'kafka admin');
+          for (const { group, topics } of groups) {
+            for (const topic of topics) {
+              this.set({ consumer: group, topic }, await withTimeout(admin.consumerLag(group, topic), 1000, 'lag'));
+            }
+          }
+        } catch {
+          admin = undefined; // reconnect at the next scrape; the last values stay
+        }
+      },
+    });
     app.decorate('addConsumer', (options: ServiceConsumerOptions) => {
       const consumer = new InboxConsumer({
         ...options,
@@ -42,6 +65,10 @@ export const consumersPlugin = fp(
         registry: app.metrics,
       });
       consumers.push(consumer);
+      groups.push({
+        group: `${app.topicPrefix}${options.name}`,
+        topics: options.topics.map((t) => physicalTopic(app.topicPrefix, t)),
+      });
       return consumer;
     });
     app.addHook('onReady', async () => {
@@ -71,6 +98,7 @@ export const consumersPlugin = fp(
         5000,
         'consumers did not stop in time',
       ).catch((err) => app.log.warn({ err }, 'closing without waiting for the consumers'));
+      await admin?.disconnect().catch(() => {});
     });
   },
   { name: 'onto-consumers', dependencies: ['onto-postgres', 'onto-redis', 'onto-kafka', 'onto-metrics'] },
