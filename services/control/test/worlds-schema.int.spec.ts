@@ -349,6 +349,7 @@ describe('worlds and their schema', () => {
       ['POST', '/v1/worlds', 'not json'],
       ['GET', '/v1/worlds?status=SLEEPING'],
       ['GET', '/v1/worlds/UPPER'],
+      ['GET', `/v1/worlds/${'a'.repeat(3000)}`],
       ['DELETE', '/v1/worlds/UPPER'],
       ['GET', '/v1/worlds/prod/schema/history?limit=0'],
       ['PUT', '/v1/worlds/prod/object-types/bad name', order],

@@ -1,7 +1,7 @@
 /// <reference types="@fastify/swagger" preserve="true" />
 import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
-import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
@@ -11,7 +11,7 @@ import { outboxPlugin } from '../messaging/plugin.js';
 import { redisPlugin } from '../redis/redis.js';
 import { healthPlugin } from './health.js';
 import { metricsPlugin } from './observability.js';
-import { installProblemHandlers, ProblemSchema } from './problem.js';
+import { installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
 import { validatorCompiler } from './validation.js';
 
 export interface BaseServiceConfig {
@@ -43,7 +43,22 @@ export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOpti
     requestIdHeader: 'x-request-id',
     genReqId: () => randomUUID(),
     bodyLimit: 1_048_576,
+    // Object keys are path parameters and may be long; the routes bound them themselves.
+    routerOptions: { maxParamLength: 2048 },
     return503OnClosing: true,
+    // Errors the router raises before any route runs (a path parameter too long or malformed)
+    // answer problem+json like everything else.
+    frameworkErrors: (error, request, reply) => {
+      const status = (error as { statusCode?: number }).statusCode ?? 400;
+      reply.header('x-request-id', request.id);
+      void sendProblem(reply as unknown as FastifyReply, {
+        type: 'https://onto.dev/problems/bad-request',
+        title: status === 414 ? 'URI Too Long' : 'Bad Request',
+        status,
+        detail: error.message,
+        instance: request.url.split('?')[0] ?? request.url,
+      });
+    },
   };
 }
 

@@ -3,7 +3,6 @@
  * is, which references must resolve, and what a change breaks. No I/O here.
  */
 import {
-  type ActionType,
   CARDINALITIES,
   canonicalJson,
   type FieldError,
