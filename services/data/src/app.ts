@@ -5,6 +5,9 @@ import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Config } from './config.js';
 import identity from './identity/plugin.js';
+import links from './links/routes.js';
+import objects from './objects/routes.js';
+import schema from './schema/plugin.js';
 import worlds from './worlds/plugin.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
@@ -25,6 +28,9 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   });
   await fastify.register(identity, { config });
   await fastify.register(worlds);
+  await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
+  await fastify.register(objects);
+  await fastify.register(links);
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

@@ -1,0 +1,98 @@
+import { newEvent, type OutboxMessage, TOPICS } from '@onto/shared';
+
+/** What every change event of a request carries about it. */
+export interface Origin {
+  actor: string;
+  requestId: string;
+  /** `X-Caused-By` of the request, when given. */
+  causedBy: string | null;
+}
+
+/**
+ * `object.created|updated|deleted` on onto.changes.objects, keyed by world + type + pk so that
+ * one object's events stay in one partition, in order. `version` is the object's version,
+ * `producer_seq` the write's data_seq.
+ */
+export function objectChange(
+  change: {
+    worldId: string;
+    type: string;
+    pk: string;
+    kind: 'created' | 'updated' | 'deleted';
+    version: number;
+    seq: number;
+    before: Record<string, unknown> | null;
+    after: Record<string, unknown> | null;
+    schemaVersion: number;
+  },
+  origin: Origin,
+): OutboxMessage {
+  const key = TOPICS['onto.changes.objects'].key({ worldId: change.worldId, objectType: change.type, pk: change.pk });
+  return {
+    event: newEvent({
+      type: `object.${change.kind}`,
+      worldId: change.worldId,
+      key,
+      version: change.version,
+      producer: 'data',
+      producerSeq: change.seq,
+      causedBy: origin.causedBy,
+      payload: {
+        type: change.type,
+        pk: change.pk,
+        version: change.version,
+        before: change.before,
+        after: change.after,
+        actor: origin.actor,
+        requestId: origin.requestId,
+        schemaVersion: change.schemaVersion,
+      },
+    }),
+    key,
+    headers: { 'x-request-id': origin.requestId },
+  };
+}
+
+/** A link's own primary key: its two ends. */
+export const linkPk = (fromPk: string, toPk: string) => `${encodeURIComponent(fromPk)}/${encodeURIComponent(toPk)}`;
+
+/** `link.created|deleted` on onto.changes.links, keyed by world + link type + link pk. */
+export function linkChange(
+  change: {
+    worldId: string;
+    linkType: string;
+    from: { type: string; pk: string };
+    to: { type: string; pk: string };
+    kind: 'created' | 'deleted';
+    version: number;
+    seq: number;
+  },
+  origin: Origin,
+): OutboxMessage {
+  const pk = linkPk(change.from.pk, change.to.pk);
+  const key = TOPICS['onto.changes.links'].key({ worldId: change.worldId, linkType: change.linkType, linkPk: pk });
+  const ends = { from: change.from, to: change.to };
+  return {
+    event: newEvent({
+      type: `link.${change.kind}`,
+      worldId: change.worldId,
+      key,
+      version: change.version,
+      producer: 'data',
+      producerSeq: change.seq,
+      causedBy: origin.causedBy,
+      payload: {
+        type: change.linkType,
+        pk,
+        ...ends,
+        version: change.version,
+        before: change.kind === 'created' ? null : ends,
+        after: change.kind === 'created' ? ends : null,
+        actor: origin.actor,
+        requestId: origin.requestId,
+      },
+    }),
+    key,
+    headers: { 'x-request-id': origin.requestId },
+  };
+}

@@ -1,0 +1,177 @@
+import { BadRequest, ConcurrencyConflictError, Conflict, PreconditionFailed, UUID_V7, withOcc } from '@onto/shared';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type pg from 'pg';
+import type { Origin } from './events.js';
+import { LIMITS, stringFault } from './objects/model.js';
+
+const header = (request: FastifyRequest, name: string): string | undefined => {
+  const raw = request.headers[name];
+  return raw === undefined ? undefined : String(raw).trim();
+};
+
+/** `If-Match: "3"` (or 3, or W/"3") → 3, `*` → 'any', absent → undefined; anything else is a 400. */
+export function ifMatch(request: FastifyRequest): number | 'any' | undefined {
+  const raw = header(request, 'if-match');
+  if (raw === undefined) return undefined;
+  if (raw === '*') return 'any';
+  const value = raw.replace(/^W\//, '').replace(/^"(.*)"$/, '$1');
+  if (!/^[1-9][0-9]{0,14}$/.test(value)) {
+    throw new BadRequest('If-Match must be an object version, such as "3", or *', [
+      { path: 'header/if-match', message: 'must be a quoted version or *' },
+    ]);
+  }
+  return Number(value);
+}
+
+/** `If-None-Match: *`: create only. Other forms are for reads and refused on writes. */
+export function ifNoneMatchAny(request: FastifyRequest): boolean {
+  const raw = header(request, 'if-none-match');
+  if (raw === undefined) return false;
+  if (raw === '*') return true;
+  throw new BadRequest('a write accepts only If-None-Match: *', [
+    { path: 'header/if-none-match', message: 'must be *' },
+  ]);
+}
+
+/** `X-Caused-By`: the id (UUIDv7) of the event that caused this request, carried into its events. */
+export function causedBy(request: FastifyRequest): string | null {
+  const raw = header(request, 'x-caused-by');
+  if (raw === undefined || raw === '') return null;
+  const id = raw.toLowerCase();
+  if (!UUID_V7.test(id)) {
+    throw new BadRequest('X-Caused-By must be an event id (a UUIDv7)', [
+      { path: 'header/x-caused-by', message: 'must be a UUIDv7' },
+    ]);
+  }
+  return id;
+}
+
+/** `X-Consistency-Token: control=4, data=17`: the versions the caller has seen, by service. */
+export function consistencyToken(request: FastifyRequest): Partial<Record<string, number>> {
+  const raw = header(request, 'x-consistency-token');
+  if (raw === undefined || raw === '') return {};
+  const token: Record<string, number> = {};
+  for (const part of raw.split(/[,;]/)) {
+    const m = /^\s*([a-z]+)=([0-9]{1,15})\s*$/.exec(part);
+    if (!m?.[1] || !m[2]) {
+      throw new BadRequest('X-Consistency-Token must be service=version pairs, such as control=4', [
+        { path: 'header/x-consistency-token', message: 'must be service=version[, service=version]' },
+      ]);
+    }
+    token[m[1]] = Number(m[2]);
+  }
+  return token;
+}
+
+/** A primary key from the path: text PostgreSQL can store (no NUL, no lone surrogate), not too long. */
+export function keyParam(name: string, value: string): string {
+  const fault = stringFault(value, LIMITS.pkLength);
+  if (fault) throw new BadRequest(`the ${name} ${fault}`, [{ path: `params/${name}`, message: fault }]);
+  return value;
+}
+
+/** What a write answers: the object's version as ETag and data's sequence as the consistency token. */
+export function written(reply: FastifyReply, version: number, seq: number) {
+  reply.header('etag', `"${version}"`).header('x-consistency-token', `data=${seq}`);
+}
+
+/** Who is acting, for history and events. */
+export const actorOf = (request: FastifyRequest) => request.principal?.userId ?? 'anonymous';
+
+/** Who acts, under which request, caused by which event: what every change event carries. */
+export const originOf = (request: FastifyRequest): Origin => ({
+  actor: actorOf(request),
+  requestId: String(request.id),
+  causedBy: causedBy(request),
+});
+
+export interface Preconditions {
+  ifMatch: number | 'any' | undefined;
+  createOnly: boolean;
+}
+
+/** The write's If-Match / If-None-Match, read (and refused when malformed) before any work. */
+export const preconditionsOf = (request: FastifyRequest): Preconditions => ({
+  ifMatch: ifMatch(request),
+  createOnly: ifNoneMatchAny(request),
+});
+
+/**
+ * Preconditions against the current head (an object's or a link's); 412 with the current version
+ * (null when there is none) when they fail.
+ */
+export function checkPreconditions(
+  conditions: Preconditions,
+  head: { version: number; deleted: boolean } | null,
+  what: string,
+): void {
+  const expected = conditions.ifMatch;
+  const live = head !== null && !head.deleted;
+  const current = live ? head.version : null;
+  if (conditions.createOnly && live) {
+    throw new PreconditionFailed(`${what} exists (version ${current})`, { currentVersion: current });
+  }
+  if (expected === undefined) return;
+  if (expected === 'any' ? !live : current !== expected) {
+    throw new PreconditionFailed(
+      live ? `${what} is at version ${current}, not ${expected}` : `${what} does not exist`,
+      {
+        currentVersion: current,
+      },
+    );
+  }
+}
+
+// Advisory lock namespace of worlds ("wrld"): writes hold it shared, dropping a world exclusively.
+const WORLD_LOCK_SPACE = 0x77726c64;
+
+/** A world's advisory lock key: FNV-1a of its id as a signed 32-bit integer. */
+export function worldLockKey(worldId: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < worldId.length; i++) {
+    hash ^= worldId.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return hash | 0;
+}
+
+/** Takes the world's drop lock exclusively: every write in flight in the world ends first. */
+export async function lockWorldForDrop(tx: pg.ClientBase, worldId: string): Promise<void> {
+  await tx.query('SELECT pg_advisory_xact_lock($1, $2)', [WORLD_LOCK_SPACE, worldLockKey(worldId)]);
+}
+
+/**
+ * Runs `work` in a READ COMMITTED transaction that holds the world's drop lock shared, so that
+ * the world cannot be dropped under the write (and a dropped world's check fails afterwards).
+ * Deadlocks are retried; a conflict that outlasts the retries is a 409. Shared advisory locks
+ * never wait for each other: writes of a world do not serialise on it.
+ */
+export async function inWorldTransaction<T>(
+  pool: pg.Pool,
+  worldId: string,
+  work: (tx: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  const once = async () => {
+    const client = await pool.connect();
+    try {
+      // One round trip; both numbers are integers computed here, not input.
+      await client.query(`BEGIN; SELECT pg_advisory_xact_lock_shared(${WORLD_LOCK_SPACE}, ${worldLockKey(worldId)})`);
+      const result = await work(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
+    } finally {
+      client.release();
+    }
+  };
+  try {
+    return await withOcc(once, { maxRetries: 3, baseDelayMs: 20 });
+  } catch (error) {
+    if (error instanceof ConcurrencyConflictError) {
+      throw new Conflict('the write kept conflicting with concurrent writes; retry it');
+    }
+    throw error;
+  }
+}

@@ -1,0 +1,286 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { BadRequest, Conflict, enqueue, NotFound, StaleWriteError, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { decodeCursor, encodeCursor } from '../cursor.js';
+import { linkChange } from '../events.js';
+import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
+import { LIMITS } from '../objects/model.js';
+import { objectContext, worldContext } from '../objects/repository.js';
+import { NAME } from '../objects/routes.js';
+import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { linkHead, lockEnds, occupant, traverse, writeLink } from './repository.js';
+
+const Problem = { $ref: 'Problem#' };
+const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 412: Problem, 503: Problem };
+const Pk = (description: string) => Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description });
+const LinkParams = Type.Object({
+  world: Type.String({ pattern: WORLD_ID }),
+  linkType: Type.String({ pattern: NAME, description: 'the link type (apiName)' }),
+  fromPk: Pk("the primary key of the link type's `from` object"),
+  toPk: Pk("the primary key of the link type's `to` object"),
+});
+const WriteHeaders = Type.Object({
+  'if-match': Type.Optional(Type.String({ description: 'the link version the write is based on, or *' })),
+  'if-none-match': Type.Optional(Type.String()),
+  'x-consistency-token': Type.Optional(Type.String()),
+  'x-caused-by': Type.Optional(Type.String()),
+});
+const End = Type.Object({ type: Type.String(), pk: Type.String() });
+const LinkBody = Type.Object({ linkType: Type.String(), from: End, to: End, version: Type.Integer() });
+
+/** Postgres' unique violation on the indexes that hold a side of a link type to one link. */
+const CARDINALITY_INDEXES = new Set(['link_heads_one_per_from', 'link_heads_one_per_to']);
+
+/**
+ * Links of a link type between existing objects. Cardinality is held by partial unique indexes
+ * (race-free: of two concurrent creators one gets 409); a link keeps its ends alive by locking
+ * them FOR KEY SHARE, so an object's delete — which deletes its links — waits for it, or it for
+ * the delete.
+ */
+export default fp(
+  async (fastify: FastifyInstance) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+    app.put(
+      '/v1/worlds/:world/links/:linkType/:fromPk/:toPk',
+      {
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['links'],
+          summary: 'Link two existing objects',
+          description:
+            "201 when created, 200 when the link already exists (nothing written, no event). 409 when the link type's cardinality allows no other link on a side.",
+          params: LinkParams,
+          headers: WriteHeaders,
+          response: { 200: LinkBody, 201: LinkBody, ...errors },
+        },
+      },
+      async (request, reply) => {
+        const { world, linkType: name, fromPk, toPk } = request.params;
+        keyParam('fromPk', fromPk);
+        keyParam('toPk', toPk);
+        const origin = originOf(request);
+        const conditions = preconditionsOf(request);
+        await app.awaitConsistency(request, world);
+        const result = await inWorldTransaction(app.pg, world, async (tx) => {
+          const ctx = await worldContext(tx, world);
+          if (!ctx.provisioned) throw notProvisioned(world);
+          const { type } = await linkTypeOf(app, tx, world, name, ctx.schemaVersion);
+          const from = { type: type.from, pk: fromPk };
+          const to = { type: type.to, pk: toPk };
+          const alive = await lockEnds(tx, world, from, to);
+          for (const [end, ok] of [
+            [from, alive.from],
+            [to, alive.to],
+          ] as const) {
+            if (!ok) throw new NotFound(`${end.type} ${end.pk} does not exist in ${world}`);
+          }
+          const fromOne = type.cardinality === 'ONE_TO_ONE';
+          const toOne = type.cardinality !== 'MANY_TO_MANY';
+          for (let attempt = 0; ; attempt++) {
+            const head = await linkHead(tx, world, name, fromPk, toPk, true);
+            checkPreconditions(conditions, head, `link ${name} ${fromPk} → ${toPk}`);
+            if (head && !head.deleted) return { status: 200, version: head.version, seq: head.seq, from, to };
+            for (const [side, one, pk] of [
+              ['from', fromOne, fromPk],
+              ['to', toOne, toPk],
+            ] as const) {
+              const taken = one ? await occupant(tx, world, name, side, pk) : null;
+              if (taken) {
+                throw new Conflict(
+                  `${name} is ${type.cardinality}: ${side === 'from' ? type.from : type.to} ${pk} is already linked (${taken.fromPk} → ${taken.toPk})`,
+                  { existing: taken },
+                );
+              }
+            }
+            const version = (head?.version ?? 0) + 1;
+            let seq: number | null;
+            try {
+              seq = await writeLink(tx, {
+                worldId: world,
+                linkType: name,
+                from,
+                to,
+                fromOne,
+                toOne,
+                version,
+                deleted: false,
+                actor: origin.actor,
+                requestId: origin.requestId,
+              });
+            } catch (error) {
+              const e = error as { code?: string; constraint?: string };
+              if (e.code === '23505' && e.constraint && CARDINALITY_INDEXES.has(e.constraint)) {
+                throw new Conflict(`${name} is ${type.cardinality}: a concurrent request took the place of this link`);
+              }
+              throw error;
+            }
+            if (seq === null) {
+              if (attempt < 3) continue;
+              throw new StaleWriteError(`link ${world}/${name}/${fromPk}/${toPk} keeps changing`);
+            }
+            await enqueue(
+              tx,
+              linkChange({ worldId: world, linkType: name, from, to, kind: 'created', version, seq }, origin),
+              app.topicPrefix,
+            );
+            return { status: 201, version, seq, from, to };
+          }
+        });
+        written(reply, result.version, result.seq);
+        reply.code(result.status);
+        return { linkType: name, from: result.from, to: result.to, version: result.version };
+      },
+    );
+
+    app.delete(
+      '/v1/worlds/:world/links/:linkType/:fromPk/:toPk',
+      {
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['links'],
+          summary: 'Delete a link',
+          params: LinkParams,
+          headers: WriteHeaders,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
+      async (request, reply) => {
+        const { world, linkType: name, fromPk, toPk } = request.params;
+        keyParam('fromPk', fromPk);
+        keyParam('toPk', toPk);
+        const origin = originOf(request);
+        const conditions = preconditionsOf(request);
+        await app.awaitConsistency(request, world);
+        const result = await inWorldTransaction(app.pg, world, async (tx) => {
+          const ctx = await worldContext(tx, world);
+          if (!ctx.provisioned) throw notProvisioned(world);
+          const { type } = await linkTypeOf(app, tx, world, name, ctx.schemaVersion);
+          const head = await linkHead(tx, world, name, fromPk, toPk, true);
+          if (!head || head.deleted) throw new NotFound(`link ${name} ${fromPk} → ${toPk} does not exist in ${world}`);
+          checkPreconditions(conditions, head, `link ${name} ${fromPk} → ${toPk}`);
+          const change = {
+            worldId: world,
+            linkType: name,
+            from: { type: type.from, pk: fromPk },
+            to: { type: type.to, pk: toPk },
+            version: head.version + 1,
+          };
+          const seq = await writeLink(tx, {
+            ...change,
+            fromOne: false,
+            toOne: false,
+            deleted: true,
+            actor: origin.actor,
+            requestId: origin.requestId,
+          });
+          if (seq === null) throw new Error('a locked live link could not be deleted');
+          await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, origin), app.topicPrefix);
+          return { version: change.version, seq };
+        });
+        written(reply, result.version, result.seq);
+        reply.code(204);
+        return null;
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/objects/:type/:pk/links/:linkType',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['links'],
+          summary: "An object's links of one link type, with the objects at their other end",
+          description:
+            'direction: outgoing (the object is the link type’s `from`) or incoming (its `to`); by default the side the object type is on (outgoing when it is both). Ordered by the other end’s primary key (as text), paginated with `next`.',
+          params: Type.Object({
+            world: Type.String({ pattern: WORLD_ID }),
+            type: Type.String({ pattern: NAME }),
+            pk: Pk('the primary key of the object'),
+            linkType: Type.String({ pattern: NAME }),
+          }),
+          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          querystring: Type.Object(
+            {
+              direction: Type.Optional(Type.Union([Type.Literal('outgoing'), Type.Literal('incoming')])),
+              cursor: Type.Optional(Type.String({ maxLength: 4096 })),
+              limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+            },
+            { additionalProperties: false },
+          ),
+          response: {
+            200: Type.Object({
+              linkType: Type.String(),
+              direction: Type.String(),
+              type: Type.String({ description: 'the object type at the other end' }),
+              links: Type.Array(
+                Type.Object({
+                  pk: Type.String(),
+                  linkVersion: Type.Integer(),
+                  object: Type.Union([
+                    Type.Object({
+                      version: Type.Integer(),
+                      properties: Type.Record(Type.String(), Type.Unknown()),
+                    }),
+                    Type.Null(),
+                  ]),
+                }),
+              ),
+              next: Type.Union([Type.String(), Type.Null()]),
+            }),
+            ...errors,
+          },
+        },
+      },
+      async (request) => {
+        const { world, type: typeName, pk, linkType: name } = request.params;
+        keyParam('pk', pk);
+        const { limit } = request.query;
+        await app.awaitConsistency(request, world);
+        const ctx = await objectContext(app.pg, world, typeName, pk);
+        if (!ctx.provisioned) throw notProvisioned(world);
+        await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+        const { type } = await linkTypeOf(app, app.pg, world, name, ctx.schemaVersion);
+        const direction = request.query.direction ?? (type.from === typeName ? 'outgoing' : 'incoming');
+        if ((direction === 'outgoing' ? type.from : type.to) !== typeName) {
+          throw new BadRequest(`${typeName} is not the ${direction === 'outgoing' ? 'from' : 'to'} of ${name}`, [
+            {
+              path: request.query.direction ? 'querystring/direction' : 'params/linkType',
+              message: `${name} links ${type.from} to ${type.to}`,
+            },
+          ]);
+        }
+        if (!ctx.head || ctx.head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
+        const after = decodeCursor(request.query.cursor, (c) =>
+          c.d === direction && typeof c.p === 'string' ? c.p : undefined,
+        );
+        const otherType = direction === 'outgoing' ? type.to : type.from;
+        const rows = await traverse(app.pg, {
+          worldId: world,
+          linkType: name,
+          direction,
+          pk,
+          otherType,
+          after,
+          limit: limit + 1,
+        });
+        const page = rows.slice(0, limit);
+        const last = page.at(-1);
+        return {
+          linkType: name,
+          direction,
+          type: otherType,
+          links: page.map((r) => ({
+            pk: r.pk,
+            linkVersion: r.linkVersion,
+            object: r.version === null ? null : { version: r.version, properties: r.properties ?? {} },
+          })),
+          next: rows.length > limit && last ? encodeCursor({ d: direction, p: last.pk }) : null,
+        };
+      },
+    );
+  },
+  { name: 'onto-data-links', dependencies: ['onto-auth', 'onto-data-schema'] },
+);

@@ -1,0 +1,227 @@
+import type { Queryable } from '@onto/shared';
+import { type Filter, type Properties, SQL_OPS } from './model.js';
+
+/** An object's current state in one world: what object_heads holds for its key. */
+export interface Head {
+  version: number;
+  seq: number;
+  deleted: boolean;
+  properties: Properties | null;
+  updatedAt: string;
+}
+
+export interface ObjectContext {
+  /** The world is provisioned here (data's `worlds`). */
+  provisioned: boolean;
+  /** The world's applied schema version (0 before the first). */
+  schemaVersion: number;
+  head: Head | null;
+}
+
+/** The world and its schema version, for routes about no single object. */
+export async function worldContext(db: Queryable, worldId: string): Promise<Omit<ObjectContext, 'head'>> {
+  const { rows } = await db.query<{ provisioned: boolean; schema_version: number }>(
+    `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
+            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version`,
+    [worldId],
+  );
+  return { provisioned: rows[0]?.provisioned ?? false, schemaVersion: rows[0]?.schema_version ?? 0 };
+}
+
+/** Row locks a read may take on the head: writers update it, link creators only need it to stay. */
+export type HeadLock = 'none' | 'FOR NO KEY UPDATE' | 'FOR UPDATE';
+
+/**
+ * The world, its schema version and the object's head in one round trip. With a lock, the head
+ * row is locked for the rest of the transaction (a concurrent writer's commit is waited for and
+ * its result read).
+ */
+export async function objectContext(
+  db: Queryable,
+  worldId: string,
+  type: string,
+  pk: string,
+  lock: HeadLock = 'none',
+): Promise<ObjectContext> {
+  const { rows } = await db.query<{
+    provisioned: boolean;
+    schema_version: number;
+    version: number | null;
+    seq: number;
+    deleted: boolean;
+    properties: Properties | null;
+    updated_at: string;
+  }>(
+    `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
+            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
+            h.version, h.seq, h.deleted, h.properties, h.updated_at
+       FROM (SELECT 1) AS one
+       LEFT JOIN LATERAL (
+         SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
+           FROM object_heads WHERE world_id = $1 AND type = $2 AND pk = $3
+           ${lock === 'none' ? '' : lock}
+       ) h ON true`,
+    [worldId, type, pk],
+  );
+  const row = rows[0];
+  if (!row) throw new Error('the context query returned no row');
+  return {
+    provisioned: row.provisioned,
+    schemaVersion: row.schema_version,
+    head:
+      row.version === null
+        ? null
+        : {
+            version: row.version,
+            seq: row.seq,
+            deleted: row.deleted,
+            properties: row.properties,
+            updatedAt: row.updated_at,
+          },
+  };
+}
+
+export interface HeadWrite {
+  worldId: string;
+  type: string;
+  pk: string;
+  version: number;
+  /** null writes a tombstone. */
+  properties: Properties | null;
+  schemaVersion: number;
+  actor: string;
+  requestId: string;
+}
+
+const HISTORY = `INSERT INTO object_history
+    (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id)
+  SELECT $1, $2, $3, h.seq, $4, $5::jsonb IS NULL, $5::jsonb, $6, $7, $8 FROM h RETURNING seq`;
+
+const values = (w: HeadWrite) => [
+  w.worldId,
+  w.type,
+  w.pk,
+  w.version,
+  w.properties === null ? null : JSON.stringify(w.properties),
+  w.schemaVersion,
+  w.actor,
+  w.requestId,
+];
+
+/**
+ * A new head, and its first history row; the write's seq from data_seq is taken inside the
+ * statement that holds the tables' locks (see the commit cut in docs/adr/0008). null when another
+ * transaction created the key first.
+ */
+export async function insertHead(tx: Queryable, w: HeadWrite): Promise<number | null> {
+  const { rows } = await tx.query<{ seq: number }>(
+    `WITH h AS (
+       INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)
+       VALUES ($1, $2, $3, $4, nextval('data_seq'), $5::jsonb IS NULL, $5::jsonb, $6)
+       ON CONFLICT (world_id, type, pk) DO NOTHING
+       RETURNING seq
+     ) ${HISTORY}`,
+    values(w),
+  );
+  return rows[0]?.seq ?? null;
+}
+
+/** The next version of a head the caller has locked, and its history row; returns the write's seq. */
+export async function updateHead(tx: Queryable, w: HeadWrite): Promise<number> {
+  const { rows } = await tx.query<{ seq: number }>(
+    `WITH h AS (
+       UPDATE object_heads
+          SET version = $4, seq = nextval('data_seq'), deleted = $5::jsonb IS NULL, properties = $5::jsonb,
+              schema_version = $6, updated_at = now(),
+              created_at = CASE WHEN deleted THEN now() ELSE created_at END
+        WHERE world_id = $1 AND type = $2 AND pk = $3
+        RETURNING seq
+     ) ${HISTORY}`,
+    values(w),
+  );
+  const seq = rows[0]?.seq;
+  if (seq === undefined) throw new Error(`head ${w.worldId}/${w.type}/${w.pk} vanished under its lock`);
+  return seq;
+}
+
+export type ObjectRow = {
+  pk: string;
+  version: number;
+  seq: number;
+  properties: Properties;
+  /** The sort property's stored value (null when the object has none), for the cursor. */
+  sortValue: unknown;
+};
+
+export interface ListQuery {
+  worldId: string;
+  type: string;
+  filters: Filter[];
+  /** null sorts by primary key (as text). */
+  sortProperty: string | null;
+  descending: boolean;
+  /** Where the previous page ended. */
+  after: { value: unknown; pk: string } | null;
+  limit: number;
+}
+
+/**
+ * A page of live objects in keyset order. Sorting by a property orders by its stored JSON value
+ * (the order of the property's index), objects without it last (first when descending), then by
+ * pk. The two parts — objects with a value, objects without — are separate branches so that each
+ * can walk an index.
+ */
+export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRow[]> {
+  const params: unknown[] = [q.worldId, q.type];
+  const p = (value: unknown) => {
+    params.push(value);
+    return `$${params.length}`;
+  };
+  const where = ['world_id = $1', 'type = $2', 'NOT deleted'];
+  for (const f of q.filters) {
+    const expr = `(properties -> ${p(f.property)}::text)`;
+    where.push(`${expr} ${SQL_OPS[f.op]} ${p(JSON.stringify(f.value))}::jsonb`);
+    if (f.op !== 'eq') where.push(`jsonb_typeof(${expr}) = ${p(f.jsonType)}`);
+  }
+  const columns = 'pk, version, seq, properties';
+  const dir = q.descending ? 'DESC' : 'ASC';
+  const cmp = q.descending ? '<' : '>';
+  const limit = p(q.limit);
+  if (q.sortProperty === null) {
+    if (q.after) where.push(`pk ${cmp} ${p(q.after.pk)}`);
+    const { rows } = await db.query<ObjectRow>(
+      `SELECT ${columns}, NULL::jsonb AS "sortValue" FROM object_heads
+        WHERE ${where.join(' AND ')} ORDER BY pk ${dir} LIMIT ${limit}`,
+      params,
+    );
+    return rows;
+  }
+  const key = `(properties -> ${p(q.sortProperty)}::text)`;
+  const base = where.join(' AND ');
+  const withValue = (cursor: string) =>
+    `(SELECT ${columns}, ${key} AS "sortValue", 1 AS part FROM object_heads
+       WHERE ${base} AND ${key} IS NOT NULL ${cursor} ORDER BY ${key} ${dir}, pk ${dir} LIMIT ${limit})`;
+  const withoutValue = (cursor: string) =>
+    `(SELECT ${columns}, NULL::jsonb AS "sortValue", 2 AS part FROM object_heads
+       WHERE ${base} AND ${key} IS NULL ${cursor} ORDER BY pk ${dir} LIMIT ${limit})`;
+  // Ascending: values, then objects without; descending: the reverse.
+  const parts: string[] = [];
+  const after = q.after;
+  if (after && after.value !== null) {
+    const cursor = `AND (${key}, pk) ${cmp} (${p(JSON.stringify(after.value))}::jsonb, ${p(after.pk)})`;
+    parts.push(withValue(cursor));
+    if (!q.descending) parts.push(withoutValue(''));
+  } else if (after) {
+    parts.push(withoutValue(`AND pk ${cmp} ${p(after.pk)}`));
+    if (q.descending) parts.push(withValue(''));
+  } else {
+    parts.push(q.descending ? withoutValue('') : withValue(''));
+    parts.push(q.descending ? withValue('') : withoutValue(''));
+  }
+  const order = q.descending ? `part DESC, "sortValue" DESC, pk DESC` : `part, "sortValue", pk`;
+  const { rows } = await db.query<ObjectRow & { part: number }>(
+    `SELECT * FROM (${parts.join(' UNION ALL ')}) page ORDER BY ${order} LIMIT ${limit}`,
+    params,
+  );
+  return rows.map(({ part: _, ...row }) => row);
+}

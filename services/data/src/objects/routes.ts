@@ -1,0 +1,432 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import {
+  BadRequest,
+  canonicalJson,
+  enqueue,
+  NotFound,
+  type ObjectType,
+  StaleWriteError,
+  Unprocessable,
+  WORLD_ID,
+} from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { decodeCursor, encodeCursor } from '../cursor.js';
+import { linkChange, objectChange } from '../events.js';
+import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
+import { linksTouching, writeLink } from '../links/repository.js';
+import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import {
+  applyPatch,
+  type Checked,
+  capped,
+  checkObject,
+  type Filter,
+  LIMITS,
+  type Properties,
+  parseFilter,
+} from './model.js';
+import { type Head, insertHead, listObjects, objectContext, updateHead, worldContext } from './repository.js';
+
+export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
+const Problem = { $ref: 'Problem#' };
+const errors = {
+  400: Problem,
+  401: Problem,
+  403: Problem,
+  404: Problem,
+  409: Problem,
+  412: Problem,
+  413: Problem,
+  422: Problem,
+  503: Problem,
+};
+const TypeParams = Type.Object({
+  world: Type.String({ pattern: WORLD_ID }),
+  type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
+});
+const ObjectParams = Type.Object({
+  world: Type.String({ pattern: WORLD_ID }),
+  type: Type.String({ pattern: NAME }),
+  pk: Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description: 'the primary key, URL-encoded' }),
+});
+const ReadHeaders = Type.Object({
+  'x-consistency-token': Type.Optional(
+    Type.String({ description: 'control=<schema version>: wait (bounded) until data has applied it' }),
+  ),
+});
+const WriteHeaders = Type.Object({
+  'if-match': Type.Optional(Type.String({ description: 'the object version the write is based on, or *' })),
+  'if-none-match': Type.Optional(Type.String({ description: '* creates only' })),
+  'x-consistency-token': Type.Optional(Type.String()),
+  'x-caused-by': Type.Optional(Type.String({ description: 'the event (UUIDv7) that caused this write' })),
+});
+const Body = Type.Object(
+  {
+    properties: Type.Optional(
+      Type.Unknown({ description: "the object's property values by name, checked against the world's schema" }),
+    ),
+  },
+  {
+    additionalProperties: true,
+    description: '{"properties": {…}}; any fault is a 422 naming its JSON path (/properties/amount)',
+  },
+);
+const ObjectBody = Type.Object({
+  type: Type.String(),
+  pk: Type.String(),
+  version: Type.Integer(),
+  properties: Type.Record(Type.String(), Type.Unknown()),
+});
+
+type Params = { world: string; type: string; pk: string };
+
+/** The `{"properties": …}` envelope of a write body: nothing else may be in it. */
+function propertiesOf(body: unknown): unknown {
+  const record = (body ?? {}) as Record<string, unknown>;
+  const extra = Object.keys(record).filter((k) => k !== 'properties');
+  if (extra.length > 0 || !('properties' in record)) {
+    throw new Unprocessable('the body must be {"properties": {…}}', [
+      ...extra.map((k) => ({
+        path: `/${k.replaceAll('~', '~0').replaceAll('/', '~1')}`,
+        message: 'is not a known field',
+      })),
+      ...(!('properties' in record) ? [{ path: '/properties', message: 'is required' }] : []),
+    ]);
+  }
+  return record.properties;
+}
+
+const same = (a: Properties | null, b: Properties) => a !== null && canonicalJson(a) === canonicalJson(b);
+
+/**
+ * Objects of every world: `PUT|PATCH|GET|DELETE /v1/worlds/{world}/objects/{type}/{pk}` and the
+ * list. Writes are checked against the world's replicated schema, conditional on If-Match
+ * (the version is the ETag), and enqueue their change event in their own transaction.
+ */
+export default fp(
+  async (fastify: FastifyInstance) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    app.addContentTypeParser(
+      'application/merge-patch+json',
+      { parseAs: 'string' },
+      app.getDefaultJsonParser('error', 'error'),
+    );
+
+    /** A whole-object write (PUT, PATCH): `decide` turns the locked head into the new properties. */
+    async function write(
+      request: FastifyRequest,
+      reply: FastifyReply,
+      decide: (type: ObjectType, head: Head | null, params: Params) => Checked,
+    ) {
+      const params = request.params as Params;
+      const { world, type: typeName, pk } = params;
+      keyParam('pk', pk);
+      const origin = originOf(request);
+      const conditions = preconditionsOf(request);
+      await app.awaitConsistency(request, world);
+      const result = await inWorldTransaction(app.pg, world, async (tx) => {
+        for (let attempt = 0; ; attempt++) {
+          const ctx = await objectContext(tx, world, typeName, pk, 'FOR NO KEY UPDATE');
+          if (!ctx.provisioned) throw notProvisioned(world);
+          const { type } = await objectTypeOf(app, tx, world, typeName, ctx.schemaVersion);
+          const head = ctx.head;
+          checkPreconditions(conditions, head, `${typeName} ${pk}`);
+          const checked = decide(type, head, params);
+          if (checked.errors.length > 0) {
+            throw new Unprocessable(`the ${typeName} does not match the schema of ${world}`, capped(checked.errors));
+          }
+          const live = head !== null && !head.deleted;
+          if (live && same(head.properties, checked.properties)) {
+            return { status: 200, version: head.version, seq: head.seq, properties: head.properties as Properties };
+          }
+          const change = {
+            worldId: world,
+            type: typeName,
+            pk,
+            version: (head?.version ?? 0) + 1,
+            properties: checked.properties,
+            schemaVersion: ctx.schemaVersion,
+            actor: origin.actor,
+            requestId: origin.requestId,
+          };
+          const seq = head === null ? await insertHead(tx, change) : await updateHead(tx, change);
+          if (seq === null) {
+            // Another request created the object between our read and insert: read it again, locked.
+            if (attempt < 3) continue;
+            throw new StaleWriteError(`${world}/${typeName}/${pk} keeps being created concurrently`);
+          }
+          await enqueue(
+            tx,
+            objectChange(
+              {
+                worldId: world,
+                type: typeName,
+                pk,
+                kind: live ? 'updated' : 'created',
+                version: change.version,
+                seq,
+                before: live ? head.properties : null,
+                after: checked.properties,
+                schemaVersion: ctx.schemaVersion,
+              },
+              origin,
+            ),
+            app.topicPrefix,
+          );
+          return { status: live ? 200 : 201, version: change.version, seq, properties: checked.properties };
+        }
+      });
+      written(reply, result.version, result.seq);
+      if (result.status === 201) {
+        reply.header('location', `/v1/worlds/${world}/objects/${typeName}/${encodeURIComponent(pk)}`);
+      }
+      reply.code(result.status);
+      return { type: typeName, pk, version: result.version, properties: result.properties };
+    }
+
+    app.put(
+      '/v1/worlds/:world/objects/:type/:pk',
+      {
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['objects'],
+          summary: 'Create or replace an object',
+          description:
+            'Answers 201 when created, 200 when replaced or unchanged (an identical PUT writes nothing and emits no event). ETag: the version; X-Consistency-Token: data=<seq>.',
+          params: ObjectParams,
+          headers: WriteHeaders,
+          body: Body,
+          response: { 200: ObjectBody, 201: ObjectBody, ...errors },
+        },
+      },
+      async (request, reply) => {
+        const input = propertiesOf(request.body);
+        return write(request, reply, (type, _head, { pk }) => checkObject(type, input, pk));
+      },
+    );
+
+    app.patch(
+      '/v1/worlds/:world/objects/:type/:pk',
+      {
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['objects'],
+          summary: 'Change some properties of an object',
+          description:
+            'A merge patch of the top-level properties: a value replaces the property, null removes it. The result is checked as a whole. application/json or application/merge-patch+json.',
+          params: ObjectParams,
+          headers: WriteHeaders,
+          body: Body,
+          response: { 200: ObjectBody, ...errors },
+        },
+      },
+      async (request, reply) => {
+        const patch = propertiesOf(request.body);
+        return write(request, reply, (type, head, { world, type: typeName, pk }) => {
+          if (head === null || head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
+          return applyPatch(type, head.properties ?? {}, patch, pk);
+        });
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/objects/:type/:pk',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['objects'],
+          summary: 'Read an object',
+          params: ObjectParams,
+          headers: ReadHeaders,
+          response: { 200: ObjectBody, ...errors },
+        },
+      },
+      async (request, reply) => {
+        const { world, type: typeName, pk } = request.params;
+        keyParam('pk', pk);
+        await app.awaitConsistency(request, world);
+        const ctx = await objectContext(app.pg, world, typeName, pk);
+        if (!ctx.provisioned) throw notProvisioned(world);
+        await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+        const head = ctx.head;
+        if (!head || head.deleted || !head.properties)
+          throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
+        written(reply, head.version, head.seq);
+        return { type: typeName, pk, version: head.version, properties: head.properties };
+      },
+    );
+
+    app.delete(
+      '/v1/worlds/:world/objects/:type/:pk',
+      {
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['objects'],
+          summary: 'Delete an object, and its links',
+          description:
+            'The links that touch the object are deleted in the same transaction, each with its link.deleted event. Answers 204; ETag is the tombstone version.',
+          params: ObjectParams,
+          headers: WriteHeaders,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
+      async (request, reply) => {
+        const { world, type: typeName, pk } = request.params;
+        keyParam('pk', pk);
+        const origin = originOf(request);
+        const conditions = preconditionsOf(request);
+        await app.awaitConsistency(request, world);
+        const result = await inWorldTransaction(app.pg, world, async (tx) => {
+          const ctx = await objectContext(tx, world, typeName, pk, 'FOR UPDATE');
+          if (!ctx.provisioned) throw notProvisioned(world);
+          const { doc } = await objectTypeOf(app, tx, world, typeName, ctx.schemaVersion);
+          const head = ctx.head;
+          if (!head || head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
+          checkPreconditions(conditions, head, `${typeName} ${pk}`);
+          const linkTypes = Object.values(doc.linkTypes);
+          const links = await linksTouching(
+            tx,
+            world,
+            { type: typeName, pk },
+            linkTypes.filter((l) => l.from === typeName).map((l) => l.apiName),
+            linkTypes.filter((l) => l.to === typeName).map((l) => l.apiName),
+          );
+          for (const link of links) {
+            const change = {
+              worldId: world,
+              linkType: link.linkType,
+              from: { type: link.fromType, pk: link.fromPk },
+              to: { type: link.toType, pk: link.toPk },
+              version: link.version + 1,
+            };
+            const seq = await writeLink(tx, {
+              ...change,
+              fromOne: false,
+              toOne: false,
+              deleted: true,
+              actor: origin.actor,
+              requestId: origin.requestId,
+            });
+            if (seq === null) throw new Error('a locked live link could not be deleted');
+            await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, origin), app.topicPrefix);
+          }
+          const version = head.version + 1;
+          const seq = await updateHead(tx, {
+            worldId: world,
+            type: typeName,
+            pk,
+            version,
+            properties: null,
+            schemaVersion: ctx.schemaVersion,
+            actor: origin.actor,
+            requestId: origin.requestId,
+          });
+          await enqueue(
+            tx,
+            objectChange(
+              {
+                worldId: world,
+                type: typeName,
+                pk,
+                kind: 'deleted',
+                version,
+                seq,
+                before: head.properties,
+                after: null,
+                schemaVersion: ctx.schemaVersion,
+              },
+              origin,
+            ),
+            app.topicPrefix,
+          );
+          return { version, seq };
+        });
+        written(reply, result.version, result.seq);
+        reply.code(204);
+        return null;
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/objects/:type',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['objects'],
+          summary: 'List objects of a type, filtered on indexed properties',
+          description:
+            'filter=<property>:<eq|gt|gte|lt|lte>:<value> (repeatable, indexed properties only; ranges on strings, numbers, timestamps, dates, enums). sort=<property> or -<property> (indexed, or the primary key; default the primary key, as text). Objects without the sort property come last (first when descending).',
+          params: TypeParams,
+          headers: ReadHeaders,
+          querystring: Type.Object(
+            {
+              filter: Type.Optional(Type.Array(Type.String({ maxLength: 1100 }), { maxItems: 20 })),
+              sort: Type.Optional(Type.String({ pattern: '^-?[A-Za-z][A-Za-z0-9_]{0,62}$' })),
+              cursor: Type.Optional(Type.String({ maxLength: 4096 })),
+              limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+            },
+            { additionalProperties: false },
+          ),
+          response: {
+            200: Type.Object({
+              objects: Type.Array(ObjectBody),
+              next: Type.Union([Type.String(), Type.Null()], { description: 'the cursor of the next page' }),
+            }),
+            ...errors,
+          },
+        },
+      },
+      async (request) => {
+        const { world, type: typeName } = request.params;
+        const { filter = [], sort, cursor, limit } = request.query;
+        await app.awaitConsistency(request, world);
+        const ctx = await worldContext(app.pg, world);
+        if (!ctx.provisioned) throw notProvisioned(world);
+        const { type } = await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+        const filters: Filter[] = [];
+        const faults = [];
+        for (const [i, raw] of filter.entries()) {
+          const parsed = parseFilter(type, raw);
+          if ('error' in parsed) faults.push({ path: `querystring/filter/${i}`, message: parsed.error });
+          else filters.push(parsed);
+        }
+        const descending = sort?.startsWith('-') ?? false;
+        const sortName = sort?.replace(/^-/, '') ?? type.primaryKey;
+        const sortProperty = sortName === type.primaryKey ? null : sortName;
+        if (
+          sortProperty !== null &&
+          !(Object.hasOwn(type.properties, sortProperty) && type.properties[sortProperty]?.indexed)
+        ) {
+          faults.push({
+            path: 'querystring/sort',
+            message: `must be the primary key ${type.primaryKey} or an indexed property of ${typeName}`,
+          });
+        }
+        if (faults.length > 0) throw new BadRequest('the listing cannot be made as asked', faults);
+        const sortSpec = `${descending ? '-' : ''}${sortName}`;
+        const after = decodeCursor(cursor, (c) =>
+          c.s === sortSpec && typeof c.p === 'string' && 'k' in c ? { value: c.k, pk: c.p } : undefined,
+        );
+        const rows = await listObjects(app.pg, {
+          worldId: world,
+          type: typeName,
+          filters,
+          sortProperty,
+          descending,
+          after,
+          limit: limit + 1,
+        });
+        const page = rows.slice(0, limit);
+        const last = page.at(-1);
+        return {
+          objects: page.map((r) => ({ type: typeName, pk: r.pk, version: r.version, properties: r.properties })),
+          next:
+            rows.length > limit && last ? encodeCursor({ s: sortSpec, k: last.sortValue ?? null, p: last.pk }) : null,
+        };
+      },
+    );
+  },
+  { name: 'onto-data-objects', dependencies: ['onto-auth', 'onto-data-schema'] },
+);

@@ -1,0 +1,118 @@
+import type { FastifyBaseLogger } from 'fastify';
+import pg from 'pg';
+
+const MAX_ATTEMPTS = 5;
+
+interface Claimed {
+  name: string;
+  object_type: string;
+  property: string;
+  attempts: number;
+}
+
+/**
+ * The DDL of the index for one (object type, property): partial on the type and live rows, led
+ * by the world so that one index serves every world, ordered by the stored JSON value then pk so
+ * that filters, sorting and keyset cursors of the list use it. DDL takes no parameters: the names
+ * come from the schema (control allows letters, digits and _ only) and are quoted here.
+ */
+export function indexDdl(name: string, objectType: string, property: string): string {
+  return `CREATE INDEX CONCURRENTLY IF NOT EXISTS ${pg.escapeIdentifier(name)} ON object_heads
+    (world_id, (properties -> ${pg.escapeLiteral(property)}), pk)
+    WHERE type = ${pg.escapeLiteral(objectType)} AND NOT deleted`;
+}
+
+/**
+ * Builds the indexes the schema replica requests, one at a time, with CREATE INDEX CONCURRENTLY:
+ * outside any transaction, so that a new index on a large table never blocks writes. Requests are
+ * claimed with SKIP LOCKED (several instances share the work); a build that failed leaves an
+ * invalid index, dropped before the next attempt; after MAX_ATTEMPTS the request is `failed`.
+ */
+export class IndexBuilder {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private stopped = true;
+  private backendPid: number | undefined;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly log: FastifyBaseLogger,
+    private readonly intervalMs = 500,
+  ) {}
+
+  start(): void {
+    this.stopped = false;
+    this.timer = setInterval(() => this.kick(), this.intervalMs);
+    this.timer.unref();
+    this.kick();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    // A build can take minutes on a large table: cancel it; the request is retried later.
+    if (this.backendPid !== undefined) {
+      await this.pool.query('SELECT pg_cancel_backend($1)', [this.backendPid]).catch(() => {});
+    }
+    await this.running;
+  }
+
+  kick(): void {
+    if (this.running || this.stopped) return;
+    this.running = (async () => {
+      try {
+        while (!this.stopped && (await this.buildOne())) {}
+      } catch (err) {
+        this.log.warn({ err }, 'index builder pass failed');
+      } finally {
+        this.running = undefined;
+      }
+    })();
+  }
+
+  /** Builds the oldest pending index; false when there was none. */
+  async buildOne(): Promise<boolean> {
+    const { rows } = await this.pool.query<Claimed>(
+      `UPDATE storage_indexes SET state = 'building', attempts = attempts + 1, claimed_at = now()
+        WHERE name = (
+          SELECT name FROM storage_indexes
+           WHERE state = 'pending' OR (state = 'building' AND claimed_at < now() - interval '15 minutes')
+           ORDER BY requested_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+        RETURNING name, object_type, property, attempts`,
+    );
+    const job = rows[0];
+    if (!job) return false;
+    const client = await this.pool.connect();
+    this.backendPid = (client as unknown as { processID: number }).processID;
+    try {
+      const existing = await client.query<{ valid: boolean }>(
+        `SELECT i.indisvalid AS valid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+          WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`,
+        [job.name],
+      );
+      if (existing.rows[0]?.valid === false) {
+        await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(job.name)}`);
+      }
+      await client.query(indexDdl(job.name, job.object_type, job.property));
+      await client.query(
+        "UPDATE storage_indexes SET state = 'ready', ready_at = now(), last_error = NULL WHERE name = $1",
+        [job.name],
+      );
+      this.log.info({ index: job.name, objectType: job.object_type, property: job.property }, 'index built');
+    } catch (err) {
+      const state = job.attempts >= MAX_ATTEMPTS ? 'failed' : 'pending';
+      this.log.warn({ err, index: job.name, attempts: job.attempts, state }, 'index build failed');
+      await this.pool.query('UPDATE storage_indexes SET state = $2, last_error = $3 WHERE name = $1', [
+        job.name,
+        state,
+        (err as Error).message,
+      ]);
+      // Retried on a later pass, not at once.
+      return false;
+    } finally {
+      this.backendPid = undefined;
+      client.release();
+    }
+    return true;
+  }
+}

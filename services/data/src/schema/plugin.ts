@@ -1,0 +1,89 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { NotFound, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { consistencyToken } from '../http.js';
+import { IndexBuilder } from './indexes.js';
+import { applySchemaEvents, SchemaReplica } from './replica.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    schemaReplica: SchemaReplica;
+    /**
+     * Honours the request's `X-Consistency-Token`: a `control=<v>` entry waits (bounded) until
+     * this world's schema replica has applied v, else 503 with Retry-After. `data=<n>` is always
+     * satisfied: data's own writes are visible to every later read here.
+     */
+    awaitConsistency(request: FastifyRequest, worldId: string): Promise<void>;
+  }
+}
+
+const Problem = { $ref: 'Problem#' };
+
+/**
+ * data's replica of every world's schema (consumer `data-schema` on onto.schema), the indexes
+ * its indexed properties need, and how far it is: `GET /v1/worlds/{world}/schema-version`.
+ */
+export default fp(
+  async (fastify: FastifyInstance, opts: { waitBoundMs: number }) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    const replica = new SchemaReplica(app.pg, opts.waitBoundMs);
+    app.decorate('schemaReplica', replica);
+    app.decorate('awaitConsistency', async (request: FastifyRequest, worldId: string) => {
+      const wanted = consistencyToken(request).control;
+      if (wanted !== undefined) await replica.awaitVersion(worldId, wanted);
+    });
+
+    app.addConsumer({
+      name: 'data-schema',
+      topics: ['onto.schema'],
+      apply: applySchemaEvents(app.topicPrefix, app.log.child({ component: 'schema-replica' })),
+    });
+
+    const builder = new IndexBuilder(app.pg, app.log.child({ component: 'index-builder' }));
+    app.addHook('onReady', async () => builder.start());
+    app.addHook('onClose', async () => builder.stop());
+
+    app.get(
+      '/v1/worlds/:world/schema-version',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['schema'],
+          summary: "The version of the world's schema that data has applied",
+          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
+          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          response: {
+            200: Type.Object({
+              world: Type.String(),
+              version: Type.Integer({ description: '0 before the first schema.updated' }),
+              appliedAt: Type.Union([Type.String(), Type.Null()]),
+            }),
+            400: Problem,
+            401: Problem,
+            403: Problem,
+            404: Problem,
+            503: Problem,
+          },
+        },
+      },
+      async (request) => {
+        const { world } = request.params;
+        await app.awaitConsistency(request, world);
+        const { rows } = await app.pg.query<{ provisioned: boolean; version: number; appliedAt: string | null }>(
+          `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
+                  coalesce(v.version, 0) AS version, to_json(v.received_at)#>>'{}' AS "appliedAt"
+             FROM (SELECT 1) AS one
+             LEFT JOIN LATERAL (SELECT version, received_at FROM schema_versions WHERE world_id = $1
+                                 ORDER BY version DESC LIMIT 1) v ON true`,
+          [world],
+        );
+        const row = rows[0];
+        if (!row?.provisioned && row?.version === 0) throw new NotFound(`world ${world} is not provisioned in data`);
+        return { world, version: row?.version ?? 0, appliedAt: row?.appliedAt ?? null };
+      },
+    );
+  },
+  { name: 'onto-data-schema', dependencies: ['onto-auth', 'onto-consumers'] },
+);

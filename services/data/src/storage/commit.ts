@@ -1,0 +1,26 @@
+import type pg from 'pg';
+
+/**
+ * Cuts a commit point of data (docs/adr/0008): every write with `seq <= c` has committed or
+ * rolled back, every later write gets `seq > c`. Writers take their seq inside a statement that
+ * holds ROW EXCLUSIVE on these tables, which SHARE mode waits for; new writers wait for the cut,
+ * an instant. The lock timeout bounds how long a slow writer can hold everyone up behind the cut.
+ */
+export async function cutCommit(pool: pg.Pool, lockTimeoutMs = 2000): Promise<number> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.trunc(lockTimeoutMs))}`);
+    await client.query('LOCK TABLE object_heads, object_history, link_heads, link_history IN SHARE MODE');
+    const { rows } = await client.query<{ c: number }>(
+      'SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS c FROM data_seq',
+    );
+    await client.query('COMMIT');
+    return rows[0]?.c ?? 0;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
+}

@@ -1,0 +1,143 @@
+import { type EventEnvelope, type IncomingMessage, parseEvent } from '@onto/shared';
+import { buildTestService, createTestTopics, type TestService, testBroker, testEndpoints } from '@onto/shared/testing';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { expect } from 'vitest';
+import * as control from '../../control/src/app.js';
+import { ConfigSchema as ControlConfig } from '../../control/src/config.js';
+import * as data from '../src/app.js';
+import { ConfigSchema as DataConfig } from '../src/config.js';
+
+const BOOTSTRAP = 'data-objects-bootstrap-token-0123456789';
+type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+export interface Call {
+  token?: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export type Stack = Awaited<ReturnType<typeof dataStack>>;
+
+/**
+ * control and data on a topic prefix of their own, as a client sees them: the bootstrap admin's
+ * token, users with roles, worlds with a schema. Worlds are provisioned by data alone here
+ * (no intelligence), so control's provisioning timeout is pushed out of the way.
+ */
+export async function dataStack(opts: { partitions?: number; dataEnv?: Record<string, string> } = {}) {
+  const { kafkaBrokers } = testEndpoints();
+  const topics = await createTestTopics(kafkaBrokers, opts.partitions ?? 3);
+  const env = { ONTO_TOPIC_PREFIX: topics.prefix };
+  const c = (await buildTestService(
+    { schema: ControlConfig, app: control.default, migrations: control.migrations } as never,
+    { ...env, ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP, WORLD_PROVISION_TIMEOUT_MS: '600000' },
+  )) as TestService<unknown>;
+  const d = (await buildTestService({ schema: DataConfig, app: data.default, migrations: data.migrations } as never, {
+    ...env,
+    ...opts.dataEnv,
+  })) as TestService<unknown>;
+  const login = await c.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken: BOOTSTRAP } });
+  const admin = login.json().accessToken as string;
+
+  const inject = (app: FastifyInstance, method: Method, url: string, call: Call = {}) =>
+    app.inject({
+      method,
+      url,
+      ...(call.body === undefined ? {} : { payload: call.body as object }),
+      headers: { authorization: `Bearer ${call.token ?? admin}`, ...call.headers },
+    });
+
+  const s = {
+    control: c,
+    data: d,
+    prefix: topics.prefix,
+    admin,
+    controlCall: (method: Method, url: string, call?: Call) => inject(c.app, method, url, call),
+    dataCall: (method: Method, url: string, call?: Call) => inject(d.app, method, url, call),
+
+    /** Polls `probe` until it returns something, at most `ms`. */
+    async until<T>(what: string, probe: () => Promise<T | undefined>, ms = 15_000): Promise<T> {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        const value = await probe();
+        if (value !== undefined) return value;
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    },
+
+    /** A world provisioned in data, with these object and link types, applied by data's replica. */
+    async world(
+      id: string,
+      schema: { objectTypes?: Record<string, unknown>; linkTypes?: Record<string, unknown> } = {},
+    ): Promise<number> {
+      const created = await s.controlCall('POST', '/v1/worlds', { body: { id } });
+      expect(created.statusCode, created.body).toBe(202);
+      let version = 0;
+      for (const [kind, types] of [
+        ['object-types', schema.objectTypes ?? {}],
+        ['link-types', schema.linkTypes ?? {}],
+      ] as const) {
+        for (const [name, body] of Object.entries(types)) {
+          const res = await s.controlCall('PUT', `/v1/worlds/${id}/${kind}/${name}`, { body });
+          expect(res.statusCode, res.body).toBe(200);
+          version = res.json().version;
+        }
+      }
+      await s.until(`world ${id} at schema version ${version} in data`, async () => {
+        const res = await s.dataCall('GET', `/v1/worlds/${id}/schema-version`);
+        return res.statusCode === 200 && res.json().version >= version ? true : undefined;
+      });
+      await s.until(`world ${id} provisioned in data`, async () => {
+        const { rowCount } = await d.app.pg.query('SELECT 1 FROM worlds WHERE id = $1', [id]);
+        return rowCount ? true : undefined;
+      });
+      return version;
+    },
+
+    /** An access token of a new user holding `role` in `world`. */
+    async user(id: string, world: string, role: 'viewer' | 'editor' | 'owner'): Promise<string> {
+      expect((await s.controlCall('POST', '/v1/users', { body: { id } })).statusCode).toBe(201);
+      const granted = await s.controlCall('PUT', `/v1/worlds/${world}/members/${id}`, { body: { role } });
+      expect(granted.statusCode, granted.body).toBe(200);
+      const apiToken = (await s.controlCall('POST', `/v1/users/${id}/tokens`, { body: {} })).json().token;
+      const res = await c.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken } });
+      return res.json().accessToken as string;
+    },
+
+    /** Every record on a (logical) topic until `done` says enough, read with a group of its own. */
+    async records(
+      topic: string,
+      done: (events: { record: IncomingMessage; event: EventEnvelope }[]) => boolean,
+      ms = 15_000,
+    ) {
+      const seen: { record: IncomingMessage; event: EventEnvelope }[] = [];
+      const consumer = await testBroker(kafkaBrokers).consumer({
+        groupId: `${topics.prefix}reader-${Math.random().toString(36).slice(2)}`,
+        topics: [`${topics.prefix}${topic}`],
+        maxWaitTimeMs: 100,
+      });
+      await consumer.run(async (batch) => {
+        for (const record of batch.messages) seen.push({ record, event: parseEvent(record.value) });
+      });
+      try {
+        await s.until(`records on ${topic}`, async () => (done(seen) ? true : undefined), ms);
+      } finally {
+        await consumer.disconnect();
+      }
+      return seen;
+    },
+
+    async close() {
+      await Promise.all([c.close(), d.close()]);
+      await topics.drop();
+    },
+  };
+  return s;
+}
+
+/** A problem+json answer with this status; returns its body. */
+export function expectProblem(res: LightMyRequestResponse, status: number) {
+  expect(res.statusCode, res.body).toBe(status);
+  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+  return res.json();
+}
