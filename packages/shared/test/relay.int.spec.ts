@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { inTransaction } from '../src/db/transaction.js';
 import type { Producer } from '../src/kafka/broker.js';
 import { InboxConsumer } from '../src/messaging/consumer.js';
 import { enqueue } from '../src/messaging/outbox.js';
@@ -153,18 +154,38 @@ describe('outbox relay', () => {
     expect(await pendingRows(fx.pool, 10)).toEqual([]);
   });
 
-  it('wakes on NOTIFY without waiting for its poll', async () => {
+  it('wakes at once when a transaction of this process enqueues, without waiting for its poll', async () => {
     await fx.pool.query('TRUNCATE outbox, outbox_pending');
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 60_000 });
     await relay.start();
     try {
       await new Promise((r) => setTimeout(r, 200)); // the relay is asleep on its 60 s poll
       const started = Date.now();
-      await enqueue(fx.pool, orderEvent('notify', 1), fx.prefix);
+      await inTransaction(fx.pool, (tx) => enqueue(tx, orderEvent('local-wake', 1), fx.prefix));
       await waitFor('sent', async () => (await pending()) === 0, 5000);
       expect(Date.now() - started).toBeLessThan(2000);
     } finally {
       await relay.stop();
+    }
+  });
+
+  it('wakes a relay in another process by NOTIFY, sent after the commit', async () => {
+    await fx.pool.query('TRUNCATE outbox, outbox_pending');
+    const other = spawnFixture('relay-process', {
+      DATABASE_URL: fx.db.url,
+      KAFKA_BROKERS: fx.endpoints.kafkaBrokers,
+      POLL_MS: '60000',
+    });
+    try {
+      await waitFor('the relay', async () => other.output().includes('relay started'), 30_000);
+      await new Promise((r) => setTimeout(r, 300)); // its first poll found nothing; it sleeps 60 s
+      const started = Date.now();
+      await inTransaction(fx.pool, (tx) => enqueue(tx, orderEvent('notify', 1), fx.prefix));
+      await waitFor('sent by the other process', async () => (await pending()) === 0, 10_000);
+      expect(Date.now() - started).toBeLessThan(3000);
+      expect(other.output()).toContain('published 1');
+    } finally {
+      other.child.kill('SIGKILL');
     }
   });
 

@@ -1,4 +1,13 @@
-import { BadRequest, ConcurrencyConflictError, Conflict, PreconditionFailed, UUID_V7, withOcc } from '@onto/shared';
+import {
+  afterCommit,
+  afterRollback,
+  BadRequest,
+  ConcurrencyConflictError,
+  Conflict,
+  PreconditionFailed,
+  UUID_V7,
+  withOcc,
+} from '@onto/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from './events.js';
@@ -158,9 +167,11 @@ export async function inWorldTransaction<T>(
       await client.query(`BEGIN; SELECT pg_advisory_xact_lock_shared(${WORLD_LOCK_SPACE}, ${worldLockKey(worldId)})`);
       const result = await work(client);
       await client.query('COMMIT');
+      afterCommit(client, pool); // wakes the relays for the events it enqueued
       return result;
     } catch (error) {
       await client.query('ROLLBACK').catch(() => {});
+      afterRollback(client);
       throw error;
     } finally {
       client.release();

@@ -1,10 +1,12 @@
 import type pg from 'pg';
+import { afterCommit, afterRollback } from '../messaging/outbox-signal.js';
 
 export type Isolation = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
 
 /**
  * Runs `work` in one transaction on a client of its own: committed when it resolves, rolled
- * back when it throws (the error passes through), the client released either way.
+ * back when it throws (the error passes through), the client released either way. Outbox rows it
+ * enqueued wake the relays once committed.
  */
 export async function inTransaction<T>(
   pool: pg.Pool,
@@ -16,9 +18,11 @@ export async function inTransaction<T>(
     await client.query(isolation === 'READ COMMITTED' ? 'BEGIN' : `BEGIN ISOLATION LEVEL ${isolation}`);
     const result = await work(client);
     await client.query('COMMIT');
+    afterCommit(client, pool);
     return result;
   } catch (error) {
     await client.query('ROLLBACK').catch(() => {});
+    afterRollback(client);
     throw error;
   } finally {
     client.release();

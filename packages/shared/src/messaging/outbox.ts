@@ -2,6 +2,7 @@ import type { Headers } from '../kafka/broker.js';
 import { type PartitionKey, physicalTopic } from '../kafka/topics.js';
 import { canonicalJson } from './canonical-json.js';
 import { EVENT_TYPES, type EventEnvelope, type EventType, validateEvent } from './envelope.js';
+import { markOutboxWritten } from './outbox-signal.js';
 
 /** Anything that runs a parameterised query: a pool, a client, a transaction's client. */
 export interface Queryable {
@@ -117,6 +118,7 @@ export async function enqueue(
     if (!prior || prior.body !== bodies[i]) throw new OutboxConflictError(id);
     results.push({ status: 'duplicate', id: prior.id });
   }
-  if (byId.size > 0) await tx.query(`SELECT pg_notify($1, '')`, [OUTBOX_CHANNEL]);
+  // No NOTIFY here: it would serialise commits. inTransaction wakes the relays after COMMIT.
+  if (byId.size > 0) markOutboxWritten(tx);
   return results;
 }

@@ -4,6 +4,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import { withTimeout } from '../http/health.js';
 import type { Producer } from '../kafka/broker.js';
 import { OUTBOX_CHANNEL, OUTBOX_LANES, type Queryable } from './outbox.js';
+import { onLocalOutboxWrite } from './outbox-signal.js';
 
 export interface PendingRow {
   id: number;
@@ -140,6 +141,7 @@ export class OutboxRelay {
   private loops: Promise<void>[] = [];
   private listener: pg.PoolClient | undefined;
   private wakers = new Set<() => void>();
+  private unsubscribe: () => void = () => {};
   private pruneTimer: NodeJS.Timeout | undefined;
   private readonly published: Counter;
   private readonly failures: Counter;
@@ -253,6 +255,7 @@ export class OutboxRelay {
     });
     this.stopped.catch(() => {});
     await this.listen();
+    this.unsubscribe = onLocalOutboxWrite(() => this.wakeAll());
     this.loops = Array.from({ length: this.opts.concurrency }, (_, i) => this.loop(i));
     this.pruneTimer = setInterval(() => {
       this.prune().catch((err) => this.opts.logger.warn({ err }, 'outbox prune failed'));
@@ -269,6 +272,7 @@ export class OutboxRelay {
     this.stopping = true;
     clearInterval(this.pruneTimer);
     this.signalStop(new Error('relay stopping'));
+    this.unsubscribe();
     this.wakeAll();
     await withTimeout(Promise.all(this.loops), waitMs, 'relay batch still in flight').catch((err) =>
       this.opts.logger.warn({ err }, 'stopping the relay without waiting for its batch'),

@@ -1,4 +1,4 @@
-import { enqueue, newEvent, type ReceivedEvent, TOPICS } from '@onto/shared';
+import { enqueue, inTransaction, newEvent, type ReceivedEvent, TOPICS } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
@@ -41,10 +41,8 @@ export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[]): 
  * drop what it may have made (compensation), in one transaction.
  */
 export async function failOverdue(pool: pg.Pool, topicPrefix: string): Promise<string[]> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    const { rows } = await client.query<{ id: string; confirmed_by: string[] }>(
+  return inTransaction(pool, async (tx) => {
+    const { rows } = await tx.query<{ id: string; confirmed_by: string[] }>(
       `UPDATE worlds SET status = 'FAILED', updated_at = now(), deadline_at = NULL,
               failure = 'provisioning timed out waiting for ' ||
                 (SELECT string_agg(p, ', ') FROM unnest($1::text[]) p WHERE NOT p = ANY(confirmed_by))
@@ -62,16 +60,10 @@ export async function failOverdue(pool: pg.Pool, topicPrefix: string): Promise<s
         producerSeq: 0,
         payload: { reason: 'provisioning timed out', provisioned: row.confirmed_by },
       });
-      await enqueue(client, { event, key: TOPICS['onto.worlds'].key({ worldId: row.id }) }, topicPrefix);
+      await enqueue(tx, { event, key: TOPICS['onto.worlds'].key({ worldId: row.id }) }, topicPrefix);
     }
-    await client.query('COMMIT');
     return rows.map((r) => r.id);
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw error;
-  } finally {
-    client.release();
-  }
+  });
 }
 
 export default fp(
