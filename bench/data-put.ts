@@ -1,0 +1,170 @@
+/**
+ * A single-object PUT through data's REST API (autocannon, 64 connections, 10 s, each request a
+ * real change of one of 100,000 objects) beside pgbench running the transaction at its core —
+ * the object row and its outbox row — with the same concurrency, on the same server. Goal ≥ 0.7.
+ *
+ *   ./onto bench data-put [seconds]      (default 10; needs `pnpm run build`, which ./onto does)
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { migrations as controlMigrations } from '@onto/control/app';
+import { migrations as dataMigrations } from '@onto/data/app';
+import { createTestDatabase, createTestTopics, testEndpoints } from '@onto/shared/testing';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { fmt } from './lib/harness.js';
+import { startService } from './lib/services.js';
+
+const seconds = Number(process.argv[2] ?? 10);
+const connections = 64;
+const objects = 100_000;
+const BOOTSTRAP = 'bench-bootstrap-token-0123456789abcdef';
+const endpoints = testEndpoints();
+const topics = await createTestTopics(endpoints.kafkaBrokers, 6);
+const [controlDb, dataDb] = await Promise.all([
+  createTestDatabase(endpoints.postgresUrl, controlMigrations),
+  createTestDatabase(endpoints.postgresUrl, dataMigrations),
+]);
+const common = {
+  REDIS_URL: endpoints.redisUrl,
+  KAFKA_BROKERS: endpoints.kafkaBrokers,
+  ONTO_TOPIC_PREFIX: topics.prefix,
+};
+const control = await startService('control', {
+  ...common,
+  DATABASE_URL: controlDb.url,
+  ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP,
+  WORLD_PROVISION_TIMEOUT_MS: '3600000', // intelligence is not running here
+});
+const data = await startService('data', { ...common, DATABASE_URL: dataDb.url, DB_POOL_MAX: '32' });
+
+// biome-ignore lint/suspicious/noExplicitAny: the answers are read field by field, checked by their use
+async function call(base: string, method: string, path: string, token?: string, body?: unknown): Promise<any> {
+  const res = await fetch(base + path, {
+    method,
+    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = await res.json().catch(() => null);
+  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+try {
+  const { accessToken: token } = await call(control.url, 'POST', '/v1/auth/token', undefined, { apiToken: BOOTSTRAP });
+  await call(control.url, 'POST', '/v1/worlds', token, { id: 'bench' });
+  const { version } = await call(control.url, 'PUT', '/v1/worlds/bench/object-types/Item', token, {
+    displayName: 'Item',
+    primaryKey: 'id',
+    properties: {
+      id: { type: 'string', required: true },
+      name: { type: 'string' },
+      amount: { type: 'integer', indexed: true },
+      status: { type: { type: 'enum', values: ['open', 'closed'] } },
+    },
+  });
+  // Wait for data to have the world and the type (and for its identity replica to be fresh).
+  for (let i = 0; ; i++) {
+    const res = await fetch(`${data.url}/v1/worlds/bench/schema-version`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    if (res.ok && ((await res.json()) as { version: number }).version >= version) break;
+    if (i > 150) throw new Error(`data did not replicate the schema: ${res.status}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+
+  // --- REST: every request a change (the amount is new each time), of a random object
+  let n = 0;
+  const rest = await autocannon({
+    url: data.url,
+    connections,
+    duration: seconds,
+    requests: [
+      {
+        method: 'PUT',
+        setupRequest: (req) => {
+          n++;
+          const pk = `item-${Math.floor(Math.random() * objects)}`;
+          return {
+            ...req,
+            path: `/v1/worlds/bench/objects/Item/${pk}`,
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+            body: JSON.stringify({ properties: { id: pk, name: `item ${pk}`, amount: n, status: 'open' } }),
+          };
+        },
+      },
+    ],
+  });
+  const ok = rest['2xx'];
+  const restRate = ok / seconds;
+  // The services go before pgbench: its 64 connections need the server's connection slots.
+  await data.stop();
+  await control.stop();
+
+  // --- pgbench: the same object row + outbox row, one transaction, same concurrency
+  const dir = mkdtempSync(join(tmpdir(), 'onto-pgbench-'));
+  const client = new pg.Client(dataDb.url);
+  await client.connect();
+  await client.query(
+    `CREATE TABLE bench_objects (pk text PRIMARY KEY, version int NOT NULL, properties jsonb NOT NULL)`,
+  );
+  await client.end();
+  const body = JSON.stringify({ after: { id: 'item', name: 'item x', amount: 1, status: 'open' } }).padEnd(600, ' ');
+  writeFileSync(
+    join(dir, 'put.sql'),
+    `\\set pk random(1, ${objects})
+\\set amount random(1, 1000000)
+BEGIN;
+INSERT INTO bench_objects (pk, version, properties)
+  VALUES ('item-' || :pk, 1, jsonb_build_object('id', 'item-' || :pk, 'name', 'item', 'amount', :amount, 'status', 'open'))
+  ON CONFLICT (pk) DO UPDATE SET version = bench_objects.version + 1, properties = EXCLUDED.properties;
+WITH o AS (
+  INSERT INTO outbox (event_id, topic, partition_key, lane, body)
+  VALUES (gen_random_uuid(), 'bench', 'bench/Item/item-' || :pk, :pk % 64, '${body}')
+  RETURNING id, lane)
+INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM o;
+COMMIT;
+`,
+  );
+  const url = new URL(dataDb.url);
+  const bench = spawnSync(
+    'pgbench',
+    [
+      '-n',
+      '-c',
+      String(connections),
+      '-j',
+      '2',
+      '-T',
+      String(seconds),
+      '-f',
+      join(dir, 'put.sql'),
+      '-h',
+      url.hostname,
+      '-p',
+      url.port || '5432',
+      '-U',
+      url.username || 'postgres',
+      url.pathname.slice(1),
+    ],
+    { encoding: 'utf8' },
+  );
+  const tps = Number(bench.stdout.match(/tps = ([\d.]+) \(without initial connection time\)/)?.[1]);
+  if (!Number.isFinite(tps)) throw new Error(`pgbench: ${bench.stdout}${bench.stderr}`);
+
+  console.log('');
+  console.log(`| ${connections} connections, ${seconds} s | writes/s | p50 ms | p99 ms |`);
+  console.log('|---|---:|---:|---:|');
+  console.log(
+    `| PUT /v1/worlds/…/objects/Item/{pk} (autocannon; ${fmt(rest.non2xx)} non-2xx) | ${fmt(restRate)} | ${rest.latency.p50} | ${rest.latency.p99} |`,
+  );
+  console.log(`| pgbench: object row + outbox row | ${fmt(tps)} | | |`);
+  console.log(`ratio ${(restRate / tps).toFixed(2)} (goal ≥ 0.7)`);
+} finally {
+  await data.stop();
+  await control.stop();
+  await Promise.all([controlDb.drop(), dataDb.drop()]);
+  await topics.drop();
+}
