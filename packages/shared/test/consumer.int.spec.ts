@@ -1,15 +1,26 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
+import pg from 'pg';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Producer } from '../src/kafka/broker.js';
 import { dlqOf } from '../src/kafka/topics.js';
 import { InboxConsumer, type InboxConsumerOptions } from '../src/messaging/consumer.js';
 import { encodeEvent } from '../src/messaging/envelope.js';
+import { ProcessedCache } from '../src/messaging/processed-cache.js';
 import { upsertIfNewer } from '../src/messaging/upsert.js';
-import { testBroker, testLogger } from '../src/testing/index.js';
-import { effectCounts, kernelFixture, orderEvent, readTopic, recordEffects, spawnFixture, waitFor } from './kernel.js';
+import { createTestDatabase, testBroker, testLogger } from '../src/testing/index.js';
+import {
+  effectCounts,
+  kernelFixture,
+  kernelTracks,
+  orderEvent,
+  readTopic,
+  recordEffects,
+  spawnFixture,
+  waitFor,
+} from './kernel.js';
 
 type Message = ReturnType<typeof orderEvent>;
 
@@ -319,6 +330,30 @@ describe('inbox consumer', () => {
       expect(JSON.parse(String(dead?.value)).event_id).toBe(orphan.event.event_id);
     } finally {
       await consumer.stop();
+    }
+  });
+
+  it("never trusts another database's Redis markers, even under the same consumer name", async () => {
+    const redis = new Redis(fx.endpoints.redisUrl);
+    const other = await createTestDatabase(fx.endpoints.postgresUrl, kernelTracks);
+    const otherPool = new pg.Pool({ connectionString: other.url, max: 2 });
+    try {
+      const id = orderEvent('scoped', 1).event.event_id;
+      const here = new ProcessedCache(redis, 'same-name', 60, () => {});
+      const there = new ProcessedCache(redis, 'same-name', 60, () => {});
+      await here.bind(fx.pool);
+      await there.bind(otherPool);
+      await here.markDone([id]);
+      expect([...(await here.claim([id]))]).toEqual([id]);
+      expect([...(await there.claim([id]))]).toEqual([]); // the other database decides for itself
+      // A new epoch (as after a restore from backup) forgets every marker of this database too.
+      await fx.pool.query('UPDATE kernel_meta SET inbox_epoch = gen_random_uuid()');
+      await here.bind(fx.pool);
+      expect([...(await here.claim([id]))]).toEqual([]);
+    } finally {
+      redis.disconnect();
+      await otherPool.end();
+      await other.drop();
     }
   });
 

@@ -201,6 +201,7 @@ export class InboxConsumer {
 
   async start(): Promise<void> {
     this.running = true;
+    await this.cache.bind(this.opts.pool);
     this.dlqProducer = await this.opts.broker.producer();
     this.consumer = await this.opts.broker.consumer({
       groupId: this.opts.name,

@@ -7,6 +7,9 @@ import type { Redis } from 'ioredis';
  * is the record that decides.
  */
 export class ProcessedCache {
+  /** Which database's inbox the markers speak for; unset, the cache answers nothing. */
+  private scope: string | undefined;
+
   constructor(
     private readonly redis: Redis | undefined,
     private readonly consumer: string,
@@ -14,14 +17,26 @@ export class ProcessedCache {
     private readonly onUnavailable: (error: Error) => void,
   ) {}
 
+  /**
+   * Binds the markers to one database (its inbox epoch and oid, see kernel migration 003): a
+   * database recreated or restored must never trust another's "done".
+   */
+  async bind(db: { query: (text: string) => Promise<{ rows: { scope: string }[] }> }): Promise<void> {
+    const { rows } = await db.query(
+      `SELECT m.inbox_epoch::text || '-' || d.oid::text AS scope
+         FROM kernel_meta m, pg_database d WHERE d.datname = current_database()`,
+    );
+    this.scope = rows[0]?.scope;
+  }
+
   private key(eventId: string) {
-    return `onto:inbox:${this.consumer}:${eventId}`;
+    return `onto:inbox:${this.scope}:${this.consumer}:${eventId}`;
   }
 
   /** Registers the ids (SET NX, pipelined) and returns those already done. */
   async claim(eventIds: string[]): Promise<Set<string>> {
     const done = new Set<string>();
-    if (!this.redis || eventIds.length === 0) return done;
+    if (!this.redis || !this.scope || eventIds.length === 0) return done;
     try {
       const pipeline = this.redis.pipeline();
       for (const id of eventIds) pipeline.set(this.key(id), 'pending', 'EX', this.ttlSeconds, 'NX', 'GET');
@@ -38,7 +53,7 @@ export class ProcessedCache {
   }
 
   async markDone(eventIds: string[]): Promise<void> {
-    if (!this.redis || eventIds.length === 0) return;
+    if (!this.redis || !this.scope || eventIds.length === 0) return;
     try {
       const pipeline = this.redis.pipeline();
       for (const id of eventIds) pipeline.set(this.key(id), 'done', 'EX', this.ttlSeconds);
