@@ -3,8 +3,10 @@ import { fileURLToPath } from 'node:url';
 import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
+import cdc from './cdc/plugin.js';
 import type { Config } from './config.js';
 import identity from './identity/plugin.js';
+import bulk from './ingest/routes.js';
 import links from './links/routes.js';
 import objects from './objects/routes.js';
 import schema from './schema/plugin.js';
@@ -31,6 +33,8 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(objects);
   await fastify.register(links);
+  await fastify.register(bulk);
+  await fastify.register(cdc, { mappings: config.CDC_MAPPINGS });
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

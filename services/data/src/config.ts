@@ -18,6 +18,11 @@ export const ConfigSchema = Type.Composite([
       description:
         'How long a request whose X-Consistency-Token names a schema version not applied here waits before 503',
     }),
+    CDC_MAPPINGS: Type.String({
+      default: '[]',
+      description:
+        'JSON array of CDC mappings [{source, world, objectType, primaryKey, properties: {property: column}}]; data consumes cdc.raw.<source> for each',
+    }),
   }),
 ]);
 export type Config = Static<typeof ConfigSchema>;

@@ -1,0 +1,219 @@
+import { canonicalJson, enqueue, HttpProblem, StaleWriteError, Unprocessable } from '@onto/shared';
+import type { FastifyInstance } from 'fastify';
+import type pg from 'pg';
+import { linkChange, type Origin, objectChange } from '../events.js';
+import { inWorldTransaction } from '../http.js';
+import { linksTouching, writeLink } from '../links/repository.js';
+import { capped, checkObject, LIMITS, stringFault } from '../objects/model.js';
+import { insertHead, objectContext, updateHead } from '../objects/repository.js';
+import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import type { CdcMapping, ChangeRecord } from './mapping.js';
+
+/** Where a record was read: recorded with the position, and the request id of its writes. */
+export interface Coordinates {
+  topic: string;
+  partition: number;
+  offset: string;
+}
+
+/** A record the mapping or the schema refuses: dead-lettered, never retried. */
+export class CdcRefusal extends Error {
+  constructor(
+    message: string,
+    readonly errors: { path: string; message: string }[] = [],
+  ) {
+    super(message);
+  }
+}
+
+export type Outcome = 'applied' | 'unchanged' | 'skipped';
+
+/** The primary key of a row: its key column's value as text. */
+function pkOf(m: CdcMapping, row: Record<string, unknown>): string {
+  const v = row[m.primaryKey];
+  if (typeof v !== 'string' && typeof v !== 'number') {
+    throw new CdcRefusal(`the key column ${m.primaryKey} is missing or not a string or number`, [
+      { path: `/${m.primaryKey}`, message: 'is required (the primary key)' },
+    ]);
+  }
+  const pk = String(v);
+  const fault = pk.length === 0 ? 'must not be empty' : stringFault(pk, LIMITS.pkLength);
+  if (fault) throw new CdcRefusal(`the primary key ${fault}`, [{ path: `/${m.primaryKey}`, message: fault }]);
+  return pk;
+}
+
+/**
+ * Applies one change in one transaction: the object's last applied source position is advanced
+ * first (a row lock that serialises every change of the object); when the change is not newer
+ * (a redelivery, or an older change arriving late) nothing else happens. Then c/u/r write the
+ * mapped row as PUT does and d deletes as DELETE does (tombstone, links, events).
+ */
+export async function applyChange(
+  app: FastifyInstance,
+  m: CdcMapping,
+  change: ChangeRecord,
+  at: Coordinates,
+): Promise<Outcome> {
+  const row = (change.op === 'd' ? change.before : change.after) as Record<string, unknown>;
+  const pk = pkOf(m, row);
+  const origin: Origin = {
+    actor: `cdc:${m.source}`,
+    requestId: `cdc:${at.topic}:${at.partition}:${at.offset}`,
+    causedBy: null,
+  };
+  try {
+    return await inWorldTransaction(app.pg, m.world, async (tx) => {
+      const { rowCount } = await tx.query(
+        `INSERT INTO cdc_positions AS p (source, world_id, type, pk, position, topic, partition, "offset")
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (source, world_id, type, pk) DO UPDATE
+            SET position = excluded.position, topic = excluded.topic, partition = excluded.partition,
+                "offset" = excluded."offset", applied_at = now()
+          WHERE p.position < excluded.position`,
+        [m.source, m.world, m.objectType, pk, change.position.toString(), at.topic, at.partition, at.offset],
+      );
+      if (rowCount === 0) return 'skipped';
+      return change.op === 'd' ? remove(app, tx, m, pk, origin) : upsert(app, tx, m, pk, row, origin);
+    });
+  } catch (error) {
+    // The schema's verdicts (unknown world or type, invalid row) are the record's fault.
+    if (error instanceof HttpProblem && (error.status === 404 || error.status === 422)) {
+      throw new CdcRefusal(error.message, error.extensions.errors ?? []);
+    }
+    throw error;
+  }
+}
+
+async function upsert(
+  app: FastifyInstance,
+  tx: pg.PoolClient,
+  m: CdcMapping,
+  pk: string,
+  row: Record<string, unknown>,
+  origin: Origin,
+): Promise<Outcome> {
+  const input: Record<string, unknown> = {};
+  for (const [property, column] of Object.entries(m.properties)) {
+    if (Object.hasOwn(row, column)) input[property] = row[column];
+  }
+  for (let attempt = 0; ; attempt++) {
+    const ctx = await objectContext(tx, m.world, m.objectType, pk, 'FOR NO KEY UPDATE');
+    if (!ctx.provisioned) throw notProvisioned(m.world);
+    const { type } = await objectTypeOf(app, tx, m.world, m.objectType, ctx.schemaVersion);
+    const checked = checkObject(type, input, pk);
+    if (checked.errors.length > 0) {
+      throw new Unprocessable(`the row does not match the schema of ${m.objectType}`, capped(checked.errors));
+    }
+    const head = ctx.head;
+    const live = head !== null && !head.deleted;
+    if (live && head.properties !== null && canonicalJson(head.properties) === canonicalJson(checked.properties)) {
+      return 'unchanged';
+    }
+    const write = {
+      worldId: m.world,
+      type: m.objectType,
+      pk,
+      version: (head?.version ?? 0) + 1,
+      properties: checked.properties,
+      schemaVersion: ctx.schemaVersion,
+      actor: origin.actor,
+      requestId: origin.requestId,
+    };
+    const seq = head === null ? await insertHead(tx, write) : await updateHead(tx, write);
+    if (seq === null) {
+      if (attempt < 3) continue;
+      throw new StaleWriteError(`${m.world}/${m.objectType}/${pk} keeps being created concurrently`);
+    }
+    await enqueue(
+      tx,
+      objectChange(
+        {
+          worldId: m.world,
+          type: m.objectType,
+          pk,
+          kind: live ? 'updated' : 'created',
+          version: write.version,
+          seq,
+          before: live ? head.properties : null,
+          after: checked.properties,
+          schemaVersion: ctx.schemaVersion,
+        },
+        origin,
+      ),
+      app.topicPrefix,
+    );
+    return 'applied';
+  }
+}
+
+/** As DELETE does: the object's links go first, each with its event, then the tombstone. */
+async function remove(
+  app: FastifyInstance,
+  tx: pg.PoolClient,
+  m: CdcMapping,
+  pk: string,
+  origin: Origin,
+): Promise<Outcome> {
+  const ctx = await objectContext(tx, m.world, m.objectType, pk, 'FOR UPDATE');
+  if (!ctx.provisioned) throw notProvisioned(m.world);
+  const { doc } = await objectTypeOf(app, tx, m.world, m.objectType, ctx.schemaVersion);
+  const head = ctx.head;
+  if (!head || head.deleted) return 'unchanged';
+  const linkTypes = Object.values(doc.linkTypes);
+  const links = await linksTouching(
+    tx,
+    m.world,
+    { type: m.objectType, pk },
+    linkTypes.filter((l) => l.from === m.objectType).map((l) => l.apiName),
+    linkTypes.filter((l) => l.to === m.objectType).map((l) => l.apiName),
+  );
+  for (const link of links) {
+    const change = {
+      worldId: m.world,
+      linkType: link.linkType,
+      from: { type: link.fromType, pk: link.fromPk },
+      to: { type: link.toType, pk: link.toPk },
+      version: link.version + 1,
+    };
+    const seq = await writeLink(tx, {
+      ...change,
+      fromOne: false,
+      toOne: false,
+      deleted: true,
+      actor: origin.actor,
+      requestId: origin.requestId,
+    });
+    if (seq === null) throw new Error('a locked live link could not be deleted');
+    await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, origin), app.topicPrefix);
+  }
+  const version = head.version + 1;
+  const seq = await updateHead(tx, {
+    worldId: m.world,
+    type: m.objectType,
+    pk,
+    version,
+    properties: null,
+    schemaVersion: ctx.schemaVersion,
+    actor: origin.actor,
+    requestId: origin.requestId,
+  });
+  await enqueue(
+    tx,
+    objectChange(
+      {
+        worldId: m.world,
+        type: m.objectType,
+        pk,
+        kind: 'deleted',
+        version,
+        seq,
+        before: head.properties,
+        after: null,
+        schemaVersion: ctx.schemaVersion,
+      },
+      origin,
+    ),
+    app.topicPrefix,
+  );
+  return 'applied';
+}

@@ -1,0 +1,230 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { enqueue, HttpProblem, type ObjectType, PayloadTooLarge, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import { objectChange } from '../events.js';
+import { inWorldTransaction, originOf } from '../http.js';
+import { checkObject, pointer } from '../objects/model.js';
+import { worldContext } from '../objects/repository.js';
+import { NAME } from '../objects/routes.js';
+import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { type BulkRow, writeChunk } from './repository.js';
+
+export const BULK = {
+  /** Objects in one request; more is a 413. */
+  maxObjects: 100_000,
+  /** Bytes of one request body (this route only); more is a 413. */
+  bodyLimit: 256 * 1024 * 1024,
+  /** Rows per set-based statement (and per outbox batch) inside the request's one transaction. */
+  chunk: 5000,
+  /** Line errors reported in one 422; the rest are counted in the last. */
+  maxErrors: 1000,
+} as const;
+
+const NDJSON = 'application/x-ndjson';
+
+/** A fault of one row of a bulk body: its 1-based line (NDJSON) or array position + 1 (JSON). */
+export interface LineError {
+  line: number;
+  path: string;
+  message: string;
+}
+
+class UnsupportedMediaType extends HttpProblem {
+  constructor(detail: string) {
+    super(415, 'unsupported-media-type', 'Unsupported Media Type', detail);
+  }
+}
+
+class LineErrors extends HttpProblem {
+  constructor(detail: string, errors: LineError[]) {
+    const shown =
+      errors.length <= BULK.maxErrors
+        ? errors
+        : [
+            ...errors.slice(0, BULK.maxErrors - 1),
+            { line: 0, path: '/', message: `and ${errors.length - BULK.maxErrors + 1} more faults` },
+          ];
+    super(422, 'unprocessable', 'Unprocessable Content', detail, { errors: shown });
+  }
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The rows of the body as (line, value) pairs; unparseable NDJSON lines are faults. */
+export function rowsOf(
+  body: unknown,
+  contentType: string,
+): { rows: { line: number; value: unknown }[]; errors: LineError[] } {
+  const errors: LineError[] = [];
+  const rows: { line: number; value: unknown }[] = [];
+  if (contentType === NDJSON) {
+    const lines = String(body ?? '').split('\n');
+    for (const [i, raw] of lines.entries()) {
+      const text = raw.trim();
+      if (text === '') continue;
+      if (rows.length + errors.length >= BULK.maxObjects) {
+        throw new PayloadTooLarge(`a bulk write takes at most ${BULK.maxObjects} objects`);
+      }
+      try {
+        rows.push({ line: i + 1, value: JSON.parse(text) });
+      } catch (e) {
+        errors.push({ line: i + 1, path: '', message: `is not JSON: ${(e as Error).message}` });
+      }
+    }
+    return { rows, errors };
+  }
+  if (!Array.isArray(body)) {
+    throw new LineErrors('a JSON bulk body must be an array of {"properties": {…}}', [
+      { line: 0, path: '', message: 'must be an array' },
+    ]);
+  }
+  if (body.length > BULK.maxObjects) {
+    throw new PayloadTooLarge(`a bulk write takes at most ${BULK.maxObjects} objects`);
+  }
+  return { rows: body.map((value, i) => ({ line: i + 1, value })), errors };
+}
+
+/** Checks every row as PUT would, and refuses a primary key given twice; all faults, by line. */
+export function checkRows(type: ObjectType, rows: { line: number; value: unknown }[], errors: LineError[]) {
+  const checked: BulkRow[] = [];
+  const seen = new Map<string, number>();
+  const pkPath = `/properties/${pointer(type.primaryKey)}`;
+  for (const { line, value } of rows) {
+    if (!isObject(value)) {
+      errors.push({ line, path: '', message: 'must be {"properties": {…}}' });
+      continue;
+    }
+    const extra = Object.keys(value).filter((k) => k !== 'properties');
+    for (const k of extra) errors.push({ line, path: `/${pointer(k)}`, message: 'is not a known field' });
+    if (!('properties' in value)) {
+      errors.push({ line, path: '/properties', message: 'is required' });
+      continue;
+    }
+    const input = value.properties;
+    const given = isObject(input) ? input[type.primaryKey] : undefined;
+    if (isObject(input) && (given === undefined || given === null)) {
+      errors.push({ line, path: pkPath, message: 'is required (the primary key)' });
+      continue;
+    }
+    const pk =
+      typeof given === 'string' ? given : typeof given === 'number' ? String(given) : String(JSON.stringify(given));
+    const result = checkObject(type, input, pk);
+    for (const e of result.errors) errors.push({ line, path: e.path, message: e.message });
+    if (result.errors.length > 0 || extra.length > 0) continue;
+    const first = seen.get(pk);
+    if (first !== undefined) {
+      errors.push({ line, path: pkPath, message: `duplicates the primary key of line ${first}` });
+      continue;
+    }
+    seen.set(pk, line);
+    checked.push({ pk, properties: result.properties });
+  }
+  return checked;
+}
+
+/**
+ * `POST /v1/worlds/{world}/bulk/{type}`: creates or replaces up to 100,000 objects of one type in
+ * one transaction (all or nothing). Encapsulated: the NDJSON parser and the raised body limit
+ * belong to this route alone.
+ */
+export default async function bulk(fastify: FastifyInstance) {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  app.addContentTypeParser(NDJSON, { parseAs: 'string', bodyLimit: BULK.bodyLimit }, (_req, body, done) =>
+    done(null, body),
+  );
+  const Problem = { $ref: 'Problem#' };
+  app.post(
+    '/v1/worlds/:world/bulk/:type',
+    {
+      bodyLimit: BULK.bodyLimit,
+      preHandler: app.authorize({ role: 'editor' }),
+      schema: {
+        tags: ['objects'],
+        summary: 'Create or replace many objects of a type, all or nothing',
+        description: `Body: ${NDJSON} (one {"properties": {…}} per line; blank lines are skipped) or application/json (an array of them); at most ${BULK.maxObjects} objects (413 beyond). Each row is checked as PUT checks it; any fault refuses the whole request (422, errors [{line, path, message}], nothing written), and so does a primary key given on two lines. A row identical to the stored object changes nothing and emits no event. Answers {created, updated, unchanged, seq} and X-Consistency-Token: data=<seq>.`,
+        params: Type.Object({
+          world: Type.String({ pattern: WORLD_ID }),
+          type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
+        }),
+        headers: Type.Object({
+          'x-consistency-token': Type.Optional(Type.String()),
+          'x-caused-by': Type.Optional(Type.String()),
+        }),
+        response: {
+          200: Type.Object({
+            created: Type.Integer(),
+            updated: Type.Integer(),
+            unchanged: Type.Integer(),
+            seq: Type.Integer({ description: 'the highest data seq of the objects written or left as they were' }),
+          }),
+          // 422 is left undeclared so that its errors keep their `line`.
+          400: Problem,
+          401: Problem,
+          403: Problem,
+          404: Problem,
+          409: Problem,
+          413: Problem,
+          415: Problem,
+          503: Problem,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { world, type: typeName } = request.params;
+      const contentType = String(request.headers['content-type'] ?? '')
+        .split(';')[0]
+        ?.trim()
+        .toLowerCase();
+      if (contentType !== NDJSON && contentType !== 'application/json') {
+        throw new UnsupportedMediaType(`a bulk body is ${NDJSON} or application/json, not ${contentType || 'absent'}`);
+      }
+      const origin = originOf(request);
+      const { rows, errors } = rowsOf(request.body, contentType);
+      await app.awaitConsistency(request, world);
+      const result = await inWorldTransaction(app.pg, world, async (tx) => {
+        const ctx = await worldContext(tx, world);
+        if (!ctx.provisioned) throw notProvisioned(world);
+        const { type } = await objectTypeOf(app, tx, world, typeName, ctx.schemaVersion);
+        const faults = [...errors];
+        const checked = checkRows(type, rows, faults);
+        if (faults.length > 0) {
+          faults.sort((a, b) => a.line - b.line);
+          throw new LineErrors(
+            `${new Set(faults.map((f) => f.line)).size} of ${rows.length + errors.length} rows do not match the schema of ${world}; nothing was written`,
+            faults,
+          );
+        }
+        // In key order: concurrent bulk writes then lock and insert shared keys in the same order.
+        checked.sort((a, b) => (a.pk < b.pk ? -1 : a.pk > b.pk ? 1 : 0));
+        const summary = { created: 0, updated: 0, unchanged: 0, seq: 0 };
+        for (let i = 0; i < checked.length; i += BULK.chunk) {
+          const chunk = await writeChunk(
+            tx,
+            {
+              worldId: world,
+              type: typeName,
+              schemaVersion: ctx.schemaVersion,
+              actor: origin.actor,
+              requestId: origin.requestId,
+            },
+            checked.slice(i, i + BULK.chunk),
+          );
+          summary.unchanged += chunk.unchanged;
+          summary.seq = Math.max(summary.seq, chunk.maxSeq);
+          for (const c of chunk.changes) summary[c.kind]++;
+          await enqueue(
+            tx,
+            chunk.changes.map((c) =>
+              objectChange({ ...c, worldId: world, type: typeName, schemaVersion: ctx.schemaVersion }, origin),
+            ),
+            app.topicPrefix,
+          );
+        }
+        return summary;
+      });
+      if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);
+      return result;
+    },
+  );
+}

@@ -1,0 +1,148 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dataStack, expectProblem, type Stack } from './stack.js';
+
+const Item = {
+  displayName: 'Item',
+  primaryKey: 'id',
+  properties: {
+    id: { type: 'string', required: true },
+    qty: { type: 'integer', required: true, indexed: true },
+    at: { type: 'timestamp' },
+    note: { type: 'string' },
+  },
+};
+
+const W = 'bulkw';
+const url = (type = 'Item') => `/v1/worlds/${W}/bulk/${type}`;
+const ndjson = (rows: unknown[]) => `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`;
+const NDJSON = { 'content-type': 'application/x-ndjson' };
+
+describe('bulk ingest', () => {
+  let s: Stack;
+  let editor: string;
+  let viewer: string;
+  const count = async (sql: string) => (await s.data.app.pg.query<{ n: number }>(sql, [W])).rows[0]?.n;
+  const heads = () => count(`SELECT count(*)::int AS n FROM object_heads WHERE world_id = $1`);
+  const history = () => count(`SELECT count(*)::int AS n FROM object_history WHERE world_id = $1`);
+  const outbox = () =>
+    count(`SELECT count(*)::int AS n FROM outbox WHERE partition_key LIKE $1 || '/Item/%' AND topic LIKE '%objects'`);
+
+  beforeAll(async () => {
+    s = await dataStack();
+    await s.world(W, { objectTypes: { Item } });
+    editor = await s.user('bulk-ed', W, 'editor');
+    viewer = await s.user('bulk-vic', W, 'viewer');
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  it('writes nothing when any row is invalid, and reports every bad line with its path', async () => {
+    const rows: unknown[] = Array.from({ length: 500 }, (_, i) => ({ properties: { id: `a${i}`, qty: i } }));
+    rows[10] = { properties: { id: 'a10', qty: 'ten' } };
+    rows[200] = { properties: { id: 'a200', qty: 1, at: 'yesterday', colour: 'red' } };
+    rows[300] = { properties: { qty: 3 } };
+    rows[400] = { properties: { id: 'a1', qty: 3 } };
+    const body = `${ndjson(rows.slice(0, 450))}{not json\n${ndjson(rows.slice(450))}`;
+    const res = await s.dataCall('POST', url(), { token: editor, body, headers: NDJSON });
+    const problem = expectProblem(res, 422);
+    expect(problem.errors).toEqual([
+      { line: 11, path: '/properties/qty', message: expect.any(String) },
+      { line: 201, path: '/properties/at', message: expect.any(String) },
+      { line: 201, path: '/properties/colour', message: expect.any(String) },
+      { line: 301, path: '/properties/id', message: expect.any(String) },
+      { line: 401, path: '/properties/id', message: 'duplicates the primary key of line 2' },
+      { line: 451, path: '', message: expect.stringMatching(/^is not JSON/) },
+    ]);
+    expect(await heads()).toBe(0);
+    expect(await outbox()).toBe(0);
+
+    // A JSON array is reported by position (+1).
+    const arr = await s.dataCall('POST', url(), {
+      token: editor,
+      body: [{ properties: { id: 'x', qty: 1 } }, { properties: { id: 'y' } }],
+    });
+    expect(expectProblem(arr, 422).errors).toEqual([{ line: 2, path: '/properties/qty', message: 'is required' }]);
+    expect(await heads()).toBe(0);
+  });
+
+  it('ingests 10,000 rows with heads, history and one event per changed object; the same again changes nothing', async () => {
+    const rows = Array.from({ length: 10_000 }, (_, i) => ({
+      properties: { id: `o${i}`, qty: i, at: '2024-05-01T12:00:00+02:00' },
+    }));
+    const res = await s.dataCall('POST', url(), { token: editor, body: ndjson(rows), headers: NDJSON });
+    expect(res.statusCode, res.body).toBe(200);
+    const summary = res.json();
+    expect(summary).toMatchObject({ created: 10_000, updated: 0, unchanged: 0 });
+    expect(res.headers['x-consistency-token']).toBe(`data=${summary.seq}`);
+    expect(await heads()).toBe(10_000);
+    expect(await history()).toBe(10_000);
+    expect(await outbox()).toBe(10_000);
+
+    const read = await s.dataCall('GET', `/v1/worlds/${W}/objects/Item/o42`, { token: viewer });
+    expect(read.json()).toEqual({
+      type: 'Item',
+      pk: 'o42',
+      version: 1,
+      properties: { id: 'o42', qty: 42, at: '2024-05-01T10:00:00.000Z' },
+    });
+
+    // Identical again (the instant spelled differently): nothing changes, nothing is emitted.
+    const again = await s.dataCall('POST', url(), {
+      token: editor,
+      body: ndjson(rows.map((r) => ({ properties: { ...r.properties, at: '2024-05-01T10:00:00Z' } }))),
+      headers: NDJSON,
+    });
+    expect(again.statusCode, again.body).toBe(200);
+    expect(again.json()).toEqual({ created: 0, updated: 0, unchanged: 10_000, seq: summary.seq });
+    expect(await history()).toBe(10_000);
+    expect(await outbox()).toBe(10_000);
+
+    // Some changed, one new, as a JSON array: versions increment, one event each.
+    const mixed = await s.dataCall('POST', url(), {
+      token: editor,
+      body: [
+        { properties: { id: 'o1', qty: 1001 } },
+        { properties: { id: 'o2', qty: 2, at: '2024-05-01T10:00:00Z' } },
+        { properties: { id: 'new', qty: 5 } },
+      ],
+    });
+    expect(mixed.statusCode, mixed.body).toBe(200);
+    expect(mixed.json()).toMatchObject({ created: 1, updated: 1, unchanged: 1 });
+    expect(mixed.json().seq).toBeGreaterThan(summary.seq);
+    const o1 = await s.dataCall('GET', `/v1/worlds/${W}/objects/Item/o1`, { token: viewer });
+    expect(o1.json()).toMatchObject({ version: 2, properties: { id: 'o1', qty: 1001 } });
+    expect(await outbox()).toBe(10_002);
+    const { rows: ev } = await s.data.app.pg.query<{ body: { type: string; payload: { before: unknown } } }>(
+      `SELECT body::jsonb AS body FROM outbox WHERE partition_key = $1`,
+      [`${W}/Item/o1`],
+    );
+    expect(ev.map((r) => r.body.type).sort()).toEqual(['object.created', 'object.updated']);
+  }, 30_000);
+
+  it('refuses more than 100,000 objects (413), a viewer (403) and other content types (415)', async () => {
+    const tooMany = '{}\n'.repeat(100_001);
+    expectProblem(await s.dataCall('POST', url(), { token: editor, body: tooMany, headers: NDJSON }), 413);
+    expectProblem(
+      await s.dataCall('POST', url(), {
+        token: viewer,
+        body: ndjson([{ properties: { id: 'v', qty: 1 } }]),
+        headers: NDJSON,
+      }),
+      403,
+    );
+    expectProblem(
+      await s.dataCall('POST', url(), {
+        token: editor,
+        body: 'id,qty\nz,1\n',
+        headers: { 'content-type': 'text/csv' },
+      }),
+      415,
+    );
+    expectProblem(
+      await s.dataCall('POST', url(), { token: editor, body: 'hello', headers: { 'content-type': 'text/plain' } }),
+      415,
+    );
+    expectProblem(await s.dataCall('POST', url('Nope'), { token: editor, body: [], headers: {} }), 404);
+  });
+});
