@@ -18,7 +18,7 @@ import { fmt } from './lib/harness.js';
 import { startService } from './lib/services.js';
 
 const seconds = Number(process.argv[2] ?? 10);
-const connections = 64;
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const objects = 100_000;
 const BOOTSTRAP = 'bench-bootstrap-token-0123456789abcdef';
 const endpoints = testEndpoints();
