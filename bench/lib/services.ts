@@ -15,7 +15,9 @@ export function freePort(): Promise<number> {
 /** A service from its compiled server, as deployed: its own process, its own event loop. */
 export async function startService(name: 'control' | 'data' | 'intelligence', env: Record<string, string>) {
   const port = await freePort();
-  const child: ChildProcess = spawn(process.execPath, [`${repo}/services/${name}/dist/server.js`], {
+  // BENCH_NODE_ARGS, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof", to look inside a service.
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, `${repo}/services/${name}/dist/server.js`], {
     env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
