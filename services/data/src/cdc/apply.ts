@@ -1,11 +1,11 @@
 import { canonicalJson, enqueue, HttpProblem, StaleWriteError, Unprocessable } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
-import { linkChange, type Origin, objectChange } from '../events.js';
+import { type Origin, objectChange } from '../events.js';
 import { inWorldTransaction } from '../http.js';
-import { linksTouching, writeLink } from '../links/repository.js';
 import { capped, checkObject, LIMITS, stringFault } from '../objects/model.js';
 import { insertHead, objectContext, updateHead } from '../objects/repository.js';
+import { tombstoneObject } from '../objects/tombstone.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import type { CdcMapping, ChangeRecord } from './mapping.js';
 
@@ -159,61 +159,15 @@ async function remove(
   const { doc } = await objectTypeOf(app, tx, m.world, m.objectType, ctx.schemaVersion);
   const head = ctx.head;
   if (!head || head.deleted) return 'unchanged';
-  const linkTypes = Object.values(doc.linkTypes);
-  const links = await linksTouching(
-    tx,
-    m.world,
-    { type: m.objectType, pk },
-    linkTypes.filter((l) => l.from === m.objectType).map((l) => l.apiName),
-    linkTypes.filter((l) => l.to === m.objectType).map((l) => l.apiName),
-  );
-  for (const link of links) {
-    const change = {
-      worldId: m.world,
-      linkType: link.linkType,
-      from: { type: link.fromType, pk: link.fromPk },
-      to: { type: link.toType, pk: link.toPk },
-      version: link.version + 1,
-    };
-    const seq = await writeLink(tx, {
-      ...change,
-      fromOne: false,
-      toOne: false,
-      deleted: true,
-      actor: origin.actor,
-      requestId: origin.requestId,
-    });
-    if (seq === null) throw new Error('a locked live link could not be deleted');
-    await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, origin), app.topicPrefix);
-  }
-  const version = head.version + 1;
-  const seq = await updateHead(tx, {
+  await tombstoneObject(tx, {
     worldId: m.world,
     type: m.objectType,
     pk,
-    version,
-    properties: null,
+    head,
     schemaVersion: ctx.schemaVersion,
-    actor: origin.actor,
-    requestId: origin.requestId,
+    schema: doc,
+    origin,
+    topicPrefix: app.topicPrefix,
   });
-  await enqueue(
-    tx,
-    objectChange(
-      {
-        worldId: m.world,
-        type: m.objectType,
-        pk,
-        kind: 'deleted',
-        version,
-        seq,
-        before: head.properties,
-        after: null,
-        schemaVersion: ctx.schemaVersion,
-      },
-      origin,
-    ),
-    app.topicPrefix,
-  );
   return 'applied';
 }

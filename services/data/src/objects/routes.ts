@@ -13,9 +13,8 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { decodeCursor, encodeCursor } from '../cursor.js';
-import { linkChange, objectChange } from '../events.js';
+import { objectChange } from '../events.js';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
-import { linksTouching, writeLink } from '../links/repository.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import {
   applyPatch,
@@ -28,6 +27,7 @@ import {
   parseFilter,
 } from './model.js';
 import { type Head, insertHead, listObjects, objectContext, updateHead, worldContext } from './repository.js';
+import { tombstoneObject } from './tombstone.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const Problem = { $ref: 'Problem#' };
@@ -285,63 +285,16 @@ export default fp(
           const head = ctx.head;
           if (!head || head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
           checkPreconditions(conditions, head, `${typeName} ${pk}`);
-          const linkTypes = Object.values(doc.linkTypes);
-          const links = await linksTouching(
-            tx,
-            world,
-            { type: typeName, pk },
-            linkTypes.filter((l) => l.from === typeName).map((l) => l.apiName),
-            linkTypes.filter((l) => l.to === typeName).map((l) => l.apiName),
-          );
-          for (const link of links) {
-            const change = {
-              worldId: world,
-              linkType: link.linkType,
-              from: { type: link.fromType, pk: link.fromPk },
-              to: { type: link.toType, pk: link.toPk },
-              version: link.version + 1,
-            };
-            const seq = await writeLink(tx, {
-              ...change,
-              fromOne: false,
-              toOne: false,
-              deleted: true,
-              actor: origin.actor,
-              requestId: origin.requestId,
-            });
-            if (seq === null) throw new Error('a locked live link could not be deleted');
-            await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, origin), app.topicPrefix);
-          }
-          const version = head.version + 1;
-          const seq = await updateHead(tx, {
+          return tombstoneObject(tx, {
             worldId: world,
             type: typeName,
             pk,
-            version,
-            properties: null,
+            head,
             schemaVersion: ctx.schemaVersion,
-            actor: origin.actor,
-            requestId: origin.requestId,
+            schema: doc,
+            origin,
+            topicPrefix: app.topicPrefix,
           });
-          await enqueue(
-            tx,
-            objectChange(
-              {
-                worldId: world,
-                type: typeName,
-                pk,
-                kind: 'deleted',
-                version,
-                seq,
-                before: head.properties,
-                after: null,
-                schemaVersion: ctx.schemaVersion,
-              },
-              origin,
-            ),
-            app.topicPrefix,
-          );
-          return { version, seq };
         });
         written(reply, result.version, result.seq);
         reply.code(204);

@@ -1,0 +1,82 @@
+import { enqueue, type SchemaDocument } from '@onto/shared';
+import type pg from 'pg';
+import { linkChange, type Origin, objectChange } from '../events.js';
+import { linksTouching, writeLink } from '../links/repository.js';
+import { type Head, updateHead } from './repository.js';
+
+export interface Tombstone {
+  worldId: string;
+  type: string;
+  pk: string;
+  /** The live head, locked FOR UPDATE by the caller. */
+  head: Head;
+  schemaVersion: number;
+  schema: SchemaDocument;
+  origin: Origin;
+  topicPrefix: string;
+}
+
+/**
+ * Deletes an object the way every path does (REST, CDC): its live links first, each with its
+ * own `link.deleted` event, then a tombstone head with `object.deleted`, in the caller's
+ * transaction. Returns the tombstone's version and seq.
+ */
+export async function tombstoneObject(tx: pg.ClientBase, t: Tombstone): Promise<{ version: number; seq: number }> {
+  const linkTypes = Object.values(t.schema.linkTypes);
+  const links = await linksTouching(
+    tx,
+    t.worldId,
+    { type: t.type, pk: t.pk },
+    linkTypes.filter((l) => l.from === t.type).map((l) => l.apiName),
+    linkTypes.filter((l) => l.to === t.type).map((l) => l.apiName),
+  );
+  for (const link of links) {
+    const change = {
+      worldId: t.worldId,
+      linkType: link.linkType,
+      from: { type: link.fromType, pk: link.fromPk },
+      to: { type: link.toType, pk: link.toPk },
+      version: link.version + 1,
+    };
+    const seq = await writeLink(tx, {
+      ...change,
+      fromOne: false,
+      toOne: false,
+      deleted: true,
+      actor: t.origin.actor,
+      requestId: t.origin.requestId,
+    });
+    if (seq === null) throw new Error('a locked live link could not be deleted');
+    await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, t.origin), t.topicPrefix);
+  }
+  const version = t.head.version + 1;
+  const seq = await updateHead(tx, {
+    worldId: t.worldId,
+    type: t.type,
+    pk: t.pk,
+    version,
+    properties: null,
+    schemaVersion: t.schemaVersion,
+    actor: t.origin.actor,
+    requestId: t.origin.requestId,
+  });
+  await enqueue(
+    tx,
+    objectChange(
+      {
+        worldId: t.worldId,
+        type: t.type,
+        pk: t.pk,
+        kind: 'deleted',
+        version,
+        seq,
+        before: t.head.properties,
+        after: null,
+        schemaVersion: t.schemaVersion,
+      },
+      t.origin,
+    ),
+    t.topicPrefix,
+  );
+  return { version, seq };
+}
