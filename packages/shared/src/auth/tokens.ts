@@ -130,7 +130,36 @@ export async function signAccessToken(
  * refused before any key is looked up), type, issuer, audience, expiry and claims. Throws
  * Unauthorized, or whatever the key ring throws (Unavailable when it cannot tell yet).
  */
+// Verified tokens, per key ring: a client sends the same access token with every request, and an
+// EdDSA verification costs more than the rest of authorisation. An entry is used only while the
+// key ring still answers the same key for the token and the token has not expired; revocation is
+// checked on every request after this, cached or not.
+const VERIFIED_MAX = 10_000;
+const verified = new WeakMap<KeyRing, Map<string, { key: unknown; claims: AccessTokenClaims }>>();
+
 export async function verifyAccessToken(token: string, keys: KeyRing): Promise<AccessTokenClaims> {
+  let cache = verified.get(keys);
+  if (!cache) {
+    cache = new Map();
+    verified.set(keys, cache);
+  }
+  const hit = cache.get(token);
+  if (hit) {
+    if (hit.claims.exp * 1000 <= Date.now()) {
+      cache.delete(token);
+      throw new Unauthorized('the access token has expired');
+    }
+    const kid = decodeProtectedHeader(token).kid;
+    if (typeof kid === 'string' && (await keys.key(kid, hit.claims.iat)) === hit.key) return hit.claims;
+    cache.delete(token);
+  }
+  const { claims, key } = await verifyUncached(token, keys);
+  if (cache.size >= VERIFIED_MAX) cache.delete(cache.keys().next().value as string);
+  cache.set(token, { key, claims });
+  return claims;
+}
+
+async function verifyUncached(token: string, keys: KeyRing): Promise<{ claims: AccessTokenClaims; key: unknown }> {
   let kid: unknown;
   let iat: unknown;
   try {
@@ -160,7 +189,7 @@ export async function verifyAccessToken(token: string, keys: KeyRing): Promise<A
     throw new Unauthorized('the access token is invalid');
   }
   if (!claimsCheck.Check(payload)) throw new Unauthorized('the access token carries malformed claims');
-  return payload;
+  return { claims: payload, key };
 }
 
 export function principalOfClaims(claims: AccessTokenClaims): Principal {
