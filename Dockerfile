@@ -31,6 +31,7 @@ COPY --from=deps /app/services/intelligence/package.json services/intelligence/
 RUN pnpm install --frozen-lockfile --prod
 COPY --from=build /app/packages/shared/dist packages/shared/dist
 COPY --from=build /app/packages/shared/migrations packages/shared/migrations
+COPY --from=build /app/packages/shared/migrations-identity-replica packages/shared/migrations-identity-replica
 COPY --from=build /app/services/control/dist services/control/dist
 COPY --from=build /app/services/control/migrations services/control/migrations
 COPY --from=build /app/services/data/dist services/data/dist

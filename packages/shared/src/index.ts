@@ -22,7 +22,7 @@ export type * from './kafka/broker.js';
 export { createKafkaBroker, type KafkaBrokerOptions } from './kafka/kafkajs-broker.js';
 export { kafkaPlugin } from './kafka/plugin.js';
 export * from './kafka/topics.js';
-export { kernelMigrations } from './kernel-migrations.js';
+export { identityReplicaMigrations, kernelMigrations } from './kernel-migrations.js';
 export { canonicalJson } from './messaging/canonical-json.js';
 export {
   type ApplyEffects,

@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
+import { identityReplicaMigrations, kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import cdc from './cdc/plugin.js';
@@ -16,6 +16,7 @@ const { version } = createRequire(import.meta.url)('../package.json') as { versi
 
 export const migrations: MigrationTrack[] = [
   kernelMigrations,
+  identityReplicaMigrations,
   { directory: fileURLToPath(new URL('../migrations', import.meta.url)), table: 'data_migrations' },
 ];
 

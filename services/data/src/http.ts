@@ -1,9 +1,8 @@
 import {
-  afterCommit,
-  afterRollback,
   BadRequest,
   ConcurrencyConflictError,
   Conflict,
+  inTransaction,
   PreconditionFailed,
   UUID_V7,
   withOcc,
@@ -160,23 +159,9 @@ export async function inWorldTransaction<T>(
   worldId: string,
   work: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
-  const once = async () => {
-    const client = await pool.connect();
-    try {
-      // One round trip; both numbers are integers computed here, not input.
-      await client.query(`BEGIN; SELECT pg_advisory_xact_lock_shared(${WORLD_LOCK_SPACE}, ${worldLockKey(worldId)})`);
-      const result = await work(client);
-      await client.query('COMMIT');
-      afterCommit(client, pool); // wakes the relays for the events it enqueued
-      return result;
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => {});
-      afterRollback(client);
-      throw error;
-    } finally {
-      client.release();
-    }
-  };
+  // One round trip with BEGIN; both numbers are integers computed here, not input.
+  const lock = `SELECT pg_advisory_xact_lock_shared(${WORLD_LOCK_SPACE}, ${worldLockKey(worldId)})`;
+  const once = () => inTransaction(pool, work, 'READ COMMITTED', lock);
   try {
     return await withOcc(once, { maxRetries: 3, baseDelayMs: 20 });
   } catch (error) {

@@ -12,10 +12,13 @@ export async function inTransaction<T>(
   pool: pg.Pool,
   work: (tx: pg.PoolClient) => Promise<T>,
   isolation: Isolation = 'READ COMMITTED',
+  /** SQL without parameters sent with BEGIN in the same round trip (a lock, a SET LOCAL). */
+  prelude = '',
 ): Promise<T> {
   const client = await pool.connect();
   try {
-    await client.query(isolation === 'READ COMMITTED' ? 'BEGIN' : `BEGIN ISOLATION LEVEL ${isolation}`);
+    const begin = isolation === 'READ COMMITTED' ? 'BEGIN' : `BEGIN ISOLATION LEVEL ${isolation}`;
+    await client.query(prelude ? `${begin}; ${prelude}` : begin);
     const result = await work(client);
     await client.query('COMMIT');
     afterCommit(client, pool);
