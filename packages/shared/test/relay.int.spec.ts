@@ -79,6 +79,10 @@ describe('outbox relay', () => {
         KAFKA_BROKERS: fx.endpoints.kafkaBrokers,
         BATCH_SIZE: '50',
         CONCURRENCY: '2',
+        // Few lanes per claim, each held a little while: one relay cannot take every lane,
+        // so the other must publish some (a fast relay alone once drained everything).
+        MAX_LANES: '3',
+        PUBLISH_DELAY_MS: '10',
       }),
     );
     try {
