@@ -54,23 +54,6 @@ export function causedBy(request: FastifyRequest): string | null {
   return id;
 }
 
-/** `X-Consistency-Token: control=4, data=17`: the versions the caller has seen, by service. */
-export function consistencyToken(request: FastifyRequest): Partial<Record<string, number>> {
-  const raw = header(request, 'x-consistency-token');
-  if (raw === undefined || raw === '') return {};
-  const token: Record<string, number> = {};
-  for (const part of raw.split(/[,;]/)) {
-    const m = /^\s*([a-z]+)=([0-9]{1,15})\s*$/.exec(part);
-    if (!m?.[1] || !m[2]) {
-      throw new BadRequest('X-Consistency-Token must be service=version pairs, such as control=4', [
-        { path: 'header/x-consistency-token', message: 'must be service=version[, service=version]' },
-      ]);
-    }
-    token[m[1]] = Number(m[2]);
-  }
-  return token;
-}
-
 /** A primary key from the path: text PostgreSQL can store (no NUL, no lone surrogate), not too long. */
 export function keyParam(name: string, value: string): string {
   const fault = stringFault(value, LIMITS.pkLength);

@@ -1,11 +1,10 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { NotFound, WORLD_ID } from '@onto/shared';
+import { consistencyToken, NotFound, SchemaReplica, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { consistencyToken } from '../http.js';
 import { IndexBuilder } from './indexes.js';
-import { applySchemaEvents, SchemaReplica } from './replica.js';
+import { applySchemaEvents } from './replica.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
