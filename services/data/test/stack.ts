@@ -4,6 +4,8 @@ import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { expect } from 'vitest';
 import * as control from '../../control/src/app.js';
 import { ConfigSchema as ControlConfig } from '../../control/src/config.js';
+import * as intelligence from '../../intelligence/src/app.js';
+import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
 import * as data from '../src/app.js';
 import { ConfigSchema as DataConfig } from '../src/config.js';
 
@@ -19,11 +21,19 @@ export interface Call {
 export type Stack = Awaited<ReturnType<typeof dataStack>>;
 
 /**
- * control and data on a topic prefix of their own, as a client sees them: the bootstrap admin's
- * token, users with roles, worlds with a schema. Worlds are provisioned by data alone here
- * (no intelligence), so control's provisioning timeout is pushed out of the way.
+ * control and data (and intelligence when asked) on a topic prefix of their own, as a client sees
+ * them: the bootstrap admin's token, users with roles, worlds with a schema. Without
+ * intelligence, worlds are provisioned by data alone, so control's provisioning timeout is pushed
+ * out of the way.
  */
-export async function dataStack(opts: { partitions?: number; dataEnv?: Record<string, string> } = {}) {
+export async function dataStack(
+  opts: {
+    partitions?: number;
+    dataEnv?: Record<string, string>;
+    intelligence?: boolean;
+    intelligenceEnv?: Record<string, string>;
+  } = {},
+) {
   const { kafkaBrokers } = testEndpoints();
   const topics = await createTestTopics(kafkaBrokers, opts.partitions ?? 3);
   const env = { ONTO_TOPIC_PREFIX: topics.prefix };
@@ -35,6 +45,12 @@ export async function dataStack(opts: { partitions?: number; dataEnv?: Record<st
     ...env,
     ...opts.dataEnv,
   })) as TestService<unknown>;
+  const i = opts.intelligence
+    ? ((await buildTestService(
+        { schema: IntelligenceConfig, app: intelligence.default, migrations: intelligence.migrations } as never,
+        { ...env, ...opts.intelligenceEnv },
+      )) as TestService<unknown>)
+    : undefined;
   const login = await c.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken: BOOTSTRAP } });
   const admin = login.json().accessToken as string;
 
@@ -53,6 +69,11 @@ export async function dataStack(opts: { partitions?: number; dataEnv?: Record<st
     admin,
     controlCall: (method: Method, url: string, call?: Call) => inject(c.app, method, url, call),
     dataCall: (method: Method, url: string, call?: Call) => inject(d.app, method, url, call),
+    intelligence: i,
+    intelCall: (method: Method, url: string, call?: Call) => {
+      if (!i) throw new Error('this stack has no intelligence service: dataStack({ intelligence: true })');
+      return inject(i.app, method, url, call);
+    },
 
     /** Polls `probe` until it returns something, at most `ms`. */
     async until<T>(what: string, probe: () => Promise<T | undefined>, ms = 15_000): Promise<T> {
@@ -68,7 +89,11 @@ export async function dataStack(opts: { partitions?: number; dataEnv?: Record<st
     /** A world provisioned in data, with these object and link types, applied by data's replica. */
     async world(
       id: string,
-      schema: { objectTypes?: Record<string, unknown>; linkTypes?: Record<string, unknown> } = {},
+      schema: {
+        objectTypes?: Record<string, unknown>;
+        linkTypes?: Record<string, unknown>;
+        actionTypes?: Record<string, unknown>;
+      } = {},
     ): Promise<number> {
       const created = await s.controlCall('POST', '/v1/worlds', { body: { id } });
       expect(created.statusCode, created.body).toBe(202);
@@ -76,6 +101,7 @@ export async function dataStack(opts: { partitions?: number; dataEnv?: Record<st
       for (const [kind, types] of [
         ['object-types', schema.objectTypes ?? {}],
         ['link-types', schema.linkTypes ?? {}],
+        ['action-types', schema.actionTypes ?? {}],
       ] as const) {
         for (const [name, body] of Object.entries(types)) {
           const res = await s.controlCall('PUT', `/v1/worlds/${id}/${kind}/${name}`, { body });
@@ -91,6 +117,16 @@ export async function dataStack(opts: { partitions?: number; dataEnv?: Record<st
         const { rowCount } = await d.app.pg.query('SELECT 1 FROM worlds WHERE id = $1', [id]);
         return rowCount ? true : undefined;
       });
+      if (i) {
+        await s.until(`world ${id} provisioned in intelligence at schema version ${version}`, async () => {
+          const { rows } = await i.app.pg.query<{ provisioned: boolean; version: number }>(
+            `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
+                    (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS version`,
+            [id],
+          );
+          return rows[0]?.provisioned && (rows[0]?.version ?? 0) >= version ? true : undefined;
+        });
+      }
       return version;
     },
 
@@ -128,7 +164,7 @@ export async function dataStack(opts: { partitions?: number; dataEnv?: Record<st
     },
 
     async close() {
-      await Promise.all([c.close(), d.close()]);
+      await Promise.all([c.close(), d.close(), i?.close()]);
       await topics.drop();
     },
   };

@@ -4,7 +4,9 @@ import { identityReplicaMigrations, kernelMigrations, type MigrationTrack, platf
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Config } from './config.js';
+import consistency from './consistency.js';
 import identity from './identity/plugin.js';
+import schema from './schema/plugin.js';
 import worlds from './worlds/plugin.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
@@ -26,6 +28,8 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   });
   await fastify.register(identity, { config });
   await fastify.register(worlds);
+  await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
+  await fastify.register(consistency, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

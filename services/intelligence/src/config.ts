@@ -11,6 +11,13 @@ export const ConfigSchema = Type.Composite([
       default: 2000,
       description: 'Requests are refused (503) while the replica of revocations lags control by more than this',
     }),
+    CONSISTENCY_WAIT_MS: Type.Integer({
+      minimum: 0,
+      maximum: 60_000,
+      default: 2000,
+      description:
+        'How long a read whose X-Consistency-Token names a data or schema version not applied here waits before 503',
+    }),
   }),
 ]);
 export type Config = Static<typeof ConfigSchema>;

@@ -1,0 +1,140 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { consistencyToken, NotFound, type Queryable, replicaVersion, Unavailable, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import type pg from 'pg';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /**
+     * Honours the request's `X-Consistency-Token`: `data=<n>` waits (bounded) until intelligence
+     * has applied the world's data changes up to write n; `control=<v>` until its schema replica
+     * has applied version v; else 503 with Retry-After. Answers the watermark it saw.
+     */
+    awaitConsistency(request: FastifyRequest, worldId: string): Promise<number>;
+    /** Sets `X-Consistency-Token: data=<watermark>` — what this answer reflects of data. */
+    consistencyHeader(reply: FastifyReply, worldId: string, watermark?: number): Promise<void>;
+  }
+}
+
+/** Raises the world's data watermark to `seq` (never lowers it), in the applying transaction. */
+export async function advanceDataWatermark(tx: Queryable, worldId: string, seq: number): Promise<void> {
+  await tx.query(
+    `INSERT INTO data_watermarks (world_id, seq) VALUES ($1, $2)
+     ON CONFLICT (world_id) DO UPDATE SET seq = excluded.seq, updated_at = now()
+       WHERE data_watermarks.seq < excluded.seq`,
+    [worldId, seq],
+  );
+}
+
+/** The same for a batch: one statement for every world the batch touched. */
+export async function advanceDataWatermarks(tx: Queryable, seqs: Map<string, number>): Promise<void> {
+  if (seqs.size === 0) return;
+  await tx.query(
+    `INSERT INTO data_watermarks (world_id, seq)
+     SELECT w, s FROM unnest($1::text[], $2::bigint[]) AS t(w, s)
+     ON CONFLICT (world_id) DO UPDATE SET seq = excluded.seq, updated_at = now()
+       WHERE data_watermarks.seq < excluded.seq`,
+    [[...seqs.keys()], [...seqs.values()]],
+  );
+}
+
+export async function dataWatermark(db: Queryable, worldId: string): Promise<number> {
+  const { rows } = await db.query<{ seq: string }>('SELECT seq FROM data_watermarks WHERE world_id = $1', [worldId]);
+  return rows[0] ? Number(rows[0].seq) : 0;
+}
+
+/**
+ * Polls `probe` with a growing interval until it reaches `wanted`, at most `boundMs`; then 503
+ * with Retry-After naming what is behind.
+ */
+async function waitFor(
+  probe: () => Promise<number>,
+  wanted: number,
+  boundMs: number,
+  behind: (have: number) => string,
+): Promise<number> {
+  const deadline = Date.now() + boundMs;
+  let delay = 5;
+  for (;;) {
+    const have = await probe();
+    if (have >= wanted) return have;
+    const left = deadline - Date.now();
+    if (left <= 0) throw new Unavailable(behind(have), Math.max(1, Math.ceil(boundMs / 1000)));
+    await new Promise((r) => setTimeout(r, Math.min(delay, left)));
+    delay = Math.min(delay * 2, 100);
+  }
+}
+
+const Problem = { $ref: 'Problem#' };
+
+/**
+ * The consistency token's two decorators and `GET /v1/worlds/{world}/watermarks`: how far
+ * intelligence has applied the world's schema (control's version) and data's writes.
+ */
+export default fp(
+  async (fastify: FastifyInstance, opts: { waitBoundMs: number }) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    const pool: pg.Pool = app.pg;
+    app.decorate('awaitConsistency', async (request: FastifyRequest, worldId: string) => {
+      const token = consistencyToken(request);
+      if (token.control !== undefined) await app.schemaReplica.awaitVersion(worldId, token.control);
+      if (token.data === undefined) return dataWatermark(pool, worldId);
+      return waitFor(
+        () => dataWatermark(pool, worldId),
+        token.data,
+        opts.waitBoundMs,
+        (have) =>
+          `intelligence has applied data of ${worldId} up to write ${have}, not yet ${token.data}; retry shortly`,
+      );
+    });
+    app.decorate('consistencyHeader', async (reply: FastifyReply, worldId: string, watermark?: number) => {
+      reply.header('x-consistency-token', `data=${watermark ?? (await dataWatermark(pool, worldId))}`);
+    });
+
+    app.get(
+      '/v1/worlds/:world/watermarks',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['consistency'],
+          summary: "How far intelligence has applied the world's schema and data changes",
+          description:
+            'Accepts X-Consistency-Token (control=<v>, data=<n>) and waits, bounded, until both are applied; answers X-Consistency-Token: data=<n>.',
+          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
+          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          response: {
+            200: Type.Object({
+              world: Type.String(),
+              schemaVersion: Type.Integer({
+                description: "control's schema version applied here (0 before the first)",
+              }),
+              dataSeq: Type.Integer({ description: 'the highest data write applied here (0 before the first)' }),
+            }),
+            400: Problem,
+            401: Problem,
+            403: Problem,
+            404: Problem,
+            503: Problem,
+          },
+        },
+      },
+      async (request, reply) => {
+        const { world } = request.params;
+        const dataSeq = await app.awaitConsistency(request, world);
+        const { rows } = await pool.query<{ provisioned: boolean }>(
+          'SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned',
+          [world],
+        );
+        const schemaVersion = await replicaVersion(pool, world);
+        if (!rows[0]?.provisioned && schemaVersion === 0 && dataSeq === 0) {
+          throw new NotFound(`world ${world} is not provisioned in intelligence`);
+        }
+        await app.consistencyHeader(reply, world, dataSeq);
+        return { world, schemaVersion, dataSeq };
+      },
+    );
+  },
+  { name: 'onto-intelligence-consistency', dependencies: ['onto-auth', 'onto-intelligence-schema'] },
+);
