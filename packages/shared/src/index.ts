@@ -45,6 +45,8 @@ export * from './messaging/relay.js';
 export { upsertIfNewer } from './messaging/upsert.js';
 export { UUID_V7, uuidv7 } from './messaging/uuidv7.js';
 export { type WorldHooks, worldProvisioning } from './messaging/world-provisioning.js';
+export * from './ontology/actions.js';
 export * from './ontology/replica.js';
 export * from './ontology/schema.js';
+export * from './ontology/values.js';
 export { createRedis, redisPlugin } from './redis/redis.js';
