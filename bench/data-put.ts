@@ -9,71 +9,32 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { migrations as controlMigrations } from '@onto/control/app';
-import { migrations as dataMigrations } from '@onto/data/app';
-import { createTestDatabase, createTestTopics, testEndpoints } from '@onto/shared/testing';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import { fmt } from './lib/harness.js';
-import { startService } from './lib/services.js';
+import { benchStack } from './lib/stack.js';
 
 const seconds = Number(process.argv[2] ?? 10);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const objects = 100_000;
-const BOOTSTRAP = 'bench-bootstrap-token-0123456789abcdef';
-const endpoints = testEndpoints();
-const topics = await createTestTopics(endpoints.kafkaBrokers, 6);
-const [controlDb, dataDb] = await Promise.all([
-  createTestDatabase(endpoints.postgresUrl, controlMigrations),
-  createTestDatabase(endpoints.postgresUrl, dataMigrations),
-]);
-const common = {
-  REDIS_URL: endpoints.redisUrl,
-  KAFKA_BROKERS: endpoints.kafkaBrokers,
-  ONTO_TOPIC_PREFIX: topics.prefix,
-};
-const control = await startService('control', {
-  ...common,
-  DATABASE_URL: controlDb.url,
-  ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP,
-  WORLD_PROVISION_TIMEOUT_MS: '3600000', // intelligence is not running here
-});
-const data = await startService('data', { ...common, DATABASE_URL: dataDb.url, DB_POOL_MAX: '32' });
-
-// biome-ignore lint/suspicious/noExplicitAny: the answers are read field by field, checked by their use
-async function call(base: string, method: string, path: string, token?: string, body?: unknown): Promise<any> {
-  const res = await fetch(base + path, {
-    method,
-    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const json = await res.json().catch(() => null);
-  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
-  return json;
-}
+const stack = await benchStack({ dataEnv: { DB_POOL_MAX: '32' } });
+const { data, dataDb, token } = stack;
 
 try {
-  const { accessToken: token } = await call(control.url, 'POST', '/v1/auth/token', undefined, { apiToken: BOOTSTRAP });
-  await call(control.url, 'POST', '/v1/worlds', token, { id: 'bench' });
-  const { version } = await call(control.url, 'PUT', '/v1/worlds/bench/object-types/Item', token, {
-    displayName: 'Item',
-    primaryKey: 'id',
-    properties: {
-      id: { type: 'string', required: true },
-      name: { type: 'string' },
-      amount: { type: 'integer', indexed: true },
-      status: { type: { type: 'enum', values: ['open', 'closed'] } },
+  await stack.world('bench', {
+    objectTypes: {
+      Item: {
+        displayName: 'Item',
+        primaryKey: 'id',
+        properties: {
+          id: { type: 'string', required: true },
+          name: { type: 'string' },
+          amount: { type: 'integer', indexed: true },
+          status: { type: { type: 'enum', values: ['open', 'closed'] } },
+        },
+      },
     },
   });
-  // Wait for data to have the world and the type (and for its identity replica to be fresh).
-  for (let i = 0; ; i++) {
-    const res = await fetch(`${data.url}/v1/worlds/bench/schema-version`, {
-      headers: { authorization: `Bearer ${token}` },
-    });
-    if (res.ok && ((await res.json()) as { version: number }).version >= version) break;
-    if (i > 150) throw new Error(`data did not replicate the schema: ${res.status}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
 
   // --- REST: every request a change (the amount is new each time), of a random object
   let n = 0;
@@ -100,8 +61,7 @@ try {
   const ok = rest['2xx'];
   const restRate = ok / seconds;
   // The services go before pgbench: its 64 connections need the server's connection slots.
-  await data.stop();
-  await control.stop();
+  await stack.stopServices();
 
   // --- pgbench: the same object row + outbox row, one transaction, same concurrency
   const dir = mkdtempSync(join(tmpdir(), 'onto-pgbench-'));
@@ -163,8 +123,5 @@ COMMIT;
   console.log(`| pgbench: object row + outbox row | ${fmt(tps)} | | |`);
   console.log(`ratio ${(restRate / tps).toFixed(2)} (goal ≥ 0.7)`);
 } finally {
-  await data.stop();
-  await control.stop();
-  await Promise.all([controlDb.drop(), dataDb.drop()]);
-  await topics.drop();
+  await stack.close();
 }
