@@ -1,11 +1,12 @@
-import { canonicalJson, enqueue, HttpProblem, StaleWriteError, Unprocessable } from '@onto/shared';
+import { HttpProblem } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
-import { type Origin, objectChange } from '../events.js';
+import type { Origin } from '../events.js';
 import { inWorldTransaction } from '../http.js';
-import { capped, checkObject, LIMITS, stringFault } from '../objects/model.js';
-import { insertHead, objectContext, updateHead } from '../objects/repository.js';
+import { checkObject, LIMITS, stringFault } from '../objects/model.js';
+import { objectContext } from '../objects/repository.js';
 import { tombstoneObject } from '../objects/tombstone.js';
+import { writeObject } from '../objects/write.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import type { CdcMapping, ChangeRecord } from './mapping.js';
 
@@ -96,54 +97,15 @@ async function upsert(
   for (const [property, column] of Object.entries(m.properties)) {
     if (Object.hasOwn(row, column)) input[property] = row[column];
   }
-  for (let attempt = 0; ; attempt++) {
-    const ctx = await objectContext(tx, m.world, m.objectType, pk, 'FOR NO KEY UPDATE');
-    if (!ctx.provisioned) throw notProvisioned(m.world);
-    const { type } = await objectTypeOf(app, tx, m.world, m.objectType, ctx.schemaVersion);
-    const checked = checkObject(type, input, pk);
-    if (checked.errors.length > 0) {
-      throw new Unprocessable(`the row does not match the schema of ${m.objectType}`, capped(checked.errors));
-    }
-    const head = ctx.head;
-    const live = head !== null && !head.deleted;
-    if (live && head.properties !== null && canonicalJson(head.properties) === canonicalJson(checked.properties)) {
-      return 'unchanged';
-    }
-    const write = {
-      worldId: m.world,
-      type: m.objectType,
-      pk,
-      version: (head?.version ?? 0) + 1,
-      properties: checked.properties,
-      schemaVersion: ctx.schemaVersion,
-      actor: origin.actor,
-      requestId: origin.requestId,
-    };
-    const seq = head === null ? await insertHead(tx, write) : await updateHead(tx, write);
-    if (seq === null) {
-      if (attempt < 3) continue;
-      throw new StaleWriteError(`${m.world}/${m.objectType}/${pk} keeps being created concurrently`);
-    }
-    await enqueue(
-      tx,
-      objectChange(
-        {
-          worldId: m.world,
-          type: m.objectType,
-          pk,
-          kind: live ? 'updated' : 'created',
-          version: write.version,
-          seq,
-          before: live ? head.properties : null,
-          after: checked.properties,
-          schemaVersion: ctx.schemaVersion,
-        },
-        origin,
-      ),
-      app.topicPrefix,
-    );
-    return 'applied';
-  }
+  const written = await writeObject(app, tx, {
+    worldId: m.world,
+    typeName: m.objectType,
+    pk,
+    origin,
+    topicPrefix: app.topicPrefix,
+    decide: (type) => checkObject(type, input, pk),
+  });
+  return written.changed ? 'applied' : 'unchanged';
 }
 
 /** As DELETE does: the object's links go first, each with its event, then the tombstone. */

@@ -1,16 +1,16 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { BadRequest, Conflict, enqueue, NotFound, StaleWriteError, WORLD_ID } from '@onto/shared';
+import { BadRequest, NotFound, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { decodeCursor, encodeCursor } from '../cursor.js';
-import { linkChange } from '../events.js';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { LIMITS } from '../objects/model.js';
-import { objectContext, worldContext } from '../objects/repository.js';
+import { objectContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
-import { linkHead, lockEnds, occupant, traverse, writeLink } from './repository.js';
+import { traverse } from './repository.js';
+import { putLink, removeLink } from './write.js';
 
 const Problem = { $ref: 'Problem#' };
 const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 412: Problem, 503: Problem };
@@ -29,9 +29,6 @@ const WriteHeaders = Type.Object({
 });
 const End = Type.Object({ type: Type.String(), pk: Type.String() });
 const LinkBody = Type.Object({ linkType: Type.String(), from: End, to: End, version: Type.Integer() });
-
-/** Postgres' unique violation on the indexes that hold a side of a link type to one link. */
-const CARDINALITY_INDEXES = new Set(['link_heads_one_per_from', 'link_heads_one_per_to']);
 
 /**
  * Links of a link type between existing objects. Cardinality is held by partial unique indexes
@@ -64,71 +61,18 @@ export default fp(
         const origin = originOf(request);
         const conditions = preconditionsOf(request);
         await app.awaitConsistency(request, world);
-        const result = await inWorldTransaction(app.pg, world, async (tx) => {
-          const ctx = await worldContext(tx, world);
-          if (!ctx.provisioned) throw notProvisioned(world);
-          const { type } = await linkTypeOf(app, tx, world, name, ctx.schemaVersion);
-          const from = { type: type.from, pk: fromPk };
-          const to = { type: type.to, pk: toPk };
-          const alive = await lockEnds(tx, world, from, to);
-          for (const [end, ok] of [
-            [from, alive.from],
-            [to, alive.to],
-          ] as const) {
-            if (!ok) throw new NotFound(`${end.type} ${end.pk} does not exist in ${world}`);
-          }
-          const fromOne = type.cardinality === 'ONE_TO_ONE';
-          const toOne = type.cardinality !== 'MANY_TO_MANY';
-          for (let attempt = 0; ; attempt++) {
-            const head = await linkHead(tx, world, name, fromPk, toPk, true);
-            checkPreconditions(conditions, head, `link ${name} ${fromPk} → ${toPk}`);
-            if (head && !head.deleted) return { status: 200, version: head.version, seq: head.seq, from, to };
-            for (const [side, one, pk] of [
-              ['from', fromOne, fromPk],
-              ['to', toOne, toPk],
-            ] as const) {
-              const taken = one ? await occupant(tx, world, name, side, pk) : null;
-              if (taken) {
-                throw new Conflict(
-                  `${name} is ${type.cardinality}: ${side === 'from' ? type.from : type.to} ${pk} is already linked (${taken.fromPk} → ${taken.toPk})`,
-                  { existing: taken },
-                );
-              }
-            }
-            const version = (head?.version ?? 0) + 1;
-            let seq: number | null;
-            try {
-              seq = await writeLink(tx, {
-                worldId: world,
-                linkType: name,
-                from,
-                to,
-                fromOne,
-                toOne,
-                version,
-                deleted: false,
-                actor: origin.actor,
-                requestId: origin.requestId,
-              });
-            } catch (error) {
-              const e = error as { code?: string; constraint?: string };
-              if (e.code === '23505' && e.constraint && CARDINALITY_INDEXES.has(e.constraint)) {
-                throw new Conflict(`${name} is ${type.cardinality}: a concurrent request took the place of this link`);
-              }
-              throw error;
-            }
-            if (seq === null) {
-              if (attempt < 3) continue;
-              throw new StaleWriteError(`link ${world}/${name}/${fromPk}/${toPk} keeps changing`);
-            }
-            await enqueue(
-              tx,
-              linkChange({ worldId: world, linkType: name, from, to, kind: 'created', version, seq }, origin),
-              app.topicPrefix,
-            );
-            return { status: 201, version, seq, from, to };
-          }
-        });
+        const what = `link ${name} ${fromPk} → ${toPk}`;
+        const result = await inWorldTransaction(app.pg, world, (tx) =>
+          putLink(app, tx, {
+            worldId: world,
+            linkType: name,
+            fromPk,
+            toPk,
+            origin,
+            topicPrefix: app.topicPrefix,
+            check: (head) => checkPreconditions(conditions, head, what),
+          }),
+        );
         written(reply, result.version, result.seq);
         reply.code(result.status);
         return { linkType: name, from: result.from, to: result.to, version: result.version };
@@ -154,32 +98,18 @@ export default fp(
         const origin = originOf(request);
         const conditions = preconditionsOf(request);
         await app.awaitConsistency(request, world);
-        const result = await inWorldTransaction(app.pg, world, async (tx) => {
-          const ctx = await worldContext(tx, world);
-          if (!ctx.provisioned) throw notProvisioned(world);
-          const { type } = await linkTypeOf(app, tx, world, name, ctx.schemaVersion);
-          const head = await linkHead(tx, world, name, fromPk, toPk, true);
-          if (!head || head.deleted) throw new NotFound(`link ${name} ${fromPk} → ${toPk} does not exist in ${world}`);
-          checkPreconditions(conditions, head, `link ${name} ${fromPk} → ${toPk}`);
-          const change = {
+        const what = `link ${name} ${fromPk} → ${toPk}`;
+        const result = await inWorldTransaction(app.pg, world, (tx) =>
+          removeLink(app, tx, {
             worldId: world,
             linkType: name,
-            from: { type: type.from, pk: fromPk },
-            to: { type: type.to, pk: toPk },
-            version: head.version + 1,
-          };
-          const seq = await writeLink(tx, {
-            ...change,
-            fromOne: false,
-            toOne: false,
-            deleted: true,
-            actor: origin.actor,
-            requestId: origin.requestId,
-          });
-          if (seq === null) throw new Error('a locked live link could not be deleted');
-          await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, origin), app.topicPrefix);
-          return { version: change.version, seq };
-        });
+            fromPk,
+            toPk,
+            origin,
+            topicPrefix: app.topicPrefix,
+            check: (head) => checkPreconditions(conditions, head, what),
+          }),
+        );
         written(reply, result.version, result.seq);
         reply.code(204);
         return null;

@@ -1,33 +1,14 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import {
-  BadRequest,
-  canonicalJson,
-  enqueue,
-  NotFound,
-  type ObjectType,
-  StaleWriteError,
-  Unprocessable,
-  WORLD_ID,
-} from '@onto/shared';
+import { BadRequest, NotFound, type ObjectType, Unprocessable, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { decodeCursor, encodeCursor } from '../cursor.js';
-import { objectChange } from '../events.js';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
-import {
-  applyPatch,
-  type Checked,
-  capped,
-  checkObject,
-  type Filter,
-  LIMITS,
-  type Properties,
-  parseFilter,
-} from './model.js';
-import { type Head, insertHead, listObjects, objectContext, updateHead, worldContext } from './repository.js';
-import { tombstoneObject } from './tombstone.js';
+import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
+import { type Head, listObjects, objectContext, worldContext } from './repository.js';
+import { deleteObject, writeObject } from './write.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const Problem = { $ref: 'Problem#' };
@@ -98,8 +79,6 @@ function propertiesOf(body: unknown): unknown {
   return record.properties;
 }
 
-const same = (a: Properties | null, b: Properties) => a !== null && canonicalJson(a) === canonicalJson(b);
-
 /**
  * Objects of every world: `PUT|PATCH|GET|DELETE /v1/worlds/{world}/objects/{type}/{pk}` and the
  * list. Writes are checked against the world's replicated schema, conditional on If-Match
@@ -126,58 +105,17 @@ export default fp(
       const origin = originOf(request);
       const conditions = preconditionsOf(request);
       await app.awaitConsistency(request, world);
-      const result = await inWorldTransaction(app.pg, world, async (tx) => {
-        for (let attempt = 0; ; attempt++) {
-          const ctx = await objectContext(tx, world, typeName, pk, 'FOR NO KEY UPDATE');
-          if (!ctx.provisioned) throw notProvisioned(world);
-          const { type } = await objectTypeOf(app, tx, world, typeName, ctx.schemaVersion);
-          const head = ctx.head;
-          checkPreconditions(conditions, head, `${typeName} ${pk}`);
-          const checked = decide(type, head, params);
-          if (checked.errors.length > 0) {
-            throw new Unprocessable(`the ${typeName} does not match the schema of ${world}`, capped(checked.errors));
-          }
-          const live = head !== null && !head.deleted;
-          if (live && same(head.properties, checked.properties)) {
-            return { status: 200, version: head.version, seq: head.seq, properties: head.properties as Properties };
-          }
-          const change = {
-            worldId: world,
-            type: typeName,
-            pk,
-            version: (head?.version ?? 0) + 1,
-            properties: checked.properties,
-            schemaVersion: ctx.schemaVersion,
-            actor: origin.actor,
-            requestId: origin.requestId,
-          };
-          const seq = head === null ? await insertHead(tx, change) : await updateHead(tx, change);
-          if (seq === null) {
-            // Another request created the object between our read and insert: read it again, locked.
-            if (attempt < 3) continue;
-            throw new StaleWriteError(`${world}/${typeName}/${pk} keeps being created concurrently`);
-          }
-          await enqueue(
-            tx,
-            objectChange(
-              {
-                worldId: world,
-                type: typeName,
-                pk,
-                kind: live ? 'updated' : 'created',
-                version: change.version,
-                seq,
-                before: live ? head.properties : null,
-                after: checked.properties,
-                schemaVersion: ctx.schemaVersion,
-              },
-              origin,
-            ),
-            app.topicPrefix,
-          );
-          return { status: live ? 200 : 201, version: change.version, seq, properties: checked.properties };
-        }
-      });
+      const result = await inWorldTransaction(app.pg, world, (tx) =>
+        writeObject(app, tx, {
+          worldId: world,
+          typeName,
+          pk,
+          origin,
+          topicPrefix: app.topicPrefix,
+          check: (head) => checkPreconditions(conditions, head, `${typeName} ${pk}`),
+          decide: (type, head) => decide(type, head, params),
+        }),
+      );
       written(reply, result.version, result.seq);
       if (result.status === 201) {
         reply.header('location', `/v1/worlds/${world}/objects/${typeName}/${encodeURIComponent(pk)}`);
@@ -278,24 +216,16 @@ export default fp(
         const origin = originOf(request);
         const conditions = preconditionsOf(request);
         await app.awaitConsistency(request, world);
-        const result = await inWorldTransaction(app.pg, world, async (tx) => {
-          const ctx = await objectContext(tx, world, typeName, pk, 'FOR UPDATE');
-          if (!ctx.provisioned) throw notProvisioned(world);
-          const { doc } = await objectTypeOf(app, tx, world, typeName, ctx.schemaVersion);
-          const head = ctx.head;
-          if (!head || head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
-          checkPreconditions(conditions, head, `${typeName} ${pk}`);
-          return tombstoneObject(tx, {
+        const result = await inWorldTransaction(app.pg, world, (tx) =>
+          deleteObject(app, tx, {
             worldId: world,
-            type: typeName,
+            typeName,
             pk,
-            head,
-            schemaVersion: ctx.schemaVersion,
-            schema: doc,
             origin,
             topicPrefix: app.topicPrefix,
-          });
-        });
+            check: (head) => checkPreconditions(conditions, head, `${typeName} ${pk}`),
+          }),
+        );
         written(reply, result.version, result.seq);
         reply.code(204);
         return null;

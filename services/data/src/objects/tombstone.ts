@@ -1,7 +1,7 @@
 import { enqueue, type SchemaDocument } from '@onto/shared';
 import type pg from 'pg';
 import { linkChange, type Origin, objectChange } from '../events.js';
-import { linksTouching, writeLink } from '../links/repository.js';
+import { type LiveLink, linksTouching, writeLink } from '../links/repository.js';
 import { type Head, updateHead } from './repository.js';
 
 export interface Tombstone {
@@ -19,9 +19,12 @@ export interface Tombstone {
 /**
  * Deletes an object the way every path does (REST, CDC): its live links first, each with its
  * own `link.deleted` event, then a tombstone head with `object.deleted`, in the caller's
- * transaction. Returns the tombstone's version and seq.
+ * transaction. Returns the tombstone's version and seq, and the links it deleted (as they were).
  */
-export async function tombstoneObject(tx: pg.ClientBase, t: Tombstone): Promise<{ version: number; seq: number }> {
+export async function tombstoneObject(
+  tx: pg.ClientBase,
+  t: Tombstone,
+): Promise<{ version: number; seq: number; removedLinks: LiveLink[] }> {
   const linkTypes = Object.values(t.schema.linkTypes);
   const links = await linksTouching(
     tx,
@@ -78,5 +81,5 @@ export async function tombstoneObject(tx: pg.ClientBase, t: Tombstone): Promise<
     ),
     t.topicPrefix,
   );
-  return { version, seq };
+  return { version, seq, removedLinks: links };
 }
