@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { identityReplicaMigrations, kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
+import actions from './actions/plugin.js';
 import cdc from './cdc/plugin.js';
 import type { Config } from './config.js';
 import identity from './identity/plugin.js';
@@ -36,6 +37,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(links);
   await fastify.register(bulk);
   await fastify.register(cdc, { mappings: config.CDC_MAPPINGS });
+  await fastify.register(actions);
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

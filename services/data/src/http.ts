@@ -131,6 +131,11 @@ export async function lockWorldForDrop(tx: pg.ClientBase, worldId: string): Prom
   await tx.query('SELECT pg_advisory_xact_lock($1, $2)', [WORLD_LOCK_SPACE, worldLockKey(worldId)]);
 }
 
+/** Takes the world's drop lock shared in the caller's transaction, as every write does. */
+export async function lockWorldShared(tx: pg.ClientBase, worldId: string): Promise<void> {
+  await tx.query('SELECT pg_advisory_xact_lock_shared($1, $2)', [WORLD_LOCK_SPACE, worldLockKey(worldId)]);
+}
+
 /**
  * Runs `work` in a READ COMMITTED transaction that holds the world's drop lock shared, so that
  * the world cannot be dropped under the write (and a dropped world's check fails afterwards).
