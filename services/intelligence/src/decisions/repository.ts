@@ -1,0 +1,84 @@
+import type { FieldError, Queryable } from '@onto/shared';
+import type { Approval, DecisionDefinition } from './model.js';
+
+const COLUMNS = `world_id AS "worldId", name, rule, alert_type AS "alertType", action_type AS "actionType",
+  parameters, approval, description, version, state, errors, schema_version AS "schemaVersion",
+  to_json(created_at)#>>'{}' AS "createdAt", to_json(updated_at)#>>'{}' AS "updatedAt"`;
+
+type Row = Omit<DecisionDefinition, 'description' | 'rule' | 'alertType'> & {
+  description: string | null;
+  rule: string | null;
+  alertType: string | null;
+};
+const fromRow = ({ description, rule, alertType, ...rest }: Row): DecisionDefinition => ({
+  ...rest,
+  ...(rule === null ? {} : { rule }),
+  ...(alertType === null ? {} : { alertType }),
+  ...(description === null ? {} : { description }),
+});
+
+export async function listDecisionDefinitions(db: Queryable, worldId: string): Promise<DecisionDefinition[]> {
+  const { rows } = await db.query<Row>(
+    `SELECT ${COLUMNS} FROM decision_definitions WHERE world_id = $1 ORDER BY name`,
+    [worldId],
+  );
+  return rows.map(fromRow);
+}
+
+export async function getDecisionDefinition(db: Queryable, worldId: string, name: string) {
+  const { rows } = await db.query<Row>(
+    `SELECT ${COLUMNS} FROM decision_definitions WHERE world_id = $1 AND name = $2`,
+    [worldId, name],
+  );
+  return rows[0] ? fromRow(rows[0]) : undefined;
+}
+
+export interface DecisionDefinitionWrite {
+  worldId: string;
+  name: string;
+  rule?: string | undefined;
+  alertType?: string | undefined;
+  actionType: string;
+  parameters: Record<string, string>;
+  approval: Approval;
+  description?: string | undefined;
+  version: number;
+  state: 'valid' | 'invalid';
+  errors: FieldError[];
+  schemaVersion: number;
+}
+
+export async function saveDecisionDefinition(tx: Queryable, w: DecisionDefinitionWrite) {
+  const { rows } = await tx.query<Row>(
+    `INSERT INTO decision_definitions (world_id, name, rule, alert_type, action_type, parameters, approval,
+                                       description, version, state, errors, schema_version)
+     VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11::jsonb, $12)
+     ON CONFLICT (world_id, name) DO UPDATE
+       SET rule = EXCLUDED.rule, alert_type = EXCLUDED.alert_type, action_type = EXCLUDED.action_type,
+           parameters = EXCLUDED.parameters, approval = EXCLUDED.approval, description = EXCLUDED.description,
+           version = EXCLUDED.version, state = EXCLUDED.state, errors = EXCLUDED.errors,
+           schema_version = EXCLUDED.schema_version, updated_at = now()
+     RETURNING ${COLUMNS}`,
+    [
+      w.worldId,
+      w.name,
+      w.rule ?? null,
+      w.alertType ?? null,
+      w.actionType,
+      JSON.stringify(w.parameters),
+      w.approval,
+      w.description ?? null,
+      w.version,
+      w.state,
+      JSON.stringify(w.errors),
+      w.schemaVersion,
+    ],
+  );
+  const row = rows[0];
+  if (!row) throw new Error('the decision definition was not saved');
+  return fromRow(row);
+}
+
+export async function deleteDecisionDefinition(tx: Queryable, worldId: string, name: string): Promise<void> {
+  await tx.query('DELETE FROM decision_definitions WHERE world_id = $1 AND name = $2', [worldId, name]);
+}

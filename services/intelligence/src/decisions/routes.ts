@@ -1,0 +1,371 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
+import { listDerived } from '../derived/repository.js';
+import type { Engine } from '../engine/engine.js';
+import { bumpRevision } from '../engine/locks.js';
+import {
+  actorOf,
+  checkIfMatch,
+  decodeCursor,
+  encodeCursor,
+  errors,
+  ifMatch,
+  inWorld,
+  NAME,
+  notProvisioned,
+  provisioned,
+  ReadHeaders,
+  WriteHeaders,
+} from '../http.js';
+import { ALERT_TYPE } from '../rules/model.js';
+import { listRules } from '../rules/repository.js';
+import { DECISION_COLUMNS, type Decision, decideManually } from './make.js';
+import { APPROVALS, DECISION_STATUSES, type DecisionDefinition, type DecisionInput, resolveDecision } from './model.js';
+import {
+  deleteDecisionDefinition,
+  getDecisionDefinition,
+  listDecisionDefinitions,
+  saveDecisionDefinition,
+} from './repository.js';
+
+const UUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
+const Params = Type.Object({
+  world: Type.String({ pattern: WORLD_ID }),
+  name: Type.String({ pattern: NAME, description: 'the decision definition, unique in the world' }),
+});
+const Approval = Type.Union(APPROVALS.map((a) => Type.Literal(a)));
+const Body = Type.Object(
+  {
+    rule: Type.Optional(Type.String({ pattern: NAME, description: 'decide on the alerts of this rule …' })),
+    alertType: Type.Optional(Type.String({ pattern: ALERT_TYPE, description: '… or on every alert of this type' })),
+    actionType: Type.String({ pattern: NAME, description: 'an action type of the replicated schema' }),
+    parameters: Type.Record(
+      Type.String({ pattern: NAME }),
+      Type.String({ minLength: 1, maxLength: MAX_EXPRESSION_LENGTH }),
+      {
+        maxProperties: 64,
+        description: "CEL per action parameter, over the alert's object (self, derived) and alert",
+      },
+    ),
+    approval: Approval,
+    description: Type.Optional(Type.String({ maxLength: 2000 })),
+  },
+  { additionalProperties: false },
+);
+const DefinitionView = Type.Object({
+  name: Type.String(),
+  rule: Type.Optional(Type.String()),
+  alertType: Type.Optional(Type.String()),
+  actionType: Type.String(),
+  parameters: Type.Record(Type.String(), Type.String()),
+  approval: Approval,
+  description: Type.Optional(Type.String()),
+  version: Type.Integer(),
+  state: Type.Union([Type.Literal('valid'), Type.Literal('invalid')]),
+  errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
+  schemaVersion: Type.Integer(),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+const DecisionView = Type.Object({
+  id: Type.String(),
+  definition: Type.String(),
+  definitionVersion: Type.Integer(),
+  alertId: Type.String(),
+  rule: Type.String(),
+  alertType: Type.String(),
+  objectType: Type.String(),
+  pk: Type.String(),
+  actionType: Type.String(),
+  parameters: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()]),
+  approval: Approval,
+  status: Type.Union(DECISION_STATUSES.map((s) => Type.Literal(s))),
+  error: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()]),
+  actionId: Type.Union([Type.String(), Type.Null()]),
+  decidedBy: Type.Union([Type.String(), Type.Null()]),
+  decidedAt: Type.Union([Type.String(), Type.Null()]),
+  reason: Type.Union([Type.String(), Type.Null()]),
+  version: Type.Integer(),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+const Verdict = Type.Object(
+  { reason: Type.Optional(Type.String({ minLength: 1, maxLength: 2000 })) },
+  { additionalProperties: false },
+);
+
+const definitionView = ({ worldId: _, ...d }: DecisionDefinition) => d;
+const decisionView = ({ worldId: _, ...d }: Decision) => d;
+
+const same = (d: DecisionDefinition, input: DecisionInput) =>
+  JSON.stringify([d.rule ?? null, d.alertType ?? null, d.actionType, d.approval, d.description ?? null]) ===
+    JSON.stringify([
+      input.rule ?? null,
+      input.alertType ?? null,
+      input.actionType,
+      input.approval,
+      input.description ?? null,
+    ]) &&
+  JSON.stringify(Object.entries(d.parameters).sort()) === JSON.stringify(Object.entries(input.parameters).sort());
+
+/**
+ * Decision definitions (`PUT|GET|DELETE /v1/worlds/{world}/decision-definitions/{name}`, list),
+ * the decisions they made (`GET …/decisions`, `GET …/decisions/{id}`) and the manual verdicts
+ * (`POST …/decisions/{id}/approve|reject`).
+ */
+export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.put(
+    '/v1/worlds/:world/decision-definitions/:name',
+    {
+      preHandler: app.authorize({ role: 'editor' }),
+      schema: {
+        tags: ['decisions'],
+        summary: 'Define or change what a raised alert turns into',
+        description:
+          'On a rule (or every rule of an alert type): an action type of the replicated schema and a CEL expression per parameter. Every alert raised afterwards makes one decision (decision.made); automatic approval starts the action at once (decision.executed), manual waits for approve or reject. Unknown references are a 422 naming the path.',
+        params: Params,
+        headers: WriteHeaders,
+        body: Body,
+        response: { 200: DefinitionView, 201: DefinitionView, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { world, name } = request.params;
+      const expected = ifMatch(request);
+      await app.awaitConsistency(request, world);
+      const input: DecisionInput = { ...request.body };
+      const result = await inWorld(app.pg, world, async (tx) => {
+        const existing = await getDecisionDefinition(tx, world, name);
+        checkIfMatch(expected, existing?.version, `decision definition ${name}`);
+        if (existing?.state === 'valid' && same(existing, input)) return { status: 200, def: existing };
+        const { version: schemaVersion, document } = await app.schemaReplica.current(tx, world);
+        const [derived, rules] = await Promise.all([listDerived(tx, world), listRules(tx, world)]);
+        const version = (existing?.version ?? 0) + 1;
+        const checked = resolveDecision(
+          name,
+          input,
+          version,
+          document,
+          new Map(rules.map((r) => [r.name, { objectType: r.objectType, alertType: r.alertType, state: r.state }])),
+          new Map(derived.map((d) => [d.name, { objectType: d.objectType, state: d.state }])),
+        );
+        if (!checked.resolved) throw new Unprocessable(`decision definition ${name} cannot be defined`, checked.errors);
+        const def = await saveDecisionDefinition(tx, {
+          ...input,
+          worldId: world,
+          name,
+          version,
+          state: 'valid',
+          errors: [],
+          schemaVersion,
+        });
+        await bumpRevision(tx, world);
+        return { status: existing ? 200 : 201, def };
+      });
+      reply.code(result.status).header('etag', `"${result.def.version}"`);
+      if (result.status === 201) reply.header('location', `/v1/worlds/${world}/decision-definitions/${name}`);
+      return definitionView(result.def);
+    },
+  );
+
+  app.get(
+    '/v1/worlds/:world/decision-definitions/:name',
+    {
+      preHandler: app.authorize({ role: 'viewer' }),
+      schema: {
+        tags: ['decisions'],
+        summary: 'Read a decision definition',
+        params: Params,
+        headers: ReadHeaders,
+        response: { 200: DefinitionView, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { world, name } = request.params;
+      const watermark = await app.awaitConsistency(request, world);
+      const def = await getDecisionDefinition(app.pg, world, name);
+      if (!def) {
+        if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+        throw new NotFound(`decision definition ${name} is not defined in ${world}`);
+      }
+      reply.header('etag', `"${def.version}"`);
+      await app.consistencyHeader(reply, world, watermark);
+      return definitionView(def);
+    },
+  );
+
+  app.get(
+    '/v1/worlds/:world/decision-definitions',
+    {
+      preHandler: app.authorize({ role: 'viewer' }),
+      schema: {
+        tags: ['decisions'],
+        summary: 'List the decision definitions of a world',
+        params: WorldParams,
+        headers: ReadHeaders,
+        querystring: Type.Object(
+          { rule: Type.Optional(Type.String({ pattern: NAME })) },
+          { additionalProperties: false },
+        ),
+        response: { 200: Type.Object({ decisionDefinitions: Type.Array(DefinitionView) }), ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { world } = request.params;
+      const watermark = await app.awaitConsistency(request, world);
+      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      const defs = await listDecisionDefinitions(app.pg, world);
+      await app.consistencyHeader(reply, world, watermark);
+      const { rule } = request.query;
+      return { decisionDefinitions: defs.filter((d) => rule === undefined || d.rule === rule).map(definitionView) };
+    },
+  );
+
+  app.delete(
+    '/v1/worlds/:world/decision-definitions/:name',
+    {
+      preHandler: app.authorize({ role: 'editor' }),
+      schema: {
+        tags: ['decisions'],
+        summary: 'Delete a decision definition (the decisions it made stay)',
+        params: Params,
+        headers: WriteHeaders,
+        response: { 204: Type.Null(), ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { world, name } = request.params;
+      const expected = ifMatch(request);
+      await inWorld(app.pg, world, async (tx) => {
+        const existing = await getDecisionDefinition(tx, world, name);
+        if (!existing) throw new NotFound(`decision definition ${name} is not defined in ${world}`);
+        checkIfMatch(expected, existing.version, `decision definition ${name}`);
+        await deleteDecisionDefinition(tx, world, name);
+        await bumpRevision(tx, world);
+      });
+      reply.code(204);
+      return null;
+    },
+  );
+
+  app.get(
+    '/v1/worlds/:world/decisions',
+    {
+      preHandler: app.authorize({ role: 'viewer' }),
+      schema: {
+        tags: ['decisions'],
+        summary: 'List decisions, newest first',
+        params: WorldParams,
+        headers: ReadHeaders,
+        querystring: Type.Object(
+          {
+            status: Type.Optional(Type.Union(DECISION_STATUSES.map((s) => Type.Literal(s)))),
+            definition: Type.Optional(Type.String({ pattern: NAME })),
+            alertId: Type.Optional(Type.String({ pattern: UUID })),
+            cursor: Type.Optional(Type.String({ maxLength: 512 })),
+            limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({ decisions: Type.Array(DecisionView), next: Type.Union([Type.String(), Type.Null()]) }),
+          ...errors,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { world } = request.params;
+      const q = request.query;
+      const watermark = await app.awaitConsistency(request, world);
+      const listing = JSON.stringify([q.status, q.definition, q.alertId]);
+      const after = decodeCursor(q.cursor, (c) =>
+        typeof c.i === 'string' && new RegExp(UUID).test(c.i) && c.f === listing ? c.i : undefined,
+      );
+      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      const { rows } = await app.pg.query<Decision>(
+        `SELECT ${DECISION_COLUMNS} FROM decisions
+          WHERE world_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR definition = $3)
+            AND ($4::uuid IS NULL OR alert_id = $4) AND ($5::uuid IS NULL OR id < $5)
+          ORDER BY id DESC LIMIT $6`,
+        [world, q.status ?? null, q.definition ?? null, q.alertId ?? null, after, q.limit + 1],
+      );
+      const page = rows.slice(0, q.limit);
+      const last = page.at(-1);
+      await app.consistencyHeader(reply, world, watermark);
+      return {
+        decisions: page.map(decisionView),
+        next: rows.length > q.limit && last ? encodeCursor({ i: last.id, f: listing }) : null,
+      };
+    },
+  );
+
+  app.get(
+    '/v1/worlds/:world/decisions/:id',
+    {
+      preHandler: app.authorize({ role: 'viewer' }),
+      schema: {
+        tags: ['decisions'],
+        summary: 'Read a decision',
+        params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), id: Type.String({ pattern: UUID }) }),
+        headers: ReadHeaders,
+        response: { 200: DecisionView, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { world, id } = request.params;
+      const watermark = await app.awaitConsistency(request, world);
+      const { rows } = await app.pg.query<Decision>(
+        `SELECT ${DECISION_COLUMNS} FROM decisions WHERE world_id = $1 AND id = $2`,
+        [world, id],
+      );
+      const decision = rows[0];
+      if (!decision) throw new NotFound(`decision ${id} is not in ${world}`);
+      await app.consistencyHeader(reply, world, watermark);
+      return decisionView(decision);
+    },
+  );
+
+  for (const verdict of ['approve', 'reject'] as const) {
+    app.post(
+      `/v1/worlds/:world/decisions/:id/${verdict}`,
+      {
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['decisions'],
+          summary:
+            verdict === 'approve' ? 'Approve a pending decision: its action starts' : 'Reject a pending decision',
+          description:
+            'Only a PENDING_APPROVAL decision can be decided (409 otherwise). decision.made is published with who decided; an approval then starts the action (idempotency key decision:<id>) and publishes decision.executed.',
+          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), id: Type.String({ pattern: UUID }) }),
+          body: Type.Optional(Verdict),
+          response: { 200: DecisionView, ...errors },
+        },
+      },
+      async (request) => {
+        const { world, id } = request.params;
+        const actor = actorOf(request);
+        const decided = await inTransaction(app.pg, async (tx) => {
+          const { rows } = await tx.query<Decision>(
+            `SELECT ${DECISION_COLUMNS} FROM decisions WHERE world_id = $1 AND id = $2 FOR UPDATE`,
+            [world, id],
+          );
+          const decision = rows[0];
+          if (!decision) throw new NotFound(`decision ${id} is not in ${world}`);
+          if (decision.status !== 'PENDING_APPROVAL') {
+            throw new Conflict(`decision ${id} is ${decision.status}, not PENDING_APPROVAL`, {
+              status: decision.status,
+            });
+          }
+          return decideManually(tx, engine.ctx, decision, verdict, actor, request.body?.reason ?? null);
+        });
+        return decisionView(decided);
+      },
+    );
+  }
+}

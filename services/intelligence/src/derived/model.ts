@@ -1,0 +1,285 @@
+/**
+ * Derived-property definitions as pure rules: what a definition says, how it is checked against
+ * the replicated schema and the world's other definitions, and what it depends on.
+ */
+import type { FieldError, ObjectType, PropertyType, SchemaDocument } from '@onto/shared';
+import { compile, type Program } from '../cel/expressions.js';
+
+export const AGGREGATE_FUNCTIONS = ['count', 'sum', 'min', 'max', 'avg'] as const;
+export type AggregateFunction = (typeof AGGREGATE_FUNCTIONS)[number];
+export type Direction = 'out' | 'in';
+
+/** An aggregate as declared: over the objects linked through `linkType`. */
+export interface AggregateDecl {
+  function: AggregateFunction;
+  linkType: string;
+  /** out: the object is the link's `from` end (aggregates its `to` objects); in: the reverse. */
+  direction?: Direction;
+  /** The linked objects' property (sum, min, max, avg) … */
+  property?: string;
+  /** … or their derived property. */
+  derived?: string;
+}
+
+export interface DerivedInput {
+  objectType: string;
+  expression: string;
+  aggregates: Record<string, AggregateDecl>;
+  maxStalenessMs: number;
+  description?: string | undefined;
+}
+
+export interface DerivedDefinition extends DerivedInput {
+  worldId: string;
+  name: string;
+  version: number;
+  state: 'valid' | 'invalid';
+  errors: FieldError[];
+  schemaVersion: number;
+  validSince: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** An aggregate resolved against the schema: which end, which objects, which kind of number. */
+export interface AggregateSpec {
+  alias: string;
+  function: AggregateFunction;
+  linkType: string;
+  direction: Direction;
+  /** The type of the objects aggregated over. */
+  targetType: string;
+  property?: string;
+  derived?: string;
+  /** What CEL sees: int for counts and sums/min/max of integer properties, double otherwise. */
+  numeric: 'int' | 'double' | 'derived';
+}
+
+/** A definition ready to evaluate: its program and everything it reads. */
+export interface ResolvedDerived {
+  name: string;
+  objectType: string;
+  version: number;
+  maxStalenessMs: number;
+  validSince: string;
+  program: Program;
+  ownProperties: Set<string>;
+  ownDerived: Set<string>;
+  aggregates: AggregateSpec[];
+}
+
+export const DEFAULT_MAX_STALENESS_MS = 60_000;
+
+const isNumeric = (t: PropertyType | undefined) => t === 'integer' || t === 'double';
+
+/**
+ * Checks a definition against the schema and the world's other definitions (by name, the ones
+ * it may read: `derived.<x>` on the same object type, aggregates over a derived property of the
+ * linked type). Returns every fault, located by JSON path, or the resolved definition.
+ */
+export function resolveDerived(
+  name: string,
+  input: DerivedInput,
+  meta: { version: number; validSince: string },
+  schema: SchemaDocument,
+  others: ReadonlyMap<string, { objectType: string; state: 'valid' | 'invalid' }>,
+): { errors: FieldError[]; resolved?: ResolvedDerived } {
+  const errors: FieldError[] = [];
+  const type: ObjectType | undefined = Object.hasOwn(schema.objectTypes, input.objectType)
+    ? schema.objectTypes[input.objectType]
+    : undefined;
+  if (!type) {
+    errors.push({ path: '/objectType', message: `object type ${input.objectType} is not in the world's schema` });
+  }
+  const derivedRef = (path: string, target: string, onType: string) => {
+    const other = others.get(target);
+    if (target === name) return { path, message: `${name} cannot read itself (cycle ${name} → ${name})` };
+    if (!other) return { path, message: `derived property ${target} is not defined` };
+    if (other.objectType !== onType) {
+      return { path, message: `derived property ${target} is on ${other.objectType}, not ${onType}` };
+    }
+    if (other.state !== 'valid') return { path, message: `derived property ${target} is invalid` };
+    return undefined;
+  };
+
+  const aggregates: AggregateSpec[] = [];
+  for (const [alias, decl] of Object.entries(input.aggregates)) {
+    const at = `/aggregates/${alias}`;
+    const link = Object.hasOwn(schema.linkTypes, decl.linkType) ? schema.linkTypes[decl.linkType] : undefined;
+    if (!link) {
+      errors.push({ path: `${at}/linkType`, message: `link type ${decl.linkType} is not in the world's schema` });
+      continue;
+    }
+    let direction = decl.direction;
+    const outgoing = link.from === input.objectType;
+    const incoming = link.to === input.objectType;
+    if (!outgoing && !incoming) {
+      errors.push({
+        path: `${at}/linkType`,
+        message: `link type ${decl.linkType} links ${link.from} to ${link.to}, not ${input.objectType}`,
+      });
+      continue;
+    }
+    if (direction === undefined) {
+      if (outgoing && incoming) {
+        errors.push({
+          path: `${at}/direction`,
+          message: `link type ${decl.linkType} links ${input.objectType} to itself: say out or in`,
+        });
+        continue;
+      }
+      direction = outgoing ? 'out' : 'in';
+    } else if ((direction === 'out' && !outgoing) || (direction === 'in' && !incoming)) {
+      errors.push({
+        path: `${at}/direction`,
+        message: `${input.objectType} is not the ${direction === 'out' ? 'from' : 'to'} end of ${decl.linkType}`,
+      });
+      continue;
+    }
+    const targetType = direction === 'out' ? link.to : link.from;
+    const target = Object.hasOwn(schema.objectTypes, targetType) ? schema.objectTypes[targetType] : undefined;
+    const spec: AggregateSpec = {
+      alias,
+      function: decl.function,
+      linkType: decl.linkType,
+      direction,
+      targetType,
+      numeric: 'int',
+    };
+    if (decl.function === 'count') {
+      if (decl.property !== undefined || decl.derived !== undefined) {
+        errors.push({ path: at, message: 'count takes neither property nor derived' });
+        continue;
+      }
+    } else if ((decl.property === undefined) === (decl.derived === undefined)) {
+      errors.push({ path: at, message: `${decl.function} needs exactly one of property or derived` });
+      continue;
+    } else if (decl.property !== undefined) {
+      const prop =
+        target && Object.hasOwn(target.properties, decl.property) ? target.properties[decl.property] : undefined;
+      if (!prop) {
+        errors.push({ path: `${at}/property`, message: `${targetType} has no property ${decl.property}` });
+        continue;
+      }
+      if (!isNumeric(prop.type as PropertyType)) {
+        errors.push({
+          path: `${at}/property`,
+          message: `${decl.function} needs a number: ${targetType}.${decl.property} is ${JSON.stringify(prop.type)}`,
+        });
+        continue;
+      }
+      spec.property = decl.property;
+      spec.numeric = decl.function === 'avg' || prop.type === 'double' ? 'double' : 'int';
+    } else if (decl.derived !== undefined) {
+      const fault = derivedRef(`${at}/derived`, decl.derived, targetType);
+      if (fault) {
+        errors.push(fault);
+        continue;
+      }
+      spec.derived = decl.derived;
+      spec.numeric = decl.function === 'avg' ? 'double' : 'derived';
+    }
+    aggregates.push(spec);
+  }
+
+  const compiled = compile(input.expression, ['self', 'derived', 'agg']);
+  if (!compiled.ok) {
+    errors.push({ path: '/expression', message: compiled.message });
+    return { errors };
+  }
+  for (const p of compiled.refs.self) {
+    if (type && !Object.hasOwn(type.properties, p)) {
+      errors.push({ path: '/expression', message: `self.${p}: ${input.objectType} has no property ${p}` });
+    }
+  }
+  for (const d of compiled.refs.derived) {
+    const fault = derivedRef('/expression', d, input.objectType);
+    if (fault) errors.push({ path: fault.path, message: `derived.${d}: ${fault.message}` });
+  }
+  const declared = new Set(Object.keys(input.aggregates));
+  for (const a of compiled.refs.agg) {
+    if (!declared.has(a)) errors.push({ path: '/expression', message: `agg.${a} is not declared in aggregates` });
+  }
+  for (const a of declared) {
+    if (!compiled.refs.agg.has(a)) {
+      errors.push({ path: `/aggregates/${a}`, message: `is declared but the expression never reads agg.${a}` });
+    }
+  }
+  if (errors.length > 0) return { errors };
+  return {
+    errors,
+    resolved: {
+      name,
+      objectType: input.objectType,
+      version: meta.version,
+      maxStalenessMs: input.maxStalenessMs,
+      validSince: meta.validSince,
+      program: compiled.program,
+      ownProperties: compiled.refs.self,
+      ownDerived: compiled.refs.derived,
+      aggregates,
+    },
+  };
+}
+
+/** The names a definition reads of other derived properties (own and across links). */
+export const derivedInputs = (d: Pick<ResolvedDerived, 'ownDerived' | 'aggregates'>): string[] => [
+  ...d.ownDerived,
+  ...d.aggregates.flatMap((a) => (a.derived ? [a.derived] : [])),
+];
+
+/**
+ * Orders definitions so that each comes after those it reads; a cycle is returned as the path
+ * that closes it (`a → b → a`).
+ */
+export function topologicalOrder<T extends { name: string }>(
+  defs: readonly T[],
+  inputs: (d: T) => string[],
+): { order: T[] } | { cycle: string[] } {
+  const byName = new Map(defs.map((d) => [d.name, d]));
+  const state = new Map<string, 'visiting' | 'done'>();
+  const order: T[] = [];
+  const stack: string[] = [];
+  const visit = (d: T): string[] | undefined => {
+    const s = state.get(d.name);
+    if (s === 'done') return undefined;
+    if (s === 'visiting') return [...stack.slice(stack.indexOf(d.name)), d.name];
+    state.set(d.name, 'visiting');
+    stack.push(d.name);
+    for (const input of inputs(d)) {
+      const next = byName.get(input);
+      if (!next) continue;
+      const cycle = visit(next);
+      if (cycle) return cycle;
+    }
+    stack.pop();
+    state.set(d.name, 'done');
+    order.push(d);
+    return undefined;
+  };
+  for (const d of [...defs].sort((a, b) => a.name.localeCompare(b.name))) {
+    const cycle = visit(d);
+    if (cycle) return { cycle };
+  }
+  return { order };
+}
+
+/**
+ * The schema elements a definition reads, as one comparable string: a schema change that leaves
+ * it equal does not affect the definition's values.
+ */
+export function schemaFootprint(input: DerivedInput, refs: { self: Iterable<string> }, schema: SchemaDocument): string {
+  const type = schema.objectTypes[input.objectType];
+  const own = Object.fromEntries([...refs.self].sort().map((p) => [p, type?.properties[p]?.type ?? null]));
+  const links = Object.fromEntries(
+    Object.entries(input.aggregates)
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([alias, a]) => {
+        const link = schema.linkTypes[a.linkType];
+        const far = link ? (link.from === input.objectType ? link.to : link.from) : null;
+        const prop = far && a.property ? (schema.objectTypes[far]?.properties[a.property]?.type ?? null) : null;
+        return [alias, { link: link ? [link.from, link.to] : null, prop }];
+      }),
+  );
+  return JSON.stringify({ type: type ? input.objectType : null, own, links });
+}

@@ -1,0 +1,106 @@
+import type { FieldError, Queryable } from '@onto/shared';
+import type { AggregateDecl, DerivedDefinition } from './model.js';
+
+const COLUMNS = `world_id AS "worldId", name, object_type AS "objectType", expression, aggregates,
+  max_staleness_ms AS "maxStalenessMs", description, version, state, errors, schema_version AS "schemaVersion",
+  to_json(valid_since)#>>'{}' AS "validSince", to_json(created_at)#>>'{}' AS "createdAt",
+  to_json(updated_at)#>>'{}' AS "updatedAt"`;
+
+type Row = Omit<DerivedDefinition, 'description'> & { description: string | null };
+const fromRow = ({ description, ...rest }: Row): DerivedDefinition => ({
+  ...rest,
+  ...(description === null ? {} : { description }),
+});
+
+export async function listDerived(db: Queryable, worldId: string): Promise<DerivedDefinition[]> {
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM derived_definitions WHERE world_id = $1 ORDER BY name`, [
+    worldId,
+  ]);
+  return rows.map(fromRow);
+}
+
+export async function getDerived(db: Queryable, worldId: string, name: string, lock = false) {
+  const { rows } = await db.query<Row>(
+    `SELECT ${COLUMNS} FROM derived_definitions WHERE world_id = $1 AND name = $2 ${lock ? 'FOR UPDATE' : ''}`,
+    [worldId, name],
+  );
+  return rows[0] ? fromRow(rows[0]) : undefined;
+}
+
+export interface DerivedWrite {
+  worldId: string;
+  name: string;
+  objectType: string;
+  expression: string;
+  aggregates: Record<string, AggregateDecl>;
+  maxStalenessMs: number;
+  description?: string | undefined;
+  version: number;
+  state: 'valid' | 'invalid';
+  errors: FieldError[];
+  schemaVersion: number;
+  /** The values computed before now become stale (clock time: after this transaction took the world's lock). */
+  invalidateValues: boolean;
+}
+
+export async function saveDerived(tx: Queryable, w: DerivedWrite): Promise<DerivedDefinition> {
+  const { rows } = await tx.query<Row>(
+    `INSERT INTO derived_definitions AS d (world_id, name, object_type, expression, aggregates, max_staleness_ms,
+                                     description, version, state, errors, schema_version, valid_since)
+     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10::jsonb, $11, clock_timestamp())
+     ON CONFLICT (world_id, name) DO UPDATE
+       SET object_type = EXCLUDED.object_type, expression = EXCLUDED.expression, aggregates = EXCLUDED.aggregates,
+           max_staleness_ms = EXCLUDED.max_staleness_ms, description = EXCLUDED.description,
+           version = EXCLUDED.version, state = EXCLUDED.state, errors = EXCLUDED.errors,
+           schema_version = EXCLUDED.schema_version, updated_at = now(),
+           valid_since = CASE WHEN $12 THEN clock_timestamp() ELSE d.valid_since END
+     RETURNING ${COLUMNS}`,
+    [
+      w.worldId,
+      w.name,
+      w.objectType,
+      w.expression,
+      JSON.stringify(w.aggregates),
+      w.maxStalenessMs,
+      w.description ?? null,
+      w.version,
+      w.state,
+      JSON.stringify(w.errors),
+      w.schemaVersion,
+      w.invalidateValues,
+    ],
+  );
+  const row = rows[0];
+  if (!row) throw new Error('the definition was not saved');
+  return fromRow(row);
+}
+
+/** Removes a definition and its values. */
+export async function deleteDerived(tx: Queryable, worldId: string, name: string): Promise<void> {
+  await tx.query('DELETE FROM derived_definitions WHERE world_id = $1 AND name = $2', [worldId, name]);
+  await tx.query('DELETE FROM derived_values WHERE world_id = $1 AND name = $2', [worldId, name]);
+}
+
+/** A stored derived value as the API shows it. */
+export type StoredValue = {
+  name: string;
+  value: unknown;
+  kind: string | null;
+  error: { message: string } | null;
+  computedAt: string;
+  definitionVersion: number;
+  sourceVersion: number;
+  sourceSeq: number;
+  sources: Record<string, unknown>;
+};
+
+export async function valuesOf(db: Queryable, worldId: string, type: string, pk: string): Promise<StoredValue[]> {
+  const { rows } = await db.query<StoredValue>(
+    `SELECT name, value, value_kind AS kind, error, to_json(computed_at)#>>'{}' AS "computedAt",
+            definition_version AS "definitionVersion", source_version::float8 AS "sourceVersion",
+            source_seq::float8 AS "sourceSeq", sources
+       FROM derived_values WHERE world_id = $1 AND object_type = $2 AND pk = $3 ORDER BY name`,
+    [worldId, type, pk],
+  );
+  return rows;
+}

@@ -1,0 +1,529 @@
+/**
+ * One world's recompute inside one transaction (docs/adr/0010). Callers say what changed —
+ * objects (which properties), links, or a definition that needs values for some objects — and
+ * `run` recomputes exactly the derived values that read it, definition by definition in
+ * dependency order, following changed values to their dependents on the same object and across
+ * links; then evaluates the rules whose inputs changed, raising and clearing alerts, and makes
+ * the decisions raised alerts call for. Everything is written through the caller's transaction.
+ */
+import { canonicalJson } from '@onto/shared';
+import type pg from 'pg';
+import {
+  type Bindings,
+  derivedToCel,
+  evaluate,
+  evaluateCondition,
+  type Outcome,
+  propertiesToCel,
+} from '../cel/expressions.js';
+import { type ActionStarter, makeDecisions } from '../decisions/make.js';
+import type { AggregateSpec, ResolvedDerived } from '../derived/model.js';
+import { type Alert, clearAlerts, type NewAlert, openAlerts, raiseAlerts } from '../rules/alerts.js';
+import type { AggregateUse, WorldModel } from './world-model.js';
+
+interface DerivedState {
+  value: unknown;
+  kind: string | null;
+  error: { message: string } | null;
+  sourceSeq: number;
+}
+
+interface ObjectState {
+  pk: string;
+  version: number;
+  seq: number;
+  properties: Record<string, unknown>;
+  derived: Map<string, DerivedState>;
+}
+
+export interface EvaluationContext {
+  topicPrefix: string;
+  actions: ActionStarter | undefined;
+}
+
+export interface EvaluationStats {
+  /** Derived values computed and stored. */
+  values: number;
+  /** … of which changed (value or error). */
+  changed: number;
+  raised: number;
+  cleared: number;
+  decisions: number;
+  ruleErrors: number;
+  /** Definitions that recomputed at least one value. */
+  definitions: Set<string>;
+}
+
+const keyOf = (type: string, pk: string) => `${type}\u0000${pk}`;
+const intersects = (a: ReadonlySet<string>, b: ReadonlySet<string>) => {
+  for (const x of a) if (b.has(x)) return true;
+  return false;
+};
+
+function add<K>(map: Map<K, Set<string>>, key: K, pk: string) {
+  const set = map.get(key);
+  if (set) set.add(pk);
+  else map.set(key, new Set([pk]));
+}
+
+const sameState = (a: DerivedState, b: DerivedState) =>
+  a.kind === b.kind &&
+  (a.error?.message ?? null) === (b.error?.message ?? null) &&
+  canonicalJson(a.value ?? null) === canonicalJson(b.value ?? null);
+
+/** A number PostgreSQL printed, as a CEL int when it is whole and ints were asked for. */
+function numberOf(text: string, int: boolean): bigint | number {
+  if (int) {
+    const whole = /^(-?\d+)(?:\.0*)?$/.exec(text);
+    if (whole?.[1]) return BigInt(whole[1]);
+  }
+  return Number(text);
+}
+
+interface AggregateRow {
+  pk: string;
+  n: number;
+  seq: string | null;
+  v: string | number | null;
+  ints: boolean;
+}
+
+export class Evaluation {
+  private readonly dirty = new Map<string, Set<string>>();
+  private readonly ruleDirty = new Map<string, Set<string>>();
+  /** Per definition and aggregate: far-end objects whose change the near ends must see. */
+  private readonly linked = new Map<string, Map<AggregateSpec, Set<string>>>();
+  private readonly objects = new Map<string, ObjectState | null>();
+  private readonly deleted = new Map<string, Map<string, number>>();
+  /** The data change event behind an object's recompute, for the alerts it raises or clears. */
+  private readonly causes = new Map<string, string>();
+  readonly stats: EvaluationStats = {
+    values: 0,
+    changed: 0,
+    raised: 0,
+    cleared: 0,
+    decisions: 0,
+    ruleErrors: 0,
+    definitions: new Set(),
+  };
+
+  constructor(
+    private readonly tx: pg.PoolClient,
+    private readonly model: WorldModel,
+    private readonly ctx: EvaluationContext,
+  ) {}
+
+  private get world() {
+    return this.model.worldId;
+  }
+
+  private cause(type: string, pk: string, eventId: string | undefined) {
+    if (eventId) this.causes.set(keyOf(type, pk), eventId);
+  }
+
+  private markLinked(use: AggregateUse, farPk: string) {
+    let specs = this.linked.get(use.def.name);
+    if (!specs) {
+      specs = new Map();
+      this.linked.set(use.def.name, specs);
+    }
+    add(specs, use.spec, farPk);
+  }
+
+  /** An object was created (`all`) or some of its properties changed. */
+  objectChanged(type: string, pk: string, changed: ReadonlySet<string> | 'all', eventId?: string) {
+    this.cause(type, pk, eventId);
+    for (const def of this.model.derivedByType.get(type) ?? []) {
+      if (changed === 'all' || intersects(def.ownProperties, changed)) add(this.dirty, def.name, pk);
+    }
+    for (const rule of this.model.rulesByType.get(type) ?? []) {
+      if (changed === 'all' || intersects(rule.ownProperties, changed)) add(this.ruleDirty, rule.name, pk);
+    }
+    for (const use of this.model.aggregatesOverType.get(type) ?? []) {
+      if (changed === 'all' || (use.spec.property !== undefined && changed.has(use.spec.property))) {
+        this.markLinked(use, pk);
+      }
+    }
+  }
+
+  /** A live object was deleted: its values go, its alerts clear, aggregates over it change. */
+  objectDeleted(type: string, pk: string, version: number, eventId?: string) {
+    this.cause(type, pk, eventId);
+    let pks = this.deleted.get(type);
+    if (!pks) {
+      pks = new Map();
+      this.deleted.set(type, pks);
+    }
+    pks.set(pk, version);
+    for (const use of this.model.aggregatesOverType.get(type) ?? []) this.markLinked(use, pk);
+  }
+
+  /** A link appeared or disappeared: the aggregates along its type change at the near end. */
+  linkChanged(linkType: string, fromPk: string, toPk: string, eventId?: string) {
+    for (const { def, spec } of this.model.aggregatesByLink.get(linkType) ?? []) {
+      const near = spec.direction === 'out' ? fromPk : toPk;
+      add(this.dirty, def.name, near);
+      this.cause(def.objectType, near, eventId);
+    }
+  }
+
+  /** A definition needs values for these objects (a new definition, a schema change). */
+  definitionNeeds(name: string, pks: string[]) {
+    for (const pk of pks) add(this.dirty, name, pk);
+  }
+
+  /** A rule must be evaluated for these objects (a new or changed rule). */
+  ruleNeeds(name: string, pks: string[]) {
+    for (const pk of pks) add(this.ruleDirty, name, pk);
+  }
+
+  async run(): Promise<EvaluationStats> {
+    await this.applyDeletions();
+    for (const def of this.model.derived) {
+      await this.expandLinked(def);
+      const pks = this.dirty.get(def.name);
+      if (!pks || pks.size === 0) continue;
+      this.dirty.delete(def.name);
+      await this.recompute(def, [...pks]);
+    }
+    await this.evaluateRules();
+    return this.stats;
+  }
+
+  private async applyDeletions() {
+    const clears: { id: string; objectVersion: number | null; cause?: string | undefined }[] = [];
+    for (const [type, pks] of this.deleted) {
+      const list = [...pks.keys()];
+      await this.tx.query(
+        'DELETE FROM derived_values WHERE world_id = $1 AND object_type = $2 AND pk = ANY($3::text[])',
+        [this.world, type, list],
+      );
+      for (const open of await openAlerts(this.tx, this.world, type, list)) {
+        clears.push({
+          id: open.id,
+          objectVersion: pks.get(open.pk) ?? null,
+          cause: this.causes.get(keyOf(type, open.pk)),
+        });
+      }
+    }
+    this.stats.cleared += (await clearAlerts(this.tx, clears, 'object deleted', this.ctx.topicPrefix)).length;
+  }
+
+  /** Turns far-end changes into near-end objects to recompute, through the live links. */
+  private async expandLinked(def: ResolvedDerived) {
+    const specs = this.linked.get(def.name);
+    if (!specs) return;
+    this.linked.delete(def.name);
+    for (const [spec, farPks] of specs) {
+      const [near, far] = spec.direction === 'out' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
+      const { rows } = await this.tx.query<{ near: string; far: string }>(
+        `SELECT ${near} AS near, ${far} AS far FROM rm_links
+          WHERE world_id = $1 AND link_type = $2 AND ${far} = ANY($3::text[]) AND NOT deleted`,
+        [this.world, spec.linkType, [...farPks]],
+      );
+      for (const r of rows) {
+        add(this.dirty, def.name, r.near);
+        const cause = this.causes.get(keyOf(spec.targetType, r.far));
+        if (cause && !this.causes.has(keyOf(def.objectType, r.near))) this.cause(def.objectType, r.near, cause);
+      }
+    }
+  }
+
+  /** Reads objects (with their derived values) not read yet in this evaluation. */
+  private async load(type: string, pks: string[]) {
+    const missing = pks.filter((pk) => !this.objects.has(keyOf(type, pk)));
+    if (missing.length === 0) return;
+    const { rows } = await this.tx.query<{
+      pk: string;
+      version: string;
+      seq: string;
+      properties: Record<string, unknown>;
+      derived: [string, unknown, string | null, { message: string } | null, string][] | null;
+    }>(
+      `SELECT o.pk, o.version, o.seq, o.properties,
+              (SELECT jsonb_agg(jsonb_build_array(d.name, d.value, d.value_kind, d.error, d.source_seq))
+                 FROM derived_values d
+                WHERE d.world_id = o.world_id AND d.object_type = o.type AND d.pk = o.pk) AS derived
+         FROM rm_objects o
+        WHERE o.world_id = $1 AND o.type = $2 AND o.pk = ANY($3::text[]) AND NOT o.deleted`,
+      [this.world, type, missing],
+    );
+    for (const pk of missing) this.objects.set(keyOf(type, pk), null);
+    for (const r of rows) {
+      const derived = new Map<string, DerivedState>();
+      for (const [name, value, kind, error, sourceSeq] of r.derived ?? []) {
+        derived.set(name, { value, kind, error, sourceSeq: Number(sourceSeq) });
+      }
+      this.objects.set(keyOf(type, r.pk), {
+        pk: r.pk,
+        version: Number(r.version),
+        seq: Number(r.seq),
+        properties: r.properties,
+        derived,
+      });
+    }
+  }
+
+  private live(type: string, pks: Iterable<string>): ObjectState[] {
+    const out: ObjectState[] = [];
+    for (const pk of pks) {
+      const o = this.objects.get(keyOf(type, pk));
+      if (o) out.push(o);
+    }
+    return out;
+  }
+
+  /** `derived` as an expression sees it: the named values that have one (no error). */
+  private derivedBinding(obj: ObjectState, names: Iterable<string>) {
+    const binding: Record<string, unknown> = {};
+    const missing: string[] = [];
+    for (const name of names) {
+      const d = obj.derived.get(name);
+      if (d && d.error === null) binding[name] = derivedToCel(d.value, d.kind);
+      else missing.push(name);
+    }
+    return { binding, missing };
+  }
+
+  private selfBinding(type: string, obj: ObjectState) {
+    return propertiesToCel(obj.properties, this.model.schema.objectTypes[type]?.properties);
+  }
+
+  private async aggregate(spec: AggregateSpec, pks: string[]): Promise<Map<string, AggregateRow>> {
+    const [near, far] = spec.direction === 'out' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
+    const values: unknown[] = [this.world, spec.linkType, spec.targetType, pks];
+    let input = 'NULL::numeric';
+    let join = '';
+    let seq = 'greatest(l.seq, o.seq)';
+    let ints = 'true';
+    if (spec.property !== undefined) {
+      values.push(spec.property);
+      input = `CASE WHEN jsonb_typeof(o.properties->$5) = 'number' THEN (o.properties->>$5)::numeric END`;
+    } else if (spec.derived !== undefined) {
+      values.push(spec.derived);
+      join = `LEFT JOIN derived_values dv
+                ON dv.world_id = o.world_id AND dv.object_type = o.type AND dv.pk = o.pk AND dv.name = $5`;
+      input = `CASE WHEN dv.error IS NULL AND jsonb_typeof(dv.value) = 'number' THEN (dv.value#>>'{}')::numeric END`;
+      seq = 'greatest(l.seq, o.seq, dv.source_seq)';
+      ints = `coalesce(bool_and(dv.value_kind = 'int') FILTER (WHERE ${input} IS NOT NULL), true)`;
+    }
+    const fn =
+      spec.function === 'count'
+        ? 'NULL'
+        : spec.function === 'avg'
+          ? `avg(${input})::float8`
+          : `${spec.function}(${input})::text`;
+    const { rows } = await this.tx.query<AggregateRow>(
+      `SELECT l.${near} AS pk, count(o.pk)::int AS n, max(${seq})::text AS seq, ${fn} AS v, ${ints} AS ints
+         FROM rm_links l
+         JOIN rm_objects o ON o.world_id = l.world_id AND o.type = $3 AND o.pk = l.${far} AND NOT o.deleted
+         ${join}
+        WHERE l.world_id = $1 AND l.link_type = $2 AND l.${near} = ANY($4::text[]) AND NOT l.deleted
+        GROUP BY l.${near}`,
+      values,
+    );
+    return new Map(rows.map((r) => [r.pk, r]));
+  }
+
+  private aggregateValue(spec: AggregateSpec, row: AggregateRow | undefined): unknown {
+    if (spec.function === 'count') return BigInt(row?.n ?? 0);
+    const v = row?.v ?? null;
+    const int = spec.numeric === 'int' || (spec.numeric === 'derived' && (row?.ints ?? true));
+    if (v === null) return spec.function === 'sum' ? (int ? 0n : 0) : null;
+    if (typeof v === 'number') return v;
+    return numberOf(v, int);
+  }
+
+  private async recompute(def: ResolvedDerived, pks: string[]) {
+    await this.load(def.objectType, pks);
+    const objects = this.live(def.objectType, pks);
+    if (objects.length === 0) return;
+    const livePks = objects.map((o) => o.pk);
+    const aggregates = new Map<string, Map<string, AggregateRow>>();
+    for (const spec of def.aggregates) aggregates.set(spec.alias, await this.aggregate(spec, livePks));
+
+    const rows = {
+      pk: [] as string[],
+      value: [] as (string | null)[],
+      kind: [] as (string | null)[],
+      error: [] as (string | null)[],
+      sourceVersion: [] as number[],
+      sourceSeq: [] as number[],
+      sources: [] as string[],
+    };
+    const changed: string[] = [];
+    for (const obj of objects) {
+      let sourceSeq = obj.seq;
+      const sources: Record<string, unknown> = { self: { version: obj.version, seq: obj.seq } };
+      const { binding: derived, missing } = this.derivedBinding(obj, def.ownDerived);
+      if (def.ownDerived.size > 0) {
+        const read: Record<string, number | null> = {};
+        for (const name of def.ownDerived) {
+          const d = obj.derived.get(name);
+          read[name] = d?.sourceSeq ?? null;
+          if (d) sourceSeq = Math.max(sourceSeq, d.sourceSeq);
+        }
+        sources.derived = read;
+      }
+      const agg: Record<string, unknown> = {};
+      if (def.aggregates.length > 0) {
+        const read: Record<string, { count: number; seq: number | null }> = {};
+        for (const spec of def.aggregates) {
+          const row = aggregates.get(spec.alias)?.get(obj.pk);
+          agg[spec.alias] = this.aggregateValue(spec, row);
+          const seq = row?.seq ? Number(row.seq) : null;
+          read[spec.alias] = { count: row?.n ?? 0, seq };
+          if (seq !== null) sourceSeq = Math.max(sourceSeq, seq);
+        }
+        sources.agg = read;
+      }
+      let outcome: Outcome = evaluate(def.program, { self: this.selfBinding(def.objectType, obj), derived, agg });
+      if ('error' in outcome && missing.length > 0) {
+        outcome = { error: `${outcome.error} (derived ${missing.join(', ')} has no value)` };
+      }
+      const next: DerivedState =
+        'error' in outcome
+          ? { value: null, kind: null, error: { message: outcome.error }, sourceSeq }
+          : { value: outcome.value, kind: outcome.kind, error: null, sourceSeq };
+      const previous = obj.derived.get(def.name);
+      if (!previous || !sameState(previous, next)) changed.push(obj.pk);
+      obj.derived.set(def.name, next);
+      rows.pk.push(obj.pk);
+      rows.value.push(next.error ? null : JSON.stringify(next.value ?? null));
+      rows.kind.push(next.kind);
+      rows.error.push(next.error ? JSON.stringify(next.error) : null);
+      rows.sourceVersion.push(obj.version);
+      rows.sourceSeq.push(sourceSeq);
+      rows.sources.push(JSON.stringify(sources));
+    }
+    // clock_timestamp, not now(): the value was computed after this transaction took the
+    // world's lock, so after any definition change it could have waited for.
+    await this.tx.query(
+      `INSERT INTO derived_values AS d (world_id, object_type, pk, name, value, value_kind, error, computed_at,
+                                        definition_version, source_version, source_seq, sources)
+       SELECT $1, $2, u.pk, $3, u.value, u.kind, u.error, clock_timestamp(), $4, u.sv, u.ss, u.sources
+         FROM unnest($5::text[], $6::jsonb[], $7::text[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::jsonb[])
+           AS u(pk, value, kind, error, sv, ss, sources)
+       ON CONFLICT (world_id, object_type, pk, name) DO UPDATE
+         SET value = EXCLUDED.value, value_kind = EXCLUDED.value_kind, error = EXCLUDED.error,
+             computed_at = EXCLUDED.computed_at, definition_version = EXCLUDED.definition_version,
+             source_version = EXCLUDED.source_version, source_seq = EXCLUDED.source_seq, sources = EXCLUDED.sources`,
+      [
+        this.world,
+        def.objectType,
+        def.name,
+        def.version,
+        rows.pk,
+        rows.value,
+        rows.kind,
+        rows.error,
+        rows.sourceVersion,
+        rows.sourceSeq,
+        rows.sources,
+      ],
+    );
+    this.stats.values += rows.pk.length;
+    this.stats.changed += changed.length;
+    this.stats.definitions.add(def.name);
+    this.propagate(def, changed);
+  }
+
+  /** Values of `def` changed on these objects: what reads them must be recomputed too. */
+  private propagate(def: ResolvedDerived, pks: string[]) {
+    if (pks.length === 0) return;
+    for (const other of this.model.derivedByType.get(def.objectType) ?? []) {
+      if (other.ownDerived.has(def.name)) for (const pk of pks) add(this.dirty, other.name, pk);
+    }
+    for (const rule of this.model.rulesByType.get(def.objectType) ?? []) {
+      if (rule.ownDerived.has(def.name)) for (const pk of pks) add(this.ruleDirty, rule.name, pk);
+    }
+    for (const use of this.model.aggregatesOverType.get(def.objectType) ?? []) {
+      if (use.spec.derived === def.name) for (const pk of pks) this.markLinked(use, pk);
+    }
+  }
+
+  private async evaluateRules() {
+    const raise: (NewAlert & { cause?: string | undefined })[] = [];
+    const clear: { id: string; objectVersion: number | null; cause?: string | undefined }[] = [];
+    for (const [name, pks] of this.ruleDirty) {
+      const rule = this.model.rules.get(name);
+      if (!rule) continue;
+      await this.load(rule.objectType, [...pks]);
+      const objects = this.live(rule.objectType, pks);
+      if (objects.length === 0) continue;
+      const open = new Map(
+        (
+          await openAlerts(
+            this.tx,
+            this.world,
+            rule.objectType,
+            objects.map((o) => o.pk),
+            rule.name,
+          )
+        ).map((a) => [a.pk, a.id]),
+      );
+      for (const obj of objects) {
+        const result = evaluateCondition(rule.program, {
+          self: this.selfBinding(rule.objectType, obj),
+          derived: this.derivedBinding(obj, rule.ownDerived).binding,
+        });
+        if (typeof result !== 'boolean') {
+          // An error says nothing about the condition: the alert stays as it is.
+          this.stats.ruleErrors++;
+          continue;
+        }
+        const openId = open.get(obj.pk);
+        const cause = this.causes.get(keyOf(rule.objectType, obj.pk));
+        if (result && openId === undefined) {
+          raise.push({
+            worldId: this.world,
+            rule: rule.name,
+            ruleVersion: rule.version,
+            alertType: rule.alertType,
+            severity: rule.severity,
+            objectType: rule.objectType,
+            pk: obj.pk,
+            objectVersion: obj.version,
+            cause,
+          });
+        } else if (!result && openId !== undefined) {
+          clear.push({ id: openId, objectVersion: obj.version, cause });
+        }
+      }
+    }
+    this.ruleDirty.clear();
+    this.stats.cleared += (await clearAlerts(this.tx, clear, 'condition false', this.ctx.topicPrefix)).length;
+    const raised = await raiseAlerts(this.tx, raise, this.ctx.topicPrefix);
+    this.stats.raised += raised.length;
+    await this.decide(raised);
+  }
+
+  private async decide(raised: Alert[]) {
+    const items = [];
+    for (const alert of raised) {
+      const defs = [
+        ...(this.model.decisionsByRule.get(alert.rule) ?? []),
+        ...(this.model.decisionsByAlertType.get(alert.alertType) ?? []),
+      ];
+      if (defs.length === 0) continue;
+      const obj = this.objects.get(keyOf(alert.objectType, alert.pk));
+      if (!obj) continue;
+      const bindings: Bindings = {
+        self: this.selfBinding(alert.objectType, obj),
+        derived: this.derivedBinding(obj, obj.derived.keys()).binding,
+        alert: {
+          id: alert.id,
+          rule: alert.rule,
+          alertType: alert.alertType,
+          severity: alert.severity,
+          objectType: alert.objectType,
+          pk: alert.pk,
+          raisedAt: alert.raisedAt,
+        },
+      };
+      for (const decision of defs) items.push({ decision, alert, bindings });
+    }
+    if (items.length === 0) return;
+    this.stats.decisions += (await makeDecisions(this.tx, this.ctx, items)).length;
+  }
+}

@@ -1,0 +1,38 @@
+import type { Queryable } from '@onto/shared';
+
+// Advisory lock namespace of a world's evaluation ("ievl"): every transaction that reads or
+// changes what a world's derived values, alerts or definitions depend on holds it.
+const WORLD_LOCK_SPACE = 0x6965766c;
+
+/** FNV-1a of the world id as a signed 32-bit integer. */
+function worldKey(worldId: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < worldId.length; i++) {
+    hash ^= worldId.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return hash | 0;
+}
+
+/**
+ * Serialises a world's evaluation until the transaction ends (docs/adr/0010): a recompute reads
+ * linked objects that another transaction may be changing, so two recomputes of one world never
+ * overlap. Worlds are locked in one sorted order, so two batches never deadlock on them.
+ */
+export async function lockWorlds(tx: Queryable, worldIds: Iterable<string>): Promise<void> {
+  const keys = [...new Set(worldIds)].sort();
+  if (keys.length === 0) return;
+  await tx.query(`SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int[]) WITH ORDINALITY AS u(k, n) ORDER BY n`, [
+    WORLD_LOCK_SPACE,
+    keys.map(worldKey),
+  ]);
+}
+
+/** Marks a change of the world's definitions: cached evaluation models of it are outdated. */
+export async function bumpRevision(tx: Queryable, worldId: string): Promise<void> {
+  await tx.query(
+    `INSERT INTO definition_revisions (world_id, revision) VALUES ($1, 1)
+     ON CONFLICT (world_id) DO UPDATE SET revision = definition_revisions.revision + 1`,
+    [worldId],
+  );
+}

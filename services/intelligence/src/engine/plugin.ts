@@ -1,0 +1,61 @@
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import type { ActionStarter } from '../decisions/make.js';
+import { decisionRoutes } from '../decisions/routes.js';
+import { derivedRoutes } from '../derived/routes.js';
+import { readModelRoutes } from '../readmodel/routes.js';
+import { alertRoutes } from '../rules/alert-routes.js';
+import { ruleRoutes } from '../rules/routes.js';
+import { applyChanges } from './changes.js';
+import type { Engine } from './engine.js';
+import { EvaluationMetrics } from './metrics.js';
+import { RecomputeWorker } from './recompute-jobs.js';
+import { applySchemaChanges } from './schema-changes.js';
+import { ModelCache } from './world-model.js';
+
+/**
+ * intelligence's evaluation: the read model of data's objects and links, derived properties,
+ * rules and alerts, decisions (docs/adr/0010). Two consumers — `intelligence-changes` on
+ * onto.changes.objects/links (the hot path) and `intelligence-definitions` on onto.schema and
+ * onto.storage — the recompute worker, and the routes.
+ */
+export default fp(
+  async (app: FastifyInstance) => {
+    // The actions API (another part of intelligence) starts a decision's action in our
+    // transaction; read at call time, so that registration order does not matter.
+    const ctx = {
+      topicPrefix: app.topicPrefix,
+      get actions(): ActionStarter | undefined {
+        return (app as unknown as { actions?: ActionStarter }).actions;
+      },
+    };
+    const models = new ModelCache(app.schemaReplica);
+    const metrics = new EvaluationMetrics(app.metrics, app.pg);
+    const log = app.log.child({ component: 'evaluation' });
+    const worker = new RecomputeWorker(app.pg, models, ctx, metrics, log);
+    const engine: Engine = { models, worker, ctx, metrics };
+
+    app.addConsumer({
+      name: 'intelligence-changes',
+      topics: ['onto.changes.objects', 'onto.changes.links'],
+      apply: applyChanges({ models, ctx, metrics }),
+    });
+    app.addConsumer({
+      name: 'intelligence-definitions',
+      topics: ['onto.schema', 'onto.storage'],
+      apply: applySchemaChanges(app.schemaReplica, log, () => worker.wake()),
+    });
+    app.addHook('onReady', async () => worker.start());
+    app.addHook('onClose', async () => worker.stop());
+
+    await readModelRoutes(app);
+    await derivedRoutes(app, engine);
+    await ruleRoutes(app, engine);
+    await alertRoutes(app);
+    await decisionRoutes(app, engine);
+  },
+  {
+    name: 'onto-intelligence-evaluation',
+    dependencies: ['onto-auth', 'onto-consumers', 'onto-intelligence-schema', 'onto-intelligence-consistency'],
+  },
+);

@@ -1,0 +1,173 @@
+/**
+ * Recomputing a definition for every existing object of its type — after it is defined or
+ * changed, or a schema change affects it — in bounded batches, each its own short transaction
+ * under the world's lock, so that a big world never holds one giant transaction and the change
+ * consumer keeps flowing between batches (docs/adr/0010).
+ */
+import { inTransaction, type Queryable } from '@onto/shared';
+import type { FastifyBaseLogger } from 'fastify';
+import type pg from 'pg';
+import { Evaluation, type EvaluationContext } from './evaluation.js';
+import { lockWorlds } from './locks.js';
+import type { EvaluationMetrics } from './metrics.js';
+import type { ModelCache } from './world-model.js';
+
+export interface JobRequest {
+  worldId: string;
+  kind: 'derived' | 'rule';
+  name: string;
+  definitionVersion: number;
+  objectType: string;
+  /** Jobs are taken earliest due first: created + the definition's max staleness. */
+  dueInMs: number;
+}
+
+/** Starts a recompute (in the caller's transaction), superseding any unfinished one of the definition. */
+export async function requestRecompute(tx: Queryable, job: JobRequest): Promise<void> {
+  await finishRecomputes(tx, job.worldId, job.kind, job.name);
+  await tx.query(
+    `INSERT INTO recompute_jobs (world_id, kind, name, definition_version, object_type, due_at)
+     VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8 / 1000))`,
+    [job.worldId, job.kind, job.name, job.definitionVersion, job.objectType, job.dueInMs],
+  );
+}
+
+/** Ends the definition's unfinished recomputes (it was deleted, or is recomputed anew). */
+export async function finishRecomputes(tx: Queryable, worldId: string, kind: 'derived' | 'rule', name: string) {
+  await tx.query(
+    `UPDATE recompute_jobs SET finished_at = now()
+      WHERE world_id = $1 AND kind = $2 AND name = $3 AND finished_at IS NULL`,
+    [worldId, kind, name],
+  );
+}
+
+export type RecomputeProgress = {
+  pending: boolean;
+  processed: number;
+  requestedAt: string;
+  finishedAt: string | null;
+};
+
+/** The latest recompute of a definition, for its GET. */
+export async function recomputeOf(
+  db: Queryable,
+  worldId: string,
+  kind: 'derived' | 'rule',
+  name: string,
+): Promise<RecomputeProgress | null> {
+  const { rows } = await db.query<RecomputeProgress>(
+    `SELECT finished_at IS NULL AS pending, processed::float8 AS processed,
+            to_json(created_at)#>>'{}' AS "requestedAt", to_json(finished_at)#>>'{}' AS "finishedAt"
+       FROM recompute_jobs WHERE world_id = $1 AND kind = $2 AND name = $3 ORDER BY id DESC LIMIT 1`,
+    [worldId, kind, name],
+  );
+  return rows[0] ?? null;
+}
+
+interface Job {
+  id: string;
+  world_id: string;
+  kind: 'derived' | 'rule';
+  name: string;
+  definition_version: number;
+  object_type: string;
+  after_pk: string | null;
+}
+
+/** Takes due jobs one batch at a time; polls, and is woken when a definition is written. */
+export class RecomputeWorker {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private stopped = true;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly models: ModelCache,
+    private readonly ctx: EvaluationContext,
+    private readonly metrics: EvaluationMetrics,
+    private readonly log: FastifyBaseLogger,
+    private readonly batchSize = 500,
+    private readonly pollMs = 250,
+  ) {}
+
+  start() {
+    this.stopped = false;
+    this.timer = setInterval(() => this.wake(), this.pollMs);
+    this.timer.unref();
+    this.wake();
+  }
+
+  async stop() {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.running;
+  }
+
+  wake() {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = this.drain()
+      .catch((err) => this.log.warn({ err }, 'recompute batch failed; retrying at the next poll'))
+      .finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.wake();
+        }
+      });
+  }
+
+  private async drain() {
+    while (!this.stopped && (await this.step())) {}
+  }
+
+  /** One batch of the most due job; false when there is none. */
+  async step(): Promise<boolean> {
+    return inTransaction(this.pool, async (tx) => {
+      // The world's lock first, then the job's row: definition writes take them in that order.
+      const due = await tx.query<{ id: string; world_id: string }>(
+        'SELECT id::text, world_id FROM recompute_jobs WHERE finished_at IS NULL ORDER BY due_at, id LIMIT 1',
+      );
+      const next = due.rows[0];
+      if (!next) return false;
+      await lockWorlds(tx, [next.world_id]);
+      const { rows } = await tx.query<Job>(
+        `SELECT id::text, world_id, kind, name, definition_version, object_type, after_pk FROM recompute_jobs
+          WHERE id = $1 AND finished_at IS NULL FOR UPDATE`,
+        [next.id],
+      );
+      const job = rows[0];
+      if (!job) return true;
+      const model = await this.models.get(tx, job.world_id);
+      const current = job.kind === 'derived' ? model.derivedByName.get(job.name) : model.rules.get(job.name);
+      if (!current || current.version !== job.definition_version || current.objectType !== job.object_type) {
+        // Superseded, deleted or invalid since: nothing of this job is worth computing.
+        await tx.query('UPDATE recompute_jobs SET finished_at = now() WHERE id = $1', [job.id]);
+        return true;
+      }
+      const batch = await tx.query<{ pk: string }>(
+        `SELECT pk FROM rm_objects
+          WHERE world_id = $1 AND type = $2 AND NOT deleted AND ($3::text IS NULL OR pk > $3)
+          ORDER BY pk LIMIT $4`,
+        [job.world_id, job.object_type, job.after_pk, this.batchSize],
+      );
+      const pks = batch.rows.map((r) => r.pk);
+      const evaluation = new Evaluation(tx, model, this.ctx);
+      if (job.kind === 'derived') evaluation.definitionNeeds(job.name, pks);
+      else evaluation.ruleNeeds(job.name, pks);
+      const stats = await evaluation.run();
+      this.metrics.record(job.world_id, stats);
+      await tx.query(
+        `UPDATE recompute_jobs SET after_pk = coalesce($2, after_pk), processed = processed + $3,
+                finished_at = CASE WHEN $4 THEN now() END
+          WHERE id = $1`,
+        [job.id, pks.at(-1) ?? null, pks.length, pks.length < this.batchSize],
+      );
+      return true;
+    });
+  }
+}

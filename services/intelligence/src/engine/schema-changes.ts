@@ -1,0 +1,167 @@
+/**
+ * What a schema change does to a world's definitions (consistency design §11): once data has
+ * applied a schema version (`storage.schema.updated`), every definition is checked again against
+ * it. Definitions that no longer resolve are marked invalid (and no longer evaluated, their values
+ * shown stale); those that resolve again, or whose inputs' types changed, are recomputed.
+ */
+import {
+  type ApplyEffects,
+  type Queryable,
+  type SchemaDocument,
+  type SchemaReplica,
+  storeSchemaVersion,
+} from '@onto/shared';
+import type { FastifyBaseLogger } from 'fastify';
+import { compile } from '../cel/expressions.js';
+import { listDecisionDefinitions, saveDecisionDefinition } from '../decisions/repository.js';
+import { schemaFootprint } from '../derived/model.js';
+import { listDerived, saveDerived } from '../derived/repository.js';
+import type { Rule } from '../rules/model.js';
+import { listRules, saveRule } from '../rules/repository.js';
+import { bumpRevision, lockWorlds } from './locks.js';
+import { finishRecomputes, requestRecompute } from './recompute-jobs.js';
+import { resolveWorld } from './world-model.js';
+
+function ruleFootprint(rule: Rule, schema: SchemaDocument): string {
+  const compiled = compile(rule.condition, ['self', 'derived']);
+  const type = schema.objectTypes[rule.objectType];
+  const props = compiled.ok ? [...compiled.refs.self].sort() : [];
+  return JSON.stringify({
+    type: type ? rule.objectType : null,
+    props: props.map((p) => type?.properties[p]?.type ?? null),
+  });
+}
+
+export interface RevalidationReport {
+  invalidated: string[];
+  revalidated: string[];
+  recomputed: string[];
+}
+
+/** Checks every definition of the world against its applied schema; in the caller's transaction, under the world's lock. */
+export async function revalidateWorld(
+  tx: Queryable,
+  replica: SchemaReplica,
+  worldId: string,
+): Promise<RevalidationReport> {
+  const { version, document } = await replica.current(tx, worldId);
+  const [derived, rules, decisions] = await Promise.all([
+    listDerived(tx, worldId),
+    listRules(tx, worldId),
+    listDecisionDefinitions(tx, worldId),
+  ]);
+  const report: RevalidationReport = { invalidated: [], revalidated: [], recomputed: [] };
+  if (derived.length + rules.length + decisions.length === 0) return report;
+  const resolution = resolveWorld(document, derived, rules, decisions);
+  const documents = new Map<number, SchemaDocument>([[version, document]]);
+  const documentAt = async (v: number) => {
+    let doc = documents.get(v);
+    if (!doc) {
+      doc = await replica.document(tx, worldId, v);
+      documents.set(v, doc);
+    }
+    return doc;
+  };
+
+  for (const d of derived) {
+    const r = resolution.derived.get(d.name);
+    const valid = r?.resolved !== undefined;
+    const refs = compile(d.expression, ['self', 'derived', 'agg']);
+    const self = refs.ok ? refs.refs.self : new Set<string>();
+    const before = schemaFootprint(d, { self }, await documentAt(d.schemaVersion));
+    const after = schemaFootprint(d, { self }, document);
+    const recompute = valid && (d.state === 'invalid' || before !== after);
+    if (d.state === 'valid' && !valid) report.invalidated.push(d.name);
+    if (d.state === 'invalid' && valid) report.revalidated.push(d.name);
+    if (recompute) report.recomputed.push(d.name);
+    await saveDerived(tx, {
+      ...d,
+      state: valid ? 'valid' : 'invalid',
+      errors: r?.errors ?? [],
+      schemaVersion: version,
+      invalidateValues: recompute,
+    });
+    if (recompute) {
+      await requestRecompute(tx, {
+        worldId,
+        kind: 'derived',
+        name: d.name,
+        definitionVersion: d.version,
+        objectType: d.objectType,
+        dueInMs: d.maxStalenessMs,
+      });
+    } else if (!valid) {
+      await finishRecomputes(tx, worldId, 'derived', d.name);
+    }
+  }
+  for (const rule of rules) {
+    const r = resolution.rules.get(rule.name);
+    const valid = r?.resolved !== undefined;
+    const changed = ruleFootprint(rule, await documentAt(rule.schemaVersion)) !== ruleFootprint(rule, document);
+    const recompute = valid && (rule.state === 'invalid' || changed);
+    if (rule.state === 'valid' && !valid) report.invalidated.push(`rule:${rule.name}`);
+    if (rule.state === 'invalid' && valid) report.revalidated.push(`rule:${rule.name}`);
+    if (recompute) report.recomputed.push(`rule:${rule.name}`);
+    await saveRule(tx, {
+      ...rule,
+      state: valid ? 'valid' : 'invalid',
+      errors: r?.errors ?? [],
+      schemaVersion: version,
+    });
+    if (recompute) {
+      await requestRecompute(tx, {
+        worldId,
+        kind: 'rule',
+        name: rule.name,
+        definitionVersion: rule.version,
+        objectType: rule.objectType,
+        dueInMs: 0,
+      });
+    } else if (!valid) {
+      await finishRecomputes(tx, worldId, 'rule', rule.name);
+    }
+  }
+  for (const d of decisions) {
+    const r = resolution.decisions.get(d.name);
+    const valid = r?.resolved !== undefined;
+    if (d.state === 'valid' && !valid) report.invalidated.push(`decision:${d.name}`);
+    if (d.state === 'invalid' && valid) report.revalidated.push(`decision:${d.name}`);
+    await saveDecisionDefinition(tx, {
+      ...d,
+      state: valid ? 'valid' : 'invalid',
+      errors: r?.errors ?? [],
+      schemaVersion: version,
+    });
+  }
+  await bumpRevision(tx, worldId);
+  return report;
+}
+
+/**
+ * Consumer `intelligence-definitions` on onto.schema and onto.storage. It stores schema versions
+ * itself (idempotently, beside the schema replica's consumer) so that `storage.schema.updated`,
+ * caused by `schema.updated`, finds its cause in this consumer's own inbox and is never parked.
+ */
+export function applySchemaChanges(replica: SchemaReplica, log: FastifyBaseLogger, wake: () => void): ApplyEffects {
+  return async (tx, events) => {
+    let revalidated = false;
+    // Every world of the batch locked at once, in the one order all lockers use.
+    await lockWorlds(
+      tx,
+      events.filter((e) => e.event.type === 'storage.schema.updated').map((e) => e.event.world_id),
+    );
+    for (const { event } of events) {
+      if (event.type === 'schema.updated') {
+        await storeSchemaVersion(tx, event);
+      } else if (event.type === 'storage.schema.updated') {
+        const report = await revalidateWorld(tx, replica, event.world_id);
+        revalidated = true;
+        if (report.invalidated.length + report.revalidated.length + report.recomputed.length > 0) {
+          log.info({ worldId: event.world_id, ...report }, 'definitions checked against the new schema');
+        }
+      }
+    }
+    // The jobs are visible once this commits; the worker's poll finds them, a wake is sooner.
+    if (revalidated) setTimeout(wake, 50).unref();
+  };
+}

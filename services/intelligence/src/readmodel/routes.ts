@@ -1,0 +1,134 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { NotFound, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import { listDerived, valuesOf } from '../derived/repository.js';
+import { errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
+
+const Params = Type.Object({
+  world: Type.String({ pattern: WORLD_ID }),
+  type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
+  pk: Type.String({ minLength: 1, maxLength: 1024, description: 'the primary key, URL-encoded' }),
+});
+const DerivedValue = Type.Object({
+  value: Type.Unknown({ description: 'null while there is none, or when the evaluation failed' }),
+  kind: Type.Union([Type.String(), Type.Null()], { description: 'the CEL kind: int, double, string, bool, list, …' }),
+  error: Type.Union([Type.Object({ message: Type.String() }), Type.Null()]),
+  computedAt: Type.Union([Type.String(), Type.Null()]),
+  definitionVersion: Type.Union([Type.Integer(), Type.Null()]),
+  sourceVersion: Type.Union([Type.Integer(), Type.Null()], {
+    description: "the object's version it was computed from",
+  }),
+  sourceSeq: Type.Union([Type.Integer(), Type.Null()], {
+    description: 'the highest data write among everything it read (the object, linked objects, links)',
+  }),
+  sources: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()]),
+  stale: Type.Boolean({
+    description:
+      'true while the value does not reflect the current definition: not computed yet, computed by an older definition or schema, or the definition is invalid',
+  }),
+  state: Type.Union([Type.Literal('valid'), Type.Literal('invalid')], { description: "the definition's state" }),
+});
+const Derived = Type.Record(Type.String(), DerivedValue);
+
+/**
+ * Reads of the read model: an object as intelligence knows it, with its derived values
+ * (`GET /v1/worlds/{world}/objects/{type}/{pk}`), and the derived values alone (`…/derived`).
+ */
+export async function readModelRoutes(fastify: FastifyInstance) {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  async function read(world: string, type: string, pk: string) {
+    const { rows } = await app.pg.query<{ version: number; seq: number; properties: Record<string, unknown> }>(
+      `SELECT version::float8 AS version, seq::float8 AS seq, properties FROM rm_objects
+        WHERE world_id = $1 AND type = $2 AND pk = $3 AND NOT deleted`,
+      [world, type, pk],
+    );
+    const object = rows[0];
+    if (!object) {
+      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      throw new NotFound(`${type} ${pk} is not in the read model of ${world}`);
+    }
+    const [definitions, values] = await Promise.all([listDerived(app.pg, world), valuesOf(app.pg, world, type, pk)]);
+    const byName = new Map(values.map((v) => [v.name, v]));
+    const derived: Record<string, unknown> = {};
+    for (const def of definitions.filter((d) => d.objectType === type)) {
+      const v = byName.get(def.name);
+      const current =
+        v !== undefined &&
+        def.state === 'valid' &&
+        v.definitionVersion === def.version &&
+        Date.parse(v.computedAt) >= Date.parse(def.validSince);
+      derived[def.name] = {
+        value: v && v.error === null ? v.value : null,
+        kind: v?.kind ?? null,
+        error: v?.error ?? null,
+        computedAt: v?.computedAt ?? null,
+        definitionVersion: v?.definitionVersion ?? null,
+        sourceVersion: v?.sourceVersion ?? null,
+        sourceSeq: v?.sourceSeq ?? null,
+        sources: v?.sources ?? null,
+        stale: !current,
+        state: def.state,
+      };
+    }
+    return { object, derived };
+  }
+
+  app.get(
+    '/v1/worlds/:world/objects/:type/:pk',
+    {
+      preHandler: app.authorize({ role: 'viewer' }),
+      schema: {
+        tags: ['read model'],
+        summary: "An object as intelligence's read model holds it, with its derived values",
+        description:
+          'X-Consistency-Token: data=<seq> (from a write in data) waits, bounded, until intelligence has applied data up to that write.',
+        params: Params,
+        headers: ReadHeaders,
+        response: {
+          200: Type.Object({
+            type: Type.String(),
+            pk: Type.String(),
+            version: Type.Integer(),
+            seq: Type.Integer({ description: "data's write sequence of this version" }),
+            properties: Type.Record(Type.String(), Type.Unknown()),
+            derived: Derived,
+          }),
+          ...errors,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { world, type, pk } = request.params;
+      const watermark = await app.awaitConsistency(request, world);
+      const { object, derived } = await read(world, type, pk);
+      await app.consistencyHeader(reply, world, watermark);
+      return { type, pk, version: object.version, seq: object.seq, properties: object.properties, derived };
+    },
+  );
+
+  app.get(
+    '/v1/worlds/:world/objects/:type/:pk/derived',
+    {
+      preHandler: app.authorize({ role: 'viewer' }),
+      schema: {
+        tags: ['read model'],
+        summary: "An object's derived values, each with the source versions it was computed from",
+        params: Params,
+        headers: ReadHeaders,
+        response: {
+          200: Type.Object({ type: Type.String(), pk: Type.String(), version: Type.Integer(), derived: Derived }),
+          ...errors,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { world, type, pk } = request.params;
+      const watermark = await app.awaitConsistency(request, world);
+      const { object, derived } = await read(world, type, pk);
+      await app.consistencyHeader(reply, world, watermark);
+      return { type, pk, version: object.version, derived };
+    },
+  );
+}

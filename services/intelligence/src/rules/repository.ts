@@ -1,0 +1,73 @@
+import type { FieldError, Queryable } from '@onto/shared';
+import type { Rule, Severity } from './model.js';
+
+const COLUMNS = `world_id AS "worldId", name, object_type AS "objectType", condition, alert_type AS "alertType",
+  severity, description, version, state, errors, schema_version AS "schemaVersion",
+  to_json(created_at)#>>'{}' AS "createdAt", to_json(updated_at)#>>'{}' AS "updatedAt"`;
+
+type Row = Omit<Rule, 'description'> & { description: string | null };
+const fromRow = ({ description, ...rest }: Row): Rule => ({
+  ...rest,
+  ...(description === null ? {} : { description }),
+});
+
+export async function listRules(db: Queryable, worldId: string): Promise<Rule[]> {
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM rules WHERE world_id = $1 ORDER BY name`, [worldId]);
+  return rows.map(fromRow);
+}
+
+export async function getRule(db: Queryable, worldId: string, name: string): Promise<Rule | undefined> {
+  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM rules WHERE world_id = $1 AND name = $2`, [
+    worldId,
+    name,
+  ]);
+  return rows[0] ? fromRow(rows[0]) : undefined;
+}
+
+export interface RuleWrite {
+  worldId: string;
+  name: string;
+  objectType: string;
+  condition: string;
+  alertType: string;
+  severity: Severity;
+  description?: string | undefined;
+  version: number;
+  state: 'valid' | 'invalid';
+  errors: FieldError[];
+  schemaVersion: number;
+}
+
+export async function saveRule(tx: Queryable, w: RuleWrite): Promise<Rule> {
+  const { rows } = await tx.query<Row>(
+    `INSERT INTO rules (world_id, name, object_type, condition, alert_type, severity, description, version, state,
+                        errors, schema_version)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11)
+     ON CONFLICT (world_id, name) DO UPDATE
+       SET object_type = EXCLUDED.object_type, condition = EXCLUDED.condition, alert_type = EXCLUDED.alert_type,
+           severity = EXCLUDED.severity, description = EXCLUDED.description, version = EXCLUDED.version,
+           state = EXCLUDED.state, errors = EXCLUDED.errors, schema_version = EXCLUDED.schema_version,
+           updated_at = now()
+     RETURNING ${COLUMNS}`,
+    [
+      w.worldId,
+      w.name,
+      w.objectType,
+      w.condition,
+      w.alertType,
+      w.severity,
+      w.description ?? null,
+      w.version,
+      w.state,
+      JSON.stringify(w.errors),
+      w.schemaVersion,
+    ],
+  );
+  const row = rows[0];
+  if (!row) throw new Error('the rule was not saved');
+  return fromRow(row);
+}
+
+export async function deleteRule(tx: Queryable, worldId: string, name: string): Promise<void> {
+  await tx.query('DELETE FROM rules WHERE world_id = $1 AND name = $2', [worldId, name]);
+}
