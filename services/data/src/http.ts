@@ -126,6 +126,10 @@ export function worldLockKey(worldId: string): number {
   return hash | 0;
 }
 
+/** The statement that takes the world's drop lock shared (no parameters: both numbers are computed here). */
+export const worldLockSharedSql = (worldId: string) =>
+  `SELECT pg_advisory_xact_lock_shared(${WORLD_LOCK_SPACE}, ${worldLockKey(worldId)})`;
+
 /** Takes the world's drop lock exclusively: every write in flight in the world ends first. */
 export async function lockWorldForDrop(tx: pg.ClientBase, worldId: string): Promise<void> {
   await tx.query('SELECT pg_advisory_xact_lock($1, $2)', [WORLD_LOCK_SPACE, worldLockKey(worldId)]);
@@ -147,9 +151,8 @@ export async function inWorldTransaction<T>(
   worldId: string,
   work: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
-  // One round trip with BEGIN; both numbers are integers computed here, not input.
-  const lock = `SELECT pg_advisory_xact_lock_shared(${WORLD_LOCK_SPACE}, ${worldLockKey(worldId)})`;
-  const once = () => inTransaction(pool, work, 'READ COMMITTED', lock);
+  // One round trip with BEGIN.
+  const once = () => inTransaction(pool, work, 'READ COMMITTED', worldLockSharedSql(worldId));
   try {
     return await withOcc(once, { maxRetries: 3, baseDelayMs: 20 });
   } catch (error) {

@@ -54,6 +54,55 @@ function checkKey(event: EventEnvelope, key: string) {
   }
 }
 
+/** An outbox row as enqueue writes it: checked, on its physical topic, in its lane. */
+export interface OutboxRow {
+  eventId: string;
+  topic: string;
+  key: string;
+  lane: number;
+  body: string;
+  headers: string;
+}
+
+/** Checks messages (envelope, key) and makes the rows `enqueue` inserts. */
+export function outboxRows(messages: OutboxMessage | OutboxMessage[], topicPrefix = ''): OutboxRow[] {
+  const list = Array.isArray(messages) ? messages : [messages];
+  return list.map((m) => {
+    const event = validateEvent(m.event);
+    checkKey(event, m.key);
+    return {
+      eventId: event.event_id,
+      topic: physicalTopic(topicPrefix, EVENT_TYPES[event.type]),
+      key: m.key,
+      lane: laneOf(m.key),
+      body: canonicalJson(event),
+      headers: JSON.stringify(m.headers ?? {}),
+    };
+  });
+}
+
+/**
+ * One statement inserting the rows into outbox and outbox_pending, values written as literals
+ * (`literal` is the connection's escapeLiteral), for a multi-statement simple query: a writer
+ * that sends its last statements and COMMIT in one round trip. `onlyIf`, an SQL condition, guards
+ * the insert (e.g. "the state change it announces was written"). The caller marks the client
+ * (markOutboxWritten) and wakes the relays after COMMIT, as enqueue and inTransaction do.
+ */
+export function outboxInsertSql(rows: OutboxRow[], literal: (s: string) => string, onlyIf = 'true'): string {
+  const values = rows
+    .map(
+      (r) =>
+        `(${literal(r.eventId)}::uuid, ${literal(r.topic)}, ${literal(r.key)}, ${r.lane}::smallint, ${literal(r.body)}, ${literal(r.headers)}::jsonb)`,
+    )
+    .join(', ');
+  return `WITH added AS (
+       INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
+       SELECT * FROM (VALUES ${values}) AS v(e, t, k, l, b, h) WHERE ${onlyIf}
+       RETURNING id, lane
+     )
+     INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added`;
+}
+
 /**
  * Adds events to the outbox inside the caller's transaction, so they exist if and only if the
  * state change commits. Enqueuing an event id again with the same body is a no-op reported as
@@ -64,24 +113,10 @@ export async function enqueue(
   messages: OutboxMessage | OutboxMessage[],
   topicPrefix = '',
 ): Promise<EnqueueResult[]> {
-  const list = Array.isArray(messages) ? messages : [messages];
-  if (list.length === 0) return [];
-  const ids: string[] = [];
-  const topics: string[] = [];
-  const keys: string[] = [];
-  const lanes: number[] = [];
-  const bodies: string[] = [];
-  const headers: string[] = [];
-  for (const m of list) {
-    const event = validateEvent(m.event);
-    checkKey(event, m.key);
-    ids.push(event.event_id);
-    topics.push(physicalTopic(topicPrefix, EVENT_TYPES[event.type]));
-    keys.push(m.key);
-    lanes.push(laneOf(m.key));
-    bodies.push(canonicalJson(event));
-    headers.push(JSON.stringify(m.headers ?? {}));
-  }
+  const rows = outboxRows(messages, topicPrefix);
+  if (rows.length === 0) return [];
+  const ids = rows.map((r) => r.eventId);
+  const bodies = rows.map((r) => r.body);
   const inserted = await tx.query<{ id: number; event_id: string }>(
     `WITH added AS (
        INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
@@ -95,7 +130,14 @@ export async function enqueue(
        INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added
      )
      SELECT id, event_id::text FROM added`,
-    [ids, topics, keys, lanes, bodies, headers],
+    [
+      ids,
+      rows.map((r) => r.topic),
+      rows.map((r) => r.key),
+      rows.map((r) => r.lane),
+      bodies,
+      rows.map((r) => r.headers),
+    ],
   );
   const byId = new Map(inserted.rows.map((r) => [r.event_id, r.id]));
   const results: EnqueueResult[] = [];

@@ -43,27 +43,34 @@ export async function objectContext(
   pk: string,
   lock: HeadLock = 'none',
 ): Promise<ObjectContext> {
-  const { rows } = await db.query<{
-    provisioned: boolean;
-    schema_version: number;
-    version: number | null;
-    seq: number;
-    deleted: boolean;
-    properties: Properties | null;
-    updated_at: string;
-  }>(
-    `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
-            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
-            h.version, h.seq, h.deleted, h.properties, h.updated_at
-       FROM (SELECT 1) AS one
-       LEFT JOIN LATERAL (
-         SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
-           FROM object_heads WHERE world_id = $1 AND type = $2 AND pk = $3
-           ${lock === 'none' ? '' : lock}
-       ) h ON true`,
-    [worldId, type, pk],
-  );
-  const row = rows[0];
+  const { rows } = await db.query<ContextRow>(contextSql(lock), [worldId, type, pk]);
+  return contextOf(rows[0]);
+}
+
+/** The context query: $1 world, $2 type, $3 pk. */
+export const contextSql = (lock: HeadLock) =>
+  `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
+          (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
+          h.version, h.seq, h.deleted, h.properties, h.updated_at
+     FROM (SELECT 1) AS one
+     LEFT JOIN LATERAL (
+       SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
+         FROM object_heads WHERE world_id = $1 AND type = $2 AND pk = $3
+         ${lock === 'none' ? '' : lock}
+     ) h ON true`;
+
+export type ContextRow = {
+  provisioned: boolean;
+  schema_version: number;
+  version: number | null;
+  seq: number | string;
+  deleted: boolean;
+  properties: Properties | null;
+  updated_at: string;
+};
+
+/** The context a row of contextSql says. */
+export function contextOf(row: ContextRow | undefined): ObjectContext {
   if (!row) throw new Error('the context query returned no row');
   return {
     provisioned: row.provisioned,
@@ -73,7 +80,7 @@ export async function objectContext(
         ? null
         : {
             version: row.version,
-            seq: row.seq,
+            seq: Number(row.seq),
             deleted: row.deleted,
             properties: row.properties,
             updatedAt: row.updated_at,
@@ -97,7 +104,8 @@ const HISTORY = `INSERT INTO object_history
     (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id)
   SELECT $1, $2, $3, h.seq, $4, $5::jsonb IS NULL, $5::jsonb, $6, $7, $8 FROM h RETURNING seq`;
 
-const values = (w: HeadWrite) => [
+/** The parameters of insertHeadSql/updateHeadSql, $1…$8. */
+export const headValues = (w: HeadWrite) => [
   w.worldId,
   w.type,
   w.pk,
@@ -109,36 +117,41 @@ const values = (w: HeadWrite) => [
 ];
 
 /**
+ * The statements of insertHead and updateHead with the write's seq given as SQL: nextval inside
+ * the statement, or a value the transaction took from data_seq after locking the tables ROW
+ * EXCLUSIVE (the two-round-trip PUT) — either way inside the commit cut of docs/adr/0008.
+ */
+export const insertHeadSql = (seq: string) =>
+  `WITH h AS (
+     INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)
+     VALUES ($1, $2, $3, $4, ${seq}, $5::jsonb IS NULL, $5::jsonb, $6)
+     ON CONFLICT (world_id, type, pk) DO NOTHING
+     RETURNING seq
+   ) ${HISTORY}`;
+
+export const updateHeadSql = (seq: string) =>
+  `WITH h AS (
+     UPDATE object_heads
+        SET version = $4, seq = ${seq}, deleted = $5::jsonb IS NULL, properties = $5::jsonb,
+            schema_version = $6, updated_at = now(),
+            created_at = CASE WHEN deleted THEN now() ELSE created_at END
+      WHERE world_id = $1 AND type = $2 AND pk = $3
+      RETURNING seq
+   ) ${HISTORY}`;
+
+/**
  * A new head, and its first history row; the write's seq from data_seq is taken inside the
  * statement that holds the tables' locks (see the commit cut in docs/adr/0008). null when another
  * transaction created the key first.
  */
 export async function insertHead(tx: Queryable, w: HeadWrite): Promise<number | null> {
-  const { rows } = await tx.query<{ seq: number }>(
-    `WITH h AS (
-       INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)
-       VALUES ($1, $2, $3, $4, nextval('data_seq'), $5::jsonb IS NULL, $5::jsonb, $6)
-       ON CONFLICT (world_id, type, pk) DO NOTHING
-       RETURNING seq
-     ) ${HISTORY}`,
-    values(w),
-  );
+  const { rows } = await tx.query<{ seq: number }>(insertHeadSql("nextval('data_seq')"), headValues(w));
   return rows[0]?.seq ?? null;
 }
 
 /** The next version of a head the caller has locked, and its history row; returns the write's seq. */
 export async function updateHead(tx: Queryable, w: HeadWrite): Promise<number> {
-  const { rows } = await tx.query<{ seq: number }>(
-    `WITH h AS (
-       UPDATE object_heads
-          SET version = $4, seq = nextval('data_seq'), deleted = $5::jsonb IS NULL, properties = $5::jsonb,
-              schema_version = $6, updated_at = now(),
-              created_at = CASE WHEN deleted THEN now() ELSE created_at END
-        WHERE world_id = $1 AND type = $2 AND pk = $3
-        RETURNING seq
-     ) ${HISTORY}`,
-    values(w),
-  );
+  const { rows } = await tx.query<{ seq: number }>(updateHeadSql("nextval('data_seq')"), headValues(w));
   const seq = rows[0]?.seq;
   if (seq === undefined) throw new Error(`head ${w.worldId}/${w.type}/${w.pk} vanished under its lock`);
   return seq;

@@ -8,7 +8,8 @@ import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditio
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
 import { type Head, listObjects, objectContext, worldContext } from './repository.js';
-import { deleteObject, writeObject } from './write.js';
+import { deleteObject } from './write.js';
+import { writeObjectFast } from './write-fast.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const Problem = { $ref: 'Problem#' };
@@ -105,17 +106,16 @@ export default fp(
       const origin = originOf(request);
       const conditions = preconditionsOf(request);
       await app.awaitConsistency(request, world);
-      const result = await inWorldTransaction(app.pg, world, (tx) =>
-        writeObject(app, tx, {
-          worldId: world,
-          typeName,
-          pk,
-          origin,
-          topicPrefix: app.topicPrefix,
-          check: (head) => checkPreconditions(conditions, head, `${typeName} ${pk}`),
-          decide: (type, head) => decide(type, head, params),
-        }),
-      );
+      // The write owns its transaction: the two-round-trip form of writeObject.
+      const result = await writeObjectFast(app, {
+        worldId: world,
+        typeName,
+        pk,
+        origin,
+        topicPrefix: app.topicPrefix,
+        check: (head) => checkPreconditions(conditions, head, `${typeName} ${pk}`),
+        decide: (type, head) => decide(type, head, params),
+      });
       written(reply, result.version, result.seq);
       if (result.status === 201) {
         reply.header('location', `/v1/worlds/${world}/objects/${typeName}/${encodeURIComponent(pk)}`);
