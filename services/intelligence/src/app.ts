@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { identityReplicaMigrations, kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
+import actions from './actions/plugin.js';
 import type { Config } from './config.js';
 import consistency from './consistency.js';
 import identity from './identity/plugin.js';
@@ -30,6 +31,11 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worlds);
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(consistency, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
+  await fastify.register(actions, {
+    keyTtlMs: config.IDEMPOTENCY_KEY_TTL_MS,
+    lockMs: config.IDEMPOTENCY_LOCK_MS,
+    pruneIntervalMs: config.IDEMPOTENCY_PRUNE_INTERVAL_MS,
+  });
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

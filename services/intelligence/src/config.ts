@@ -18,6 +18,24 @@ export const ConfigSchema = Type.Composite([
       description:
         'How long a read whose X-Consistency-Token names a data or schema version not applied here waits before 503',
     }),
+    IDEMPOTENCY_KEY_TTL_MS: Type.Integer({
+      minimum: 1000,
+      maximum: 30 * 24 * 3600_000,
+      default: 7 * 24 * 3600_000,
+      description: 'How long an Idempotency-Key of an action is remembered (then pruned, and usable again)',
+    }),
+    IDEMPOTENCY_LOCK_MS: Type.Integer({
+      minimum: 1000,
+      maximum: 600_000,
+      default: 60_000,
+      description: 'How long the Redis lock of an action request in flight lives if its holder dies',
+    }),
+    IDEMPOTENCY_PRUNE_INTERVAL_MS: Type.Integer({
+      minimum: 100,
+      maximum: 24 * 3600_000,
+      default: 3600_000,
+      description: 'How often expired idempotency keys are deleted',
+    }),
   }),
 ]);
 export type Config = Static<typeof ConfigSchema>;

@@ -1,0 +1,333 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import {
+  BadRequest,
+  HttpProblem,
+  inTransaction,
+  NotFound,
+  principalOf,
+  Unprocessable,
+  UUID_V7,
+  WORLD_ID,
+} from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import type pg from 'pg';
+import { IdempotencyRedis } from './idempotency.js';
+import { actionMetrics } from './metrics.js';
+import { fingerprint } from './plan.js';
+import { ACTION_STATUSES, findKey, getAction, type KeyRecord, listActions, pruneKeys, stepsOf } from './repository.js';
+import { ActionSagas, actionView, callerScope, type StartRequest } from './saga.js';
+
+/** What the rest of intelligence (decisions) may do with actions. */
+export interface ActionsApi {
+  /**
+   * Checks and records an action and enqueues its first step in the caller's transaction, under
+   * an idempotency key scoped to the actor: a key seen before with the same parameters answers
+   * the action it started (`replayed`); with others, 422. 404 for an unknown action type, 422
+   * for parameters that do not fit it.
+   */
+  start(tx: pg.PoolClient, request: StartRequest): Promise<{ actionId: string; replayed: boolean }>;
+  /** Deletes the expired idempotency keys now (the periodic job does it too); returns how many. */
+  pruneKeys(): Promise<number>;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    actions: ActionsApi;
+  }
+}
+
+export interface ActionsOptions {
+  /** How long an idempotency key is remembered (7 days). */
+  keyTtlMs: number;
+  /** How long the Redis lock of a request in flight lives, should its holder die. */
+  lockMs: number;
+  /** How often expired keys are pruned. */
+  pruneIntervalMs: number;
+}
+
+const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
+const Problem = { $ref: 'Problem#' };
+const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 422: Problem, 503: Problem };
+const Json = Type.Unknown();
+const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
+const ActionBody = Type.Object({
+  id: Type.String(),
+  world: Type.String(),
+  actionType: Type.String(),
+  status: Type.Union(ACTION_STATUSES.map((s) => Type.Literal(s))),
+  parameters: Type.Record(Type.String(), Json),
+  schemaVersion: Type.Integer(),
+  actor: Type.String(),
+  idempotencyKey: Nullable(Type.String()),
+  causedBy: Nullable(Type.String()),
+  refusal: Json,
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+  finishedAt: Nullable(Type.String()),
+  steps: Type.Array(
+    Type.Object({
+      n: Type.Integer(),
+      command: Json,
+      state: Type.String({
+        description: 'PENDING, REQUESTED, COMPLETED, REFUSED, SKIPPED, COMPENSATING, COMPENSATED, COMPENSATION_REFUSED',
+      }),
+      result: Json,
+      refusal: Json,
+      compensation: Json,
+      compensationResult: Json,
+      compensationRefusal: Json,
+    }),
+  ),
+});
+const Summary = Type.Object({
+  id: Type.String(),
+  actionType: Type.String(),
+  status: Type.String(),
+  actor: Type.String(),
+  refusal: Json,
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+  finishedAt: Nullable(Type.String()),
+});
+const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
+const UUID = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
+
+/** `Idempotency-Key`: 1 to 255 printable ASCII characters, bare or as a quoted sf-string. */
+function idempotencyKeyOf(request: FastifyRequest): string {
+  const raw = request.headers['idempotency-key'];
+  if (raw === undefined) {
+    throw new BadRequest('the Idempotency-Key header is required: a unique string per request, such as a UUID', [
+      { path: 'header/idempotency-key', message: 'is required' },
+    ]);
+  }
+  let key = String(raw).trim();
+  if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) key = key.slice(1, -1);
+  if (key.length === 0 || key.length > 255 || !/^[\x20-\x7e]+$/.test(key)) {
+    throw new BadRequest('the Idempotency-Key header is malformed', [
+      { path: 'header/idempotency-key', message: 'must be 1 to 255 printable ASCII characters' },
+    ]);
+  }
+  return key;
+}
+
+/**
+ * Actions (docs/adr/0011): `POST /v1/worlds/{world}/actions/{actionType}` with an
+ * Idempotency-Key, the action's status and steps, the list; the saga's consumer
+ * `intelligence-actions` on domain.actions; the pruning of expired keys; `app.actions`.
+ */
+export default fp(
+  async (fastify: FastifyInstance, opts: ActionsOptions) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    const sagas = new ActionSagas(app, opts.keyTtlMs, app.log.child({ component: 'actions' }));
+    const redis = new IdempotencyRedis(
+      app.redis,
+      app.topicPrefix,
+      opts.lockMs,
+      app.log.child({ component: 'idempotency' }),
+    );
+    const metrics = actionMetrics(app.metrics, app.pg);
+
+    app.decorate('actions', {
+      start: async (tx: pg.PoolClient, request: StartRequest) => {
+        const { actionId, replayed } = await sagas.start(tx, request);
+        return { actionId, replayed };
+      },
+      pruneKeys: () => pruneKeys(app.pg),
+    } satisfies ActionsApi);
+
+    app.addConsumer({
+      name: 'intelligence-actions',
+      topics: ['domain.actions'],
+      apply: (tx, events) => sagas.applyReplies(tx, events),
+    });
+
+    let pruning: NodeJS.Timeout | undefined;
+    app.addHook('onReady', async () => {
+      pruning = setInterval(() => {
+        pruneKeys(app.pg)
+          .then((n) => n > 0 && app.log.info({ pruned: n }, 'expired idempotency keys pruned'))
+          .catch((err) => app.log.warn({ err }, 'pruning idempotency keys failed'));
+      }, opts.pruneIntervalMs);
+      pruning.unref();
+    });
+    app.addHook('onClose', async () => clearInterval(pruning));
+
+    /** The answer a key's record holds, marked when it is a replay. */
+    function answer(reply: FastifyReply, record: KeyRecord, replayed: boolean) {
+      metrics.request(replayed ? 'replayed' : 'executed');
+      reply.code(record.response.status).headers(record.response.headers);
+      if (replayed) reply.header('idempotent-replayed', 'true');
+      return record.response.body as never;
+    }
+
+    function mismatch(record: KeyRecord): never {
+      metrics.request('mismatch');
+      throw new Unprocessable('this Idempotency-Key was used for another request', [
+        {
+          path: 'header/idempotency-key',
+          message: `was used within its lifetime for a request with another action type or other parameters (action ${record.actionId})`,
+        },
+      ]);
+    }
+
+    app.post(
+      '/v1/worlds/:world/actions/:actionType',
+      {
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['actions'],
+          summary: 'Run an action type',
+          description:
+            'Requires Idempotency-Key (unique per request; remembered 7 days per world and caller). Answers 202 with the action, RUNNING, and Location; the saga runs its edits in data and the action ends COMPLETED, COMPENSATED (a step was refused and the completed ones undone) or FAILED (an undo was refused). The same key with the same parameters replays the first answer with Idempotent-Replayed: true; with other parameters, 422; while the first request is still in flight, 409 with Retry-After.',
+          params: Type.Object({
+            world: Type.String({ pattern: WORLD_ID }),
+            actionType: Type.String({ pattern: NAME, description: 'the action type (apiName)' }),
+          }),
+          headers: Type.Object({
+            'idempotency-key': Type.Optional(
+              Type.String({ description: 'a unique string per request, such as a UUID' }),
+            ),
+            'x-consistency-token': Type.Optional(
+              Type.String({ description: 'control=<schema version>: wait (bounded) until it is applied here' }),
+            ),
+          }),
+          body: Type.Optional(
+            Type.Object(
+              { parameters: Type.Optional(Type.Record(Type.String(), Type.Unknown())) },
+              { additionalProperties: false },
+            ),
+          ),
+          response: { 202: ActionBody, ...errors },
+        },
+      },
+      async (request, reply) => {
+        const { world, actionType } = request.params;
+        const key = idempotencyKeyOf(request);
+        const actor = principalOf(request).userId;
+        const parameters = request.body?.parameters ?? {};
+        await app.awaitConsistency(request, world);
+        const scope = callerScope(actor);
+        const print = fingerprint(world, actionType, parameters);
+        const cached = await redis.cached(world, scope, key);
+        if (cached) return cached.fingerprint === print ? answer(reply, cached, true) : mismatch(cached);
+        const lock = await redis.lock(world, scope, key);
+        try {
+          if (lock.state === 'held') {
+            // In flight elsewhere, or done with its lock not yet released: PostgreSQL knows which.
+            const done = await findKey(app.pg, world, scope, key);
+            if (done) return done.fingerprint === print ? answer(reply, done, true) : mismatch(done);
+            metrics.request('in_progress');
+            throw new HttpProblem(
+              409,
+              'conflict',
+              'Conflict',
+              'a request with this Idempotency-Key is in progress; retry it shortly',
+              { errors: [{ path: 'header/idempotency-key', message: 'is in use by a request in progress' }] },
+              { 'retry-after': '1' },
+            );
+          }
+          const started = await inTransaction(app.pg, (tx) =>
+            sagas.start(tx, { worldId: world, actionType, parameters, idempotencyKey: key, actor, causedBy: null }),
+          ).catch((error: unknown) => {
+            if (error instanceof Unprocessable && error.extensions.errors?.[0]?.path === 'header/idempotency-key') {
+              metrics.request('mismatch');
+            }
+            throw error;
+          });
+          await redis.remember(world, scope, key, started.record);
+          return answer(reply, started.record, started.replayed);
+        } finally {
+          await redis.release(lock);
+        }
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/actions/:id',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['actions'],
+          summary: 'An action: its status and each step with its state, result or refusal',
+          params: Type.Object({
+            world: Type.String({ pattern: WORLD_ID }),
+            id: Type.String({ pattern: UUID, description: 'the action id' }),
+          }),
+          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          response: { 200: ActionBody, ...errors },
+        },
+      },
+      async (request, reply) => {
+        const { world, id } = request.params;
+        const watermark = await app.awaitConsistency(request, world);
+        const action = await getAction(app.pg, world, id);
+        if (!action) throw new NotFound(`action ${id} does not exist in world ${world}`);
+        await app.consistencyHeader(reply, world, watermark);
+        return actionView(action, await stepsOf(app.pg, world, id));
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/actions',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['actions'],
+          summary: "A world's actions, newest first, with filters",
+          params: WorldParams,
+          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          querystring: Type.Object(
+            {
+              status: Type.Optional(Type.Union(ACTION_STATUSES.map((s) => Type.Literal(s)))),
+              actionType: Type.Optional(Type.String({ pattern: NAME })),
+              actor: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+              cursor: Type.Optional(Type.String({ pattern: UUID_V7.source, description: 'next of the previous page' })),
+              limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
+            },
+            { additionalProperties: false },
+          ),
+          response: {
+            200: Type.Object({ actions: Type.Array(Summary), next: Nullable(Type.String()) }),
+            ...errors,
+          },
+        },
+      },
+      async (request, reply) => {
+        const { world } = request.params;
+        const { status, actionType, actor, cursor, limit } = request.query;
+        const watermark = await app.awaitConsistency(request, world);
+        const { rowCount } = await app.pg.query('SELECT 1 FROM worlds WHERE id = $1', [world]);
+        if (!rowCount) throw new NotFound(`world ${world} does not exist here (not provisioned in intelligence)`);
+        const rows = await listActions(app.pg, {
+          worldId: world,
+          ...(status ? { status } : {}),
+          ...(actionType ? { actionType } : {}),
+          ...(actor ? { actor } : {}),
+          ...(cursor ? { before: cursor } : {}),
+          limit: limit + 1,
+        });
+        const page = rows.slice(0, limit);
+        await app.consistencyHeader(reply, world, watermark);
+        return {
+          actions: page.map((a) => ({
+            id: a.id,
+            actionType: a.actionType,
+            status: a.status,
+            actor: a.actor,
+            refusal: a.refusal,
+            createdAt: a.createdAt,
+            updatedAt: a.updatedAt,
+            finishedAt: a.finishedAt,
+          })),
+          next: rows.length > limit ? (page.at(-1)?.id ?? null) : null,
+        };
+      },
+    );
+  },
+  {
+    name: 'onto-intelligence-actions',
+    dependencies: ['onto-auth', 'onto-consumers', 'onto-intelligence-schema', 'onto-intelligence-consistency'],
+  },
+);
