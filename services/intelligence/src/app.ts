@@ -6,6 +6,7 @@ import fp from 'fastify-plugin';
 import actions from './actions/plugin.js';
 import type { Config } from './config.js';
 import consistency from './consistency.js';
+import evaluation from './engine/plugin.js';
 import identity from './identity/plugin.js';
 import schema from './schema/plugin.js';
 import worlds from './worlds/plugin.js';
@@ -31,6 +32,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worlds);
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(consistency, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
+  await fastify.register(evaluation);
   await fastify.register(actions, {
     keyTtlMs: config.IDEMPOTENCY_KEY_TTL_MS,
     lockMs: config.IDEMPOTENCY_LOCK_MS,

@@ -7,7 +7,7 @@ import { listDecisionDefinitions } from '../decisions/repository.js';
 import type { Engine } from '../engine/engine.js';
 import { bumpRevision } from '../engine/locks.js';
 import { finishRecomputes, type RecomputeProgress, recomputeOf, requestRecompute } from '../engine/recompute-jobs.js';
-import { invalidatedBy, resolveWorld } from '../engine/world-model.js';
+import { invalidatedBy } from '../engine/world-model.js';
 import {
   checkIfMatch,
   errors,
@@ -192,27 +192,28 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
           createdAt: '',
           updatedAt: '',
         };
-        const valid = [
-          ...resolveWorld(
-            document,
-            others.filter((d) => d.state === 'valid'),
-            [],
-            [],
-          ).derived.values(),
-        ]
-          .flatMap((r) => (r.resolved ? [r.resolved] : []))
-          .concat(checked.resolved);
-        const ordered = topologicalOrder(valid, derivedInputs);
+        // Cycles: every valid definition resolved as if this one were already in place.
+        const together = [...others.filter((d) => d.state === 'valid'), candidate];
+        const allStates = new Map(together.map((d) => [d.name, { objectType: d.objectType, state: 'valid' as const }]));
+        const resolved = together.flatMap((d) => {
+          const r = resolveDerived(d.name, d, { version: d.version, validSince: '' }, document, allStates).resolved;
+          return r ? [r] : [];
+        });
+        const ordered = topologicalOrder(resolved, derivedInputs);
         if ('cycle' in ordered && ordered.cycle.includes(name)) {
-          const next = ordered.cycle[ordered.cycle.indexOf(name) + 1];
+          // Told from this definition's point of view: name → … → name.
+          const loop = ordered.cycle.slice(0, -1);
+          const at = loop.indexOf(name);
+          const cycle = [...loop.slice(at), ...loop.slice(0, at), name];
+          const next = cycle[1] ?? '';
           const alias = Object.entries(input.aggregates).find(([, a]) => a.derived === next)?.[0];
           throw new Unprocessable(`derived property ${name} would make a cycle`, [
             {
               path:
-                alias !== undefined && !checked.resolved.ownDerived.has(next ?? '')
+                alias !== undefined && !checked.resolved.ownDerived.has(next)
                   ? `/aggregates/${alias}/derived`
                   : '/expression',
-              message: `cycle ${ordered.cycle.join(' → ')}`,
+              message: `cycle ${cycle.join(' → ')}`,
             },
           ]);
         }

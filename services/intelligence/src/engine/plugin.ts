@@ -16,8 +16,8 @@ import { ModelCache } from './world-model.js';
 /**
  * intelligence's evaluation: the read model of data's objects and links, derived properties,
  * rules and alerts, decisions (docs/adr/0010). Two consumers — `intelligence-changes` on
- * onto.changes.objects/links (the hot path) and `intelligence-definitions` on onto.schema and
- * onto.storage — the recompute worker, and the routes.
+ * onto.changes.objects/links (the hot path) and `intelligence-definitions` on onto.schema,
+ * onto.storage and onto.worlds — the recompute worker, and the routes.
  */
 export default fp(
   async (app: FastifyInstance) => {
@@ -42,7 +42,10 @@ export default fp(
     });
     app.addConsumer({
       name: 'intelligence-definitions',
-      topics: ['onto.schema', 'onto.storage'],
+      // onto.worlds too, applying nothing: data's replies on onto.storage (world.provisioned,
+      // world.dropped) are caused by its events, and would otherwise wait for a cause this
+      // consumer never sees, holding up the world's schema events queued behind them.
+      topics: ['onto.schema', 'onto.storage', 'onto.worlds'],
       apply: applySchemaChanges(app.schemaReplica, log, () => worker.wake()),
     });
     app.addHook('onReady', async () => worker.start());

@@ -138,9 +138,11 @@ export async function revalidateWorld(
 }
 
 /**
- * Consumer `intelligence-definitions` on onto.schema and onto.storage. It stores schema versions
- * itself (idempotently, beside the schema replica's consumer) so that `storage.schema.updated`,
- * caused by `schema.updated`, finds its cause in this consumer's own inbox and is never parked.
+ * Consumer `intelligence-definitions` on onto.schema, onto.storage and onto.worlds. It stores
+ * schema versions itself (idempotently, beside the schema replica's consumer) so that
+ * `storage.schema.updated`, caused by `schema.updated`, finds its cause in this consumer's own
+ * inbox and is never parked; onto.worlds is recorded for the same reason (data's replies to it
+ * travel on onto.storage).
  */
 export function applySchemaChanges(replica: SchemaReplica, log: FastifyBaseLogger, wake: () => void): ApplyEffects {
   return async (tx, events) => {
