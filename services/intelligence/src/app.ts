@@ -37,6 +37,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     keyTtlMs: config.IDEMPOTENCY_KEY_TTL_MS,
     lockMs: config.IDEMPOTENCY_LOCK_MS,
     pruneIntervalMs: config.IDEMPOTENCY_PRUNE_INTERVAL_MS,
+    stepRetryMs: config.ACTION_STEP_RETRY_MS,
   });
 };
 

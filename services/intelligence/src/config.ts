@@ -36,6 +36,12 @@ export const ConfigSchema = Type.Composite([
       default: 3600_000,
       description: 'How often expired idempotency keys are deleted',
     }),
+    ACTION_STEP_RETRY_MS: Type.Integer({
+      minimum: 100,
+      maximum: 3600_000,
+      default: 60_000,
+      description: 'A step of an action without a reply for this long is asked for again (data applies a step once)',
+    }),
   }),
 ]);
 export type Config = Static<typeof ConfigSchema>;

@@ -150,6 +150,7 @@ describe('actions: idempotent, executed as sagas', () => {
     const body = res.json();
     expect(res.headers.location).toBe(`/v1/worlds/${W}/actions/${body.id}`);
     expect(res.headers['idempotent-replayed']).toBeUndefined();
+    expect(res.headers['x-consistency-token']).toMatch(/^data=\d+$/);
     expect(body).toMatchObject({
       actionType: 'placeOrder',
       status: 'RUNNING',
@@ -532,15 +533,32 @@ describe('actions: idempotent, executed as sagas', () => {
   });
 });
 
-describe('idempotency keys expire', () => {
+describe('short lifetimes: expired keys, steps asked again', () => {
   let s: IntelligenceStack;
   beforeAll(async () => {
     s = await intelligenceStack({
-      intelligenceEnv: { IDEMPOTENCY_KEY_TTL_MS: '1500', IDEMPOTENCY_PRUNE_INTERVAL_MS: '200' },
+      intelligenceEnv: {
+        IDEMPOTENCY_KEY_TTL_MS: '1500',
+        IDEMPOTENCY_PRUNE_INTERVAL_MS: '200',
+        ACTION_STEP_RETRY_MS: '500',
+      },
     });
     await s.world('brief', {
       objectTypes: { Customer },
-      actionTypes: { welcome: { ...actionTypes.welcome, idempotencyKey: undefined } },
+      actionTypes: {
+        welcome: { ...actionTypes.welcome, idempotencyKey: undefined },
+        rename: {
+          parameters: { customerId: str, name: str },
+          edits: [
+            {
+              op: 'modifyObject',
+              objectType: 'Customer',
+              pk: { param: 'customerId' },
+              values: { name: { param: 'name' } },
+            },
+          ],
+        },
+      },
     });
   }, 90_000);
   afterAll(async () => {
@@ -569,5 +587,57 @@ describe('idempotency keys expire', () => {
     expect(later.statusCode, later.body).toBe(202);
     expect(later.headers['idempotent-replayed']).toBeUndefined();
     expect(later.json().id).not.toBe(first.json().id);
+  });
+
+  it('asks again for a step whose reply went astray; data applies it once', async () => {
+    const intel = s.intelligence?.app as FastifyInstance;
+    const seed = await s.dataCall('PUT', '/v1/worlds/brief/objects/Customer/c-lost', {
+      body: { properties: { name: 'Old' } },
+    });
+    expect(seed.statusCode).toBe(201);
+    // data waits on the row while intelligence forgets which request it awaits: the reply to come
+    // answers a request it no longer awaits (as if the reply were lost).
+    const held = await s.data.app.pg.connect();
+    let id: string;
+    try {
+      await held.query('BEGIN');
+      await held.query(
+        `SELECT 1 FROM object_heads WHERE world_id = 'brief' AND type = 'Customer' AND pk = 'c-lost' FOR UPDATE`,
+      );
+      const res = await s.intelCall('POST', '/v1/worlds/brief/actions/rename', {
+        body: { parameters: { customerId: 'c-lost', name: 'New' } },
+        headers: { 'idempotency-key': 'k-lost' },
+      });
+      expect(res.statusCode, res.body).toBe(202);
+      id = res.json().id;
+      await intel.pg.query('UPDATE action_steps SET request_event = $2 WHERE action_id = $1 AND n = 0', [
+        id,
+        randomUUID(),
+      ]);
+      await held.query('COMMIT');
+    } finally {
+      await held.query('ROLLBACK').catch(() => {});
+      held.release();
+    }
+    const done = await s.until(
+      'the action completed',
+      async () => {
+        const a = (await s.intelCall('GET', `/v1/worlds/brief/actions/${id}`)).json();
+        return FINAL.includes(a.status) ? a : undefined;
+      },
+      20_000,
+    );
+    expect(done.status).toBe('COMPLETED');
+    const { rows: requests } = await intel.pg.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM outbox WHERE partition_key = $1 AND (body::jsonb ->> 'type') = 'action.step.requested'`,
+      [`brief/${id}`],
+    );
+    expect(requests[0]?.n).toBeGreaterThanOrEqual(2);
+    const { rows: history } = await s.data.app.pg.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM object_history WHERE world_id = 'brief' AND type = 'Customer' AND pk = 'c-lost'`,
+    );
+    expect(history[0]?.n).toBe(2); // the seed and one rename
+    const customer = await s.dataCall('GET', '/v1/worlds/brief/objects/Customer/c-lost');
+    expect(customer.json()).toMatchObject({ version: 2, properties: { name: 'New' } });
   });
 });

@@ -45,6 +45,8 @@ export interface ActionsOptions {
   lockMs: number;
   /** How often expired keys are pruned. */
   pruneIntervalMs: number;
+  /** How long a step may await its reply before it is asked for again. */
+  stepRetryMs: number;
 }
 
 const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
@@ -143,22 +145,46 @@ export default fp(
       apply: (tx, events) => sagas.applyReplies(tx, events),
     });
 
-    let pruning: NodeJS.Timeout | undefined;
+    const timers: NodeJS.Timeout[] = [];
+    const every = (ms: number, job: () => Promise<unknown>, what: string) => {
+      let running = false;
+      const timer = setInterval(() => {
+        if (running) return;
+        running = true;
+        job()
+          .catch((err) => app.log.warn({ err }, `${what} failed`))
+          .finally(() => {
+            running = false;
+          });
+      }, ms);
+      timer.unref();
+      timers.push(timer);
+    };
     app.addHook('onReady', async () => {
-      pruning = setInterval(() => {
-        pruneKeys(app.pg)
-          .then((n) => n > 0 && app.log.info({ pruned: n }, 'expired idempotency keys pruned'))
-          .catch((err) => app.log.warn({ err }, 'pruning idempotency keys failed'));
-      }, opts.pruneIntervalMs);
-      pruning.unref();
+      every(
+        opts.pruneIntervalMs,
+        async () => {
+          const n = await pruneKeys(app.pg);
+          if (n > 0) app.log.info({ pruned: n }, 'expired idempotency keys pruned');
+        },
+        'pruning idempotency keys',
+      );
+      every(
+        Math.max(100, Math.floor(opts.stepRetryMs / 2)),
+        () => inTransaction(app.pg, (tx) => sagas.retryStalled(tx, opts.stepRetryMs)),
+        'asking again for stalled action steps',
+      );
     });
-    app.addHook('onClose', async () => clearInterval(pruning));
+    app.addHook('onClose', async () => {
+      for (const timer of timers) clearInterval(timer);
+    });
 
     /** The answer a key's record holds, marked when it is a replay. */
-    function answer(reply: FastifyReply, record: KeyRecord, replayed: boolean) {
+    async function answer(reply: FastifyReply, world: string, record: KeyRecord, replayed: boolean) {
       metrics.request(replayed ? 'replayed' : 'executed');
       reply.code(record.response.status).headers(record.response.headers);
       if (replayed) reply.header('idempotent-replayed', 'true');
+      await app.consistencyHeader(reply, world);
       return record.response.body as never;
     }
 
@@ -211,13 +237,13 @@ export default fp(
         const scope = callerScope(actor);
         const print = fingerprint(world, actionType, parameters);
         const cached = await redis.cached(world, scope, key);
-        if (cached) return cached.fingerprint === print ? answer(reply, cached, true) : mismatch(cached);
+        if (cached) return cached.fingerprint === print ? answer(reply, world, cached, true) : mismatch(cached);
         const lock = await redis.lock(world, scope, key);
         try {
           if (lock.state === 'held') {
             // In flight elsewhere, or done with its lock not yet released: PostgreSQL knows which.
             const done = await findKey(app.pg, world, scope, key);
-            if (done) return done.fingerprint === print ? answer(reply, done, true) : mismatch(done);
+            if (done) return done.fingerprint === print ? answer(reply, world, done, true) : mismatch(done);
             metrics.request('in_progress');
             throw new HttpProblem(
               409,
@@ -237,7 +263,7 @@ export default fp(
             throw error;
           });
           await redis.remember(world, scope, key, started.record);
-          return answer(reply, started.record, started.replayed);
+          return answer(reply, world, started.record, started.replayed);
         } finally {
           await redis.release(lock);
         }

@@ -259,3 +259,21 @@ export async function pruneKeys(db: Queryable, chunk = 5000): Promise<number> {
     if ((rowCount ?? 0) < chunk) return total;
   }
 }
+
+/** Steps awaiting a reply for longer than `olderThanMs`, with their action locked (others skipped). */
+export async function lockStalledSteps(
+  tx: Queryable,
+  olderThanMs: number,
+  limit = 100,
+): Promise<{ worldId: string; actionId: string; n: number }[]> {
+  const { rows } = await tx.query<{ worldId: string; actionId: string; n: number }>(
+    `SELECT s.world_id AS "worldId", s.action_id::text AS "actionId", s.n
+       FROM action_steps s JOIN actions a ON a.world_id = s.world_id AND a.id = s.action_id
+      WHERE s.state IN ('REQUESTED', 'COMPENSATING')
+        AND s.updated_at < now() - make_interval(secs => $1::float8 / 1000)
+      ORDER BY s.updated_at LIMIT $2
+        FOR UPDATE OF a SKIP LOCKED`,
+    [olderThanMs, limit],
+  );
+  return rows;
+}

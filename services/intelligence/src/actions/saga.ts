@@ -26,6 +26,7 @@ import {
   insertKey,
   type KeyRecord,
   lockAction,
+  lockStalledSteps,
   type RecordedRefusal,
   type StepRow,
   skipPending,
@@ -130,7 +131,7 @@ export class ActionSagas {
     n: number,
     phase: StepPhase,
     commands: StepCommand[],
-    causedBy: string,
+    causedBy: string | null,
     eventId: string,
   ): OutboxMessage {
     return this.event(
@@ -346,6 +347,29 @@ export class ActionSagas {
       requestEvent: null,
     });
     await this.finish(tx, action, 'FAILED', event, { failure: { ...reply.reason, step: n, phase: 'compensation' } });
+  }
+
+  /**
+   * Asks again for the steps whose reply has not come for `olderThanMs` (a request or reply
+   * dead-lettered, say): under a new event id, caused by nothing so that it never parks. data
+   * answers a step it applied with its recorded reply, so asking again never applies it twice;
+   * a late reply to the old request is stale and ignored. Returns how many were asked again.
+   */
+  async retryStalled(tx: pg.PoolClient, olderThanMs: number): Promise<number> {
+    const stalled = await lockStalledSteps(tx, olderThanMs);
+    for (const { worldId, actionId, n } of stalled) {
+      const action = await lockAction(tx, worldId, actionId);
+      const step = (await stepsOf(tx, worldId, actionId))[n];
+      if (!action || !step) continue;
+      const phase = step.state === 'REQUESTED' ? 'forward' : 'compensation';
+      const commands = phase === 'forward' ? [step.command] : (step.compensation ?? []);
+      const id = uuidv7();
+      await this.setStep(tx, action, step, { requestEvent: id });
+      const revision = await advanceAction(tx, worldId, actionId, action.status);
+      await enqueue(tx, this.stepRequested(action, revision, n, phase, commands, null, id), this.app.topicPrefix);
+      this.log.warn({ actionId, step: n, phase }, 'no reply to an action step; asked again');
+    }
+    return stalled.length;
   }
 
   /** Writes a change of a step, and into the step as read, which later decisions look at. */
