@@ -265,9 +265,9 @@ export async function lockStalledSteps(
   tx: Queryable,
   olderThanMs: number,
   limit = 100,
-): Promise<{ worldId: string; actionId: string; n: number }[]> {
-  const { rows } = await tx.query<{ worldId: string; actionId: string; n: number }>(
-    `SELECT s.world_id AS "worldId", s.action_id::text AS "actionId", s.n
+): Promise<{ worldId: string; actionId: string; n: number; requestEvent: string }[]> {
+  const { rows } = await tx.query<{ worldId: string; actionId: string; n: number; requestEvent: string }>(
+    `SELECT s.world_id AS "worldId", s.action_id::text AS "actionId", s.n, s.request_event::text AS "requestEvent"
        FROM action_steps s JOIN actions a ON a.world_id = s.world_id AND a.id = s.action_id
       WHERE s.state IN ('REQUESTED', 'COMPENSATING')
         AND s.updated_at < now() - make_interval(secs => $1::float8 / 1000)

@@ -357,10 +357,12 @@ export class ActionSagas {
    */
   async retryStalled(tx: pg.PoolClient, olderThanMs: number): Promise<number> {
     const stalled = await lockStalledSteps(tx, olderThanMs);
-    for (const { worldId, actionId, n } of stalled) {
+    for (const { worldId, actionId, n, requestEvent } of stalled) {
       const action = await lockAction(tx, worldId, actionId);
       const step = (await stepsOf(tx, worldId, actionId))[n];
-      if (!action || !step) continue;
+      // A reply may have moved the saga on between the query and the lock.
+      if (!action || !step || step.requestEvent !== requestEvent) continue;
+      if (step.state !== 'REQUESTED' && step.state !== 'COMPENSATING') continue;
       const phase = step.state === 'REQUESTED' ? 'forward' : 'compensation';
       const commands = phase === 'forward' ? [step.command] : (step.compensation ?? []);
       const id = uuidv7();
