@@ -47,6 +47,7 @@ const Body = Type.Object(
       Type.String({ pattern: NAME }),
       Type.String({ minLength: 1, maxLength: MAX_EXPRESSION_LENGTH }),
       {
+        additionalProperties: false,
         maxProperties: 64,
         description: "CEL per action parameter, over the alert's object (self, derived) and alert",
       },
@@ -336,6 +337,10 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
       `/v1/worlds/:world/decisions/:id/${verdict}`,
       {
         preHandler: app.authorize({ role: 'editor' }),
+        // A verdict needs no body: an empty request is an empty verdict.
+        preValidation: async (request) => {
+          if (request.body === undefined || request.body === null) request.body = {};
+        },
         schema: {
           tags: ['decisions'],
           summary:
@@ -343,7 +348,7 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
           description:
             'Only a PENDING_APPROVAL decision can be decided (409 otherwise). decision.made is published with who decided; an approval then starts the action (idempotency key decision:<id>) and publishes decision.executed.',
           params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), id: Type.String({ pattern: UUID }) }),
-          body: Type.Optional(Verdict),
+          body: Verdict,
           response: { 200: DecisionView, ...errors },
         },
       },
@@ -362,7 +367,7 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
               status: decision.status,
             });
           }
-          return decideManually(tx, engine.ctx, decision, verdict, actor, request.body?.reason ?? null);
+          return decideManually(tx, engine.ctx, decision, verdict, actor, request.body.reason ?? null);
         });
         return decisionView(decided);
       },

@@ -63,6 +63,7 @@ const Body = Type.Object(
     }),
     aggregates: Type.Optional(
       Type.Record(Type.String({ pattern: NAME }), Aggregate, {
+        additionalProperties: false,
         maxProperties: 32,
         description: 'aliases read as agg.<alias>',
       }),
