@@ -478,6 +478,24 @@ describe('read model, derived properties and rules', () => {
     expect(again.derived.limitTwice).toMatchObject({ stale: false, error: null });
   });
 
+  it('forgets a dropped world: read model, definitions, values and alerts', async () => {
+    const i = s.intelligence;
+    if (!i) throw new Error('no intelligence');
+    const count = async () => {
+      const { rows } = await i.app.pg.query<{ n: number }>(
+        `SELECT (SELECT count(*) FROM rm_objects WHERE world_id = 'errors')
+              + (SELECT count(*) FROM derived_definitions WHERE world_id = 'errors')
+              + (SELECT count(*) FROM derived_values WHERE world_id = 'errors') AS n`,
+      );
+      return Number(rows[0]?.n);
+    };
+    expect(await count()).toBeGreaterThan(0);
+    const res = await s.controlCall('DELETE', '/v1/worlds/errors');
+    expect(res.statusCode, res.body).toBe(202);
+    await s.until('the world forgotten', async () => ((await count()) === 0 ? true : undefined));
+    expectProblem(await s.intelCall('GET', '/v1/worlds/errors/derived-properties'), 404);
+  });
+
   it('exports the staleness of each derived property', async () => {
     const i = s.intelligence;
     if (!i) throw new Error('no intelligence');

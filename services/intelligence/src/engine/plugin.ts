@@ -46,7 +46,10 @@ export default fp(
       // world.dropped) are caused by its events, and would otherwise wait for a cause this
       // consumer never sees, holding up the world's schema events queued behind them.
       topics: ['onto.schema', 'onto.storage', 'onto.worlds'],
-      apply: applySchemaChanges(app.schemaReplica, log, () => worker.wake()),
+      apply: applySchemaChanges(app.schemaReplica, log, {
+        wake: () => worker.wake(),
+        dropped: (worldId) => metrics.forget(worldId),
+      }),
     });
     app.addHook('onReady', async () => worker.start());
     app.addHook('onClose', async () => worker.stop());

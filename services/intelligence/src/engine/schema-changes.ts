@@ -137,20 +137,48 @@ export async function revalidateWorld(
   return report;
 }
 
+// Everything this part of intelligence keeps per world.
+const WORLD_TABLES = [
+  'rm_objects',
+  'rm_links',
+  'derived_values',
+  'derived_definitions',
+  'recompute_jobs',
+  'alerts',
+  'rules',
+  'decisions',
+  'decision_definitions',
+  'definition_revisions',
+];
+
+/** Forgets a dropped world: its read model, definitions, values, alerts and decisions. */
+export async function dropWorld(tx: Queryable, worldId: string): Promise<void> {
+  for (const table of WORLD_TABLES) await tx.query(`DELETE FROM ${table} WHERE world_id = $1`, [worldId]);
+}
+
+const DROPS = new Set(['world.deleted', 'world.drop.requested']);
+
 /**
- * Consumer `intelligence-definitions` on onto.schema, onto.storage and onto.worlds. It stores
- * schema versions itself (idempotently, beside the schema replica's consumer) so that
+ * Consumer `intelligence-definitions` on onto.schema, onto.storage and onto.worlds: schema
+ * changes revalidate a world's definitions, a dropped world is forgotten. It stores schema
+ * versions itself (idempotently, beside the schema replica's consumer) so that
  * `storage.schema.updated`, caused by `schema.updated`, finds its cause in this consumer's own
- * inbox and is never parked; onto.worlds is recorded for the same reason (data's replies to it
- * travel on onto.storage).
+ * inbox and is never parked; data's replies to onto.worlds events travel on onto.storage, which
+ * is one more reason to record those here.
  */
-export function applySchemaChanges(replica: SchemaReplica, log: FastifyBaseLogger, wake: () => void): ApplyEffects {
+export function applySchemaChanges(
+  replica: SchemaReplica,
+  log: FastifyBaseLogger,
+  hooks: { wake: () => void; dropped: (worldId: string) => void },
+): ApplyEffects {
   return async (tx, events) => {
     let revalidated = false;
     // Every world of the batch locked at once, in the one order all lockers use.
     await lockWorlds(
       tx,
-      events.filter((e) => e.event.type === 'storage.schema.updated').map((e) => e.event.world_id),
+      events
+        .filter((e) => e.event.type === 'storage.schema.updated' || DROPS.has(e.event.type))
+        .map((e) => e.event.world_id),
     );
     for (const { event } of events) {
       if (event.type === 'schema.updated') {
@@ -161,9 +189,12 @@ export function applySchemaChanges(replica: SchemaReplica, log: FastifyBaseLogge
         if (report.invalidated.length + report.revalidated.length + report.recomputed.length > 0) {
           log.info({ worldId: event.world_id, ...report }, 'definitions checked against the new schema');
         }
+      } else if (DROPS.has(event.type)) {
+        await dropWorld(tx, event.world_id);
+        hooks.dropped(event.world_id);
       }
     }
     // The jobs are visible once this commits; the worker's poll finds them, a wake is sooner.
-    if (revalidated) setTimeout(wake, 50).unref();
+    if (revalidated) setTimeout(hooks.wake, 50).unref();
   };
 }
