@@ -65,6 +65,14 @@ const actionTypes = {
       { op: 'createObject', objectType: 'Customer', pk: { param: 'customerId' }, values: {} },
     ],
   },
+  // An order, then a change of order o-held that data refuses (a string for an integer).
+  createThenBreak: {
+    parameters: { orderId: str, bad: str },
+    edits: [
+      { op: 'createObject', objectType: 'Order', pk: { param: 'orderId' }, values: { amount: { value: 1 } } },
+      { op: 'modifyObject', objectType: 'Order', pk: { value: 'o-held' }, values: { amount: { param: 'bad' } } },
+    ],
+  },
   // One execution per customer, whatever the Idempotency-Key.
   welcome: {
     parameters: { customerId: str, name: str },
@@ -193,7 +201,9 @@ describe('actions: idempotent, executed as sagas', () => {
     // Each event is caused by the one before it, and the first by nothing that data cannot know.
     expect(saga[0]?.caused_by).toBeNull();
     for (let i = 1; i < saga.length; i++) expect(saga[i]?.caused_by, saga[i]?.type).toBe(saga[i - 1]?.event_id);
-    expect(new Set(records.map((r) => r.record.partition)).size).toBeGreaterThan(0);
+    // One key (world + action id): every event of the action on one partition, in order.
+    const partitions = records.filter((r) => r.event.payload.actionId === body.id).map((r) => r.record.partition);
+    expect(new Set(partitions).size).toBe(1);
   });
 
   it('replays the stored answer for the same key and parameters, executing once', async () => {
@@ -368,7 +378,7 @@ describe('actions: idempotent, executed as sagas', () => {
       body: { properties: { amount: 1 } },
     });
     expect(seed.statusCode).toBe(201);
-    // Hold o-held's row in data so that the saga's second step waits, refused once it goes on.
+    // Hold o-held's row in data so that the saga's second step waits for it, refused once it goes on.
     const held = await s.data.app.pg.connect();
     try {
       await held.query('BEGIN');
@@ -376,7 +386,8 @@ describe('actions: idempotent, executed as sagas', () => {
         `SELECT 1 FROM object_heads WHERE world_id = $1 AND type = 'Order' AND pk = 'o-held' FOR UPDATE`,
         [W],
       );
-      const res = await post('placeOrder', { orderId: 'o-new', customerId: 'nobody', amount: 1 }, 'k-fail');
+      const res = await post('createThenBreak', { orderId: 'o-new', bad: 'x' }, 'k-fail');
+      expect(res.statusCode, res.body).toBe(202);
       const id = res.json().id;
       // Meanwhile someone else changes the order the first step created.
       await s.until('o-new created by the first step', async () =>
@@ -394,6 +405,7 @@ describe('actions: idempotent, executed as sagas', () => {
         compensation: [{ op: 'deleteObject', ifVersion: 1 }],
         compensationRefusal: { status: 412, code: 'precondition-failed' },
       });
+      expect(done.steps[1]).toMatchObject({ state: 'REFUSED', refusal: { status: 422 } });
       expect((await published(id)).at(-1)?.type).toBe('action.failed');
       // Nothing was overwritten: the other writer's change stands.
       expect(await object('Order', 'o-new')).toMatchObject({ version: 2, properties: { amount: 2 } });
