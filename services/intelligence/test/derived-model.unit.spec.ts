@@ -63,7 +63,7 @@ describe('CEL expressions', () => {
 
   it('refuses syntax errors, unknown identifiers and functions, roots not offered', () => {
     expect(compile('self.limit +', ['self'])).toMatchObject({ ok: false, message: /not valid CEL/ });
-    expect(compile('foo.bar', ['self'])).toMatchObject({ ok: false, message: /unknown identifier foo/ });
+    expect(compile('foo.bar', ['derived'])).toMatchObject({ ok: false, message: /unknown identifier foo/ });
     expect(compile('frobnicate(self.limit)', ['self'])).toMatchObject({ ok: false, message: /unknown function/ });
     expect(compile('agg.n', ['self', 'derived'])).toMatchObject({ ok: false, message: /agg is not available/ });
     expect(compile('self', ['self'])).toMatchObject({ ok: false, message: /must be followed by a name/ });
@@ -78,6 +78,9 @@ describe('CEL expressions', () => {
       return evaluate(c.program, { self });
     };
     expect(run('self.limit + 1')).toEqual({ value: 4, kind: 'int' });
+    // A bare name is the property; loop variables and the roots are not.
+    expect(run('limit * 2 + self.limit')).toEqual({ value: 9, kind: 'int' });
+    expect(run('tags.map(limit, limit * 10)')).toEqual({ value: [10, 20], kind: 'list' });
     expect(run('self.rate * 1.5')).toEqual({ value: 3, kind: 'double' });
     expect(run('self.tags.map(t, t * 2)')).toEqual({ value: [2, 4], kind: 'list' });
     expect(run('{"a": self.limit}')).toEqual({ value: { a: 3 }, kind: 'map' });
@@ -127,6 +130,9 @@ describe('derived definitions', () => {
     });
     expect(resolve('x', { expression: 'self.nope' }).errors).toEqual([
       { path: '/expression', message: 'self.nope: Customer has no property nope' },
+    ]);
+    expect(resolve('x', { expression: 'limt + 1' }).errors).toEqual([
+      { path: '/expression', message: 'limt: Customer has no property limt' },
     ]);
     expect(resolve('x', { expression: 'derived.y' }).errors).toEqual([
       { path: '/expression', message: 'derived.y: derived property y is not defined' },

@@ -4,7 +4,8 @@
  * (how objects and derived values are stored) and CEL (ints are not doubles there).
  *
  * An expression reads four variables, each a map addressed by name:
- * - `self.<property>`: the object's own properties (typed by the replicated schema);
+ * - `self.<property>`: the object's own properties (typed by the replicated schema); a bare
+ *   `<property>` is the same, when the name is not one of these four, a type or a loop variable;
  * - `derived.<name>`: the object's other derived properties;
  * - `agg.<alias>`: the aggregates a derived property declares over linked objects;
  * - `alert.<field>`: the alert a decision is made for (decision parameters only).
@@ -39,8 +40,8 @@ export const MAX_EXPRESSION_LENGTH = 4096;
 export type Bindings = Partial<Record<Root, Record<string, unknown>>>;
 export type Program = (bindings: Bindings) => unknown;
 
-/** What an expression reads: the names it selects on each root. */
-export type References = Record<Root, Set<string>>;
+/** What an expression reads: the names it selects on each root; `bare` the properties named bare. */
+export type References = Record<Root, Set<string>> & { bare: Set<string> };
 
 export type Compiled = { ok: true; program: Program; refs: References } | { ok: false; message: string };
 
@@ -102,6 +103,11 @@ function collect(expr: Expr | undefined, roots: ReadonlySet<Root>, bound: Readon
       if (bound.has(name) || TYPE_NAMES.has(name)) return;
       if ((ROOTS as readonly string[]).includes(name)) {
         throw new ReferenceFault(`${name} must be followed by a name: ${name}.<name> or ${name}['<name>']`);
+      }
+      if (roots.has('self')) {
+        refs.self.add(name);
+        refs.bare.add(name);
+        return;
       }
       throw new ReferenceFault(`unknown identifier ${name} (use ${[...roots].map((r) => `${r}.<name>`).join(', ')})`);
     }
@@ -181,7 +187,7 @@ function compileUncached(source: string, roots: ReadonlySet<Root>): Compiled {
   } catch (error) {
     return { ok: false, message: `is not valid CEL: ${(error as Error).message.replace(/^syntax error: /, '')}` };
   }
-  const refs: References = { self: new Set(), derived: new Set(), agg: new Set(), alert: new Set() };
+  const refs: References = { self: new Set(), derived: new Set(), agg: new Set(), alert: new Set(), bare: new Set() };
   try {
     collect(parsed.expr as unknown as Expr, roots, new Set(), refs);
   } catch (error) {
@@ -189,8 +195,11 @@ function compileUncached(source: string, roots: ReadonlySet<Root>): Compiled {
     throw error;
   }
   const planned = plan(ENV, parsed);
+  // Bare property names resolve from the top level; the four roots shadow properties so named.
   const program: Program = (bindings) =>
-    planned({ self: {}, derived: {}, agg: {}, alert: {}, ...bindings } as Parameters<typeof planned>[0]);
+    planned({ ...bindings.self, self: {}, derived: {}, agg: {}, alert: {}, ...bindings } as Parameters<
+      typeof planned
+    >[0]);
   return { ok: true, program, refs };
 }
 

@@ -102,7 +102,10 @@ export function resolveDecision(
       const type = schema.objectTypes[objectType];
       for (const p of compiled.refs.self) {
         if (type && !Object.hasOwn(type.properties, p)) {
-          errors.push({ path: at, message: `self.${p}: ${objectType} has no property ${p}` });
+          errors.push({
+            path: at,
+            message: `${compiled.refs.bare.has(p) ? p : `self.${p}`}: ${objectType} has no property ${p}`,
+          });
         }
       }
       for (const d of compiled.refs.derived) {

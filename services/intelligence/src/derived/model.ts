@@ -189,7 +189,10 @@ export function resolveDerived(
   }
   for (const p of compiled.refs.self) {
     if (type && !Object.hasOwn(type.properties, p)) {
-      errors.push({ path: '/expression', message: `self.${p}: ${input.objectType} has no property ${p}` });
+      errors.push({
+        path: '/expression',
+        message: `${compiled.refs.bare.has(p) ? p : `self.${p}`}: ${input.objectType} has no property ${p}`,
+      });
     }
   }
   for (const d of compiled.refs.derived) {

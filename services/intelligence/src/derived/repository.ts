@@ -92,14 +92,20 @@ export type StoredValue = {
   sourceVersion: number;
   sourceSeq: number;
   sources: Record<string, unknown>;
+  /** Computed by the current definition after everything it reads last changed shape. */
+  current: boolean;
 };
 
 export async function valuesOf(db: Queryable, worldId: string, type: string, pk: string): Promise<StoredValue[]> {
   const { rows } = await db.query<StoredValue>(
-    `SELECT name, value, value_kind AS kind, error, to_json(computed_at)#>>'{}' AS "computedAt",
-            definition_version AS "definitionVersion", source_version::float8 AS "sourceVersion",
-            source_seq::float8 AS "sourceSeq", sources
-       FROM derived_values WHERE world_id = $1 AND object_type = $2 AND pk = $3 ORDER BY name`,
+    `SELECT v.name, v.value, v.value_kind AS kind, v.error, to_json(v.computed_at)#>>'{}' AS "computedAt",
+            v.definition_version AS "definitionVersion", v.source_version::float8 AS "sourceVersion",
+            v.source_seq::float8 AS "sourceSeq", v.sources,
+            coalesce(d.state = 'valid' AND v.definition_version = d.version AND v.computed_at >= d.valid_since, false)
+              AS current
+       FROM derived_values v
+       LEFT JOIN derived_definitions d ON d.world_id = v.world_id AND d.name = v.name
+      WHERE v.world_id = $1 AND v.object_type = $2 AND v.pk = $3 ORDER BY v.name`,
     [worldId, type, pk],
   );
   return rows;

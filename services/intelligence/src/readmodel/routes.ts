@@ -54,11 +54,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     const derived: Record<string, unknown> = {};
     for (const def of definitions.filter((d) => d.objectType === type)) {
       const v = byName.get(def.name);
-      const current =
-        v !== undefined &&
-        def.state === 'valid' &&
-        v.definitionVersion === def.version &&
-        Date.parse(v.computedAt) >= Date.parse(def.validSince);
+      const current = v !== undefined && v.current && def.version === v.definitionVersion;
       derived[def.name] = {
         value: v && v.error === null ? v.value : null,
         kind: v?.kind ?? null,

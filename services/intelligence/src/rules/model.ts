@@ -59,7 +59,10 @@ export function resolveRule(
   }
   for (const p of compiled.refs.self) {
     if (type && !Object.hasOwn(type.properties, p)) {
-      errors.push({ path: '/condition', message: `self.${p}: ${input.objectType} has no property ${p}` });
+      errors.push({
+        path: '/condition',
+        message: `${compiled.refs.bare.has(p) ? p : `self.${p}`}: ${input.objectType} has no property ${p}`,
+      });
     }
   }
   for (const d of compiled.refs.derived) {
