@@ -3,22 +3,17 @@ import {
   afterRollback,
   ConcurrencyConflictError,
   Conflict,
-  canonicalJson,
   markOutboxWritten,
   outboxInsertSql,
   outboxRows,
   StaleWriteError,
-  Unprocessable,
   withOcc,
 } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
-import { objectChange } from '../events.js';
 import { worldLockSharedSql } from '../http.js';
-import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
-import { capped, type Properties } from './model.js';
 import { contextOf, contextSql, headValues, insertHeadSql, updateHeadSql } from './repository.js';
-import type { ObjectWrite, ObjectWritten } from './write.js';
+import { type ObjectWrite, type ObjectWritten, planObjectWrite } from './write.js';
 
 /**
  * Renders `$n` parameters as literals, for a multi-statement simple query: strings through the
@@ -37,8 +32,6 @@ export function inlineParams(sql: string, values: unknown[], literal: (s: string
   });
 }
 
-const same = (a: Properties | null, b: Properties) => a !== null && canonicalJson(a) === canonicalJson(b);
-
 /**
  * `writeObject` for a write that owns its transaction (REST PUT and PATCH), in two round trips
  * instead of five: on this kind of machine every query costs a system call on each side, and
@@ -54,7 +47,7 @@ const same = (a: Properties | null, b: Properties) => a !== null && canonicalJso
  * trips is read again, as there.
  */
 export async function writeObjectFast(app: FastifyInstance, w: ObjectWrite): Promise<ObjectWritten> {
-  const { worldId, typeName, pk, origin } = w;
+  const { worldId, typeName, pk } = w;
   const once = async (): Promise<ObjectWritten> => {
     const client: pg.PoolClient = await app.pg.connect();
     const literal = (s: string) => client.escapeLiteral(s);
@@ -68,51 +61,16 @@ export async function writeObjectFast(app: FastifyInstance, w: ObjectWrite): Pro
       )) as unknown as pg.QueryResult[];
       const ctx = contextOf(first[3]?.rows[0]);
       const seq = Number(first[4]?.rows[0]?.seq);
-      if (!ctx.provisioned) throw notProvisioned(worldId);
-      const { type } = await objectTypeOf(app, client, worldId, typeName, ctx.schemaVersion);
-      const head = ctx.head;
-      w.check?.(head);
-      const checked = w.decide(type, head);
-      if (checked.errors.length > 0) {
-        throw new Unprocessable(`the ${typeName} does not match the schema of ${worldId}`, capped(checked.errors));
-      }
-      const live = head !== null && !head.deleted;
-      if (live && same(head.properties, checked.properties)) {
+      const plan = await planObjectWrite(app, client, w, ctx);
+      if (plan.kind === 'unchanged') {
         await client.query('COMMIT');
         open = false;
-        const properties = head.properties as Properties;
-        return { status: 200, changed: false, version: head.version, seq: head.seq, properties, before: head };
+        return plan.result;
       }
-      const change = {
-        worldId,
-        type: typeName,
-        pk,
-        version: (head?.version ?? 0) + 1,
-        properties: checked.properties,
-        schemaVersion: ctx.schemaVersion,
-        actor: origin.actor,
-        requestId: origin.requestId,
-      };
-      const rows = outboxRows(
-        objectChange(
-          {
-            worldId,
-            type: typeName,
-            pk,
-            kind: live ? 'updated' : 'created',
-            version: change.version,
-            seq,
-            before: live ? head.properties : null,
-            after: checked.properties,
-            schemaVersion: ctx.schemaVersion,
-          },
-          origin,
-        ),
-        w.topicPrefix,
-      );
+      const rows = outboxRows(plan.event(seq), w.topicPrefix);
       const write = inlineParams(
-        (head === null ? insertHeadSql : updateHeadSql)(String(seq)),
-        headValues(change),
+        (plan.head === null ? insertHeadSql : updateHeadSql)(String(seq)),
+        headValues(plan.change),
         literal,
       );
       const ours = `EXISTS (SELECT 1 FROM object_heads WHERE world_id = ${literal(worldId)} AND type = ${literal(typeName)}
@@ -128,14 +86,7 @@ export async function writeObjectFast(app: FastifyInstance, w: ObjectWrite): Pro
       }
       markOutboxWritten(client);
       afterCommit(client, app.pg);
-      return {
-        status: live ? 200 : 201,
-        changed: true,
-        version: change.version,
-        seq,
-        properties: checked.properties,
-        before: head,
-      };
+      return plan.result(seq);
     } catch (error) {
       if (open) {
         await client.query('ROLLBACK').catch(() => {});

@@ -1,11 +1,20 @@
-import { canonicalJson, enqueue, NotFound, type ObjectType, StaleWriteError, Unprocessable } from '@onto/shared';
+import {
+  canonicalJson,
+  enqueue,
+  NotFound,
+  type ObjectType,
+  type OutboxMessage,
+  type Queryable,
+  StaleWriteError,
+  Unprocessable,
+} from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { type Origin, objectChange } from '../events.js';
 import type { LiveLink } from '../links/repository.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { type Checked, capped, type Properties } from './model.js';
-import { type Head, insertHead, objectContext, updateHead } from './repository.js';
+import { type Head, type HeadWrite, insertHead, type ObjectContext, objectContext, updateHead } from './repository.js';
 import { tombstoneObject } from './tombstone.js';
 
 /*
@@ -40,48 +49,60 @@ export interface ObjectWritten {
 
 const same = (a: Properties | null, b: Properties) => a !== null && canonicalJson(a) === canonicalJson(b);
 
-/** Creates, replaces or revives an object: the head is locked, `decide` makes the properties. */
-export async function writeObject(app: FastifyInstance, tx: pg.PoolClient, w: ObjectWrite): Promise<ObjectWritten> {
-  const { worldId, typeName, pk, origin } = w;
-  for (let attempt = 0; ; attempt++) {
-    const ctx = await objectContext(tx, worldId, typeName, pk, 'FOR NO KEY UPDATE');
-    if (!ctx.provisioned) throw notProvisioned(worldId);
-    const { type } = await objectTypeOf(app, tx, worldId, typeName, ctx.schemaVersion);
-    const head = ctx.head;
-    w.check?.(head);
-    const checked = w.decide(type, head);
-    if (checked.errors.length > 0) {
-      throw new Unprocessable(`the ${typeName} does not match the schema of ${worldId}`, capped(checked.errors));
-    }
-    const live = head !== null && !head.deleted;
-    if (live && same(head.properties, checked.properties)) {
-      return {
-        status: 200,
-        changed: false,
-        version: head.version,
-        seq: head.seq,
-        properties: head.properties as Properties,
-        before: head,
-      };
-    }
-    const change = {
-      worldId,
-      type: typeName,
-      pk,
-      version: (head?.version ?? 0) + 1,
-      properties: checked.properties,
-      schemaVersion: ctx.schemaVersion,
-      actor: origin.actor,
-      requestId: origin.requestId,
+/**
+ * What a write decides once it holds the object's context (head locked): nothing to write (the
+ * stored properties already are these), or the head to write and, given the write's seq, its
+ * change event and its answer. Refusals (preconditions, schema) are thrown. Shared by writeObject
+ * and its two-round-trip form (write-fast.ts), so that both check and emit exactly the same.
+ */
+export type WritePlan =
+  | { kind: 'unchanged'; result: ObjectWritten }
+  | {
+      kind: 'write';
+      change: HeadWrite;
+      head: Head | null;
+      event: (seq: number) => OutboxMessage;
+      result: (seq: number) => ObjectWritten;
     };
-    const seq = head === null ? await insertHead(tx, change) : await updateHead(tx, change);
-    if (seq === null) {
-      // Another transaction created the object between our read and insert: read it again, locked.
-      if (attempt < 3) continue;
-      throw new StaleWriteError(`${worldId}/${typeName}/${pk} keeps being created concurrently`);
-    }
-    await enqueue(
-      tx,
+
+export async function planObjectWrite(
+  app: FastifyInstance,
+  db: Queryable,
+  w: ObjectWrite,
+  ctx: ObjectContext,
+): Promise<WritePlan> {
+  const { worldId, typeName, pk, origin } = w;
+  if (!ctx.provisioned) throw notProvisioned(worldId);
+  const { type } = await objectTypeOf(app, db, worldId, typeName, ctx.schemaVersion);
+  const head = ctx.head;
+  w.check?.(head);
+  const checked = w.decide(type, head);
+  if (checked.errors.length > 0) {
+    throw new Unprocessable(`the ${typeName} does not match the schema of ${worldId}`, capped(checked.errors));
+  }
+  const live = head !== null && !head.deleted;
+  if (live && same(head.properties, checked.properties)) {
+    const properties = head.properties as Properties;
+    return {
+      kind: 'unchanged',
+      result: { status: 200, changed: false, version: head.version, seq: head.seq, properties, before: head },
+    };
+  }
+  const change: HeadWrite = {
+    worldId,
+    type: typeName,
+    pk,
+    version: (head?.version ?? 0) + 1,
+    properties: checked.properties,
+    schemaVersion: ctx.schemaVersion,
+    actor: origin.actor,
+    requestId: origin.requestId,
+  };
+  return {
+    kind: 'write',
+    change,
+    head,
+    event: (seq) =>
       objectChange(
         {
           worldId,
@@ -96,16 +117,32 @@ export async function writeObject(app: FastifyInstance, tx: pg.PoolClient, w: Ob
         },
         origin,
       ),
-      w.topicPrefix,
-    );
-    return {
+    result: (seq) => ({
       status: live ? 200 : 201,
       changed: true,
       version: change.version,
       seq,
       properties: checked.properties,
       before: head,
-    };
+    }),
+  };
+}
+
+/** Creates, replaces or revives an object: the head is locked, `decide` makes the properties. */
+export async function writeObject(app: FastifyInstance, tx: pg.PoolClient, w: ObjectWrite): Promise<ObjectWritten> {
+  const { worldId, typeName, pk } = w;
+  for (let attempt = 0; ; attempt++) {
+    const ctx = await objectContext(tx, worldId, typeName, pk, 'FOR NO KEY UPDATE');
+    const plan = await planObjectWrite(app, tx, w, ctx);
+    if (plan.kind === 'unchanged') return plan.result;
+    const seq = plan.head === null ? await insertHead(tx, plan.change) : await updateHead(tx, plan.change);
+    if (seq === null) {
+      // Another transaction created the object between our read and insert: read it again, locked.
+      if (attempt < 3) continue;
+      throw new StaleWriteError(`${worldId}/${typeName}/${pk} keeps being created concurrently`);
+    }
+    await enqueue(tx, plan.event(seq), w.topicPrefix);
+    return plan.result(seq);
   }
 }
 
