@@ -146,7 +146,8 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
         checkIfMatch(expected, existing?.version, `decision definition ${name}`);
         if (existing?.state === 'valid' && same(existing, input)) return { status: 200, def: existing };
         const { version: schemaVersion, document } = await app.schemaReplica.current(tx, world);
-        const [derived, rules] = await Promise.all([listDerived(tx, world), listRules(tx, world)]);
+        const derived = await listDerived(tx, world);
+        const rules = await listRules(tx, world);
         const version = (existing?.version ?? 0) + 1;
         const checked = resolveDecision(
           name,

@@ -218,7 +218,8 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
             },
           ]);
         }
-        const [rules, decisions] = await Promise.all([listRules(tx, world), listDecisionDefinitions(tx, world)]);
+        const rules = await listRules(tx, world);
+        const decisions = await listDecisionDefinitions(tx, world);
         const broken = invalidatedBy(
           document,
           { derived: all, rules, decisions },
@@ -345,7 +346,8 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
         if (!existing) throw new NotFound(`derived property ${name} is not defined in ${world}`);
         checkIfMatch(expected, existing.version, `derived property ${name}`);
         const { document } = await app.schemaReplica.current(tx, world);
-        const [rules, decisions] = await Promise.all([listRules(tx, world), listDecisionDefinitions(tx, world)]);
+        const rules = await listRules(tx, world);
+        const decisions = await listDecisionDefinitions(tx, world);
         const broken = invalidatedBy(
           document,
           { derived: all, rules, decisions },

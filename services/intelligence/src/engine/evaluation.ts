@@ -195,7 +195,8 @@ export class Evaluation {
     for (const [type, pks] of this.deleted) {
       const list = [...pks.keys()];
       await this.tx.query(
-        'DELETE FROM derived_values WHERE world_id = $1 AND object_type = $2 AND pk = ANY($3::text[])',
+        `DELETE FROM derived_values d USING unnest($3::text[]) AS k(pk)
+          WHERE d.world_id = $1 AND d.object_type = $2 AND d.pk = k.pk`,
         [this.world, type, list],
       );
       for (const open of await openAlerts(this.tx, this.world, type, list)) {
@@ -217,8 +218,9 @@ export class Evaluation {
     for (const [spec, farPks] of specs) {
       const [near, far] = spec.direction === 'out' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
       const { rows } = await this.tx.query<{ near: string; far: string }>(
-        `SELECT ${near} AS near, ${far} AS far FROM rm_links
-          WHERE world_id = $1 AND link_type = $2 AND ${far} = ANY($3::text[]) AND NOT deleted`,
+        `SELECT l.near, k.pk AS far FROM unnest($3::text[]) AS k(pk)
+           CROSS JOIN LATERAL (SELECT ${near} AS near FROM rm_links
+                                WHERE world_id = $1 AND link_type = $2 AND ${far} = k.pk AND NOT deleted OFFSET 0) l`,
         [this.world, spec.linkType, [...farPks]],
       );
       for (const r of rows) {
@@ -243,9 +245,10 @@ export class Evaluation {
       `SELECT o.pk, o.version, o.seq, o.properties,
               (SELECT jsonb_agg(jsonb_build_array(d.name, d.value, d.value_kind, d.error, d.source_seq))
                  FROM derived_values d
-                WHERE d.world_id = o.world_id AND d.object_type = o.type AND d.pk = o.pk) AS derived
-         FROM rm_objects o
-        WHERE o.world_id = $1 AND o.type = $2 AND o.pk = ANY($3::text[]) AND NOT o.deleted`,
+                WHERE d.world_id = $1 AND d.object_type = $2 AND d.pk = o.pk) AS derived
+         FROM unnest($3::text[]) AS k(pk)
+        CROSS JOIN LATERAL (SELECT pk, version, seq, properties FROM rm_objects
+                             WHERE world_id = $1 AND type = $2 AND pk = k.pk AND NOT deleted OFFSET 0) o`,
       [this.world, type, missing],
     );
     for (const pk of missing) this.objects.set(keyOf(type, pk), null);
@@ -289,37 +292,48 @@ export class Evaluation {
     return propertiesToCel(obj.properties, this.model.schema.objectTypes[type]?.properties);
   }
 
+  /**
+   * One aggregate for many objects. Written as lookups by key (LATERAL … OFFSET 0 keeps each one
+   * an index probe), so that the plan does not depend on statistics a fresh world lacks.
+   */
   private async aggregate(spec: AggregateSpec, pks: string[]): Promise<Map<string, AggregateRow>> {
     const [near, far] = spec.direction === 'out' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
     const values: unknown[] = [this.world, spec.linkType, spec.targetType, pks];
     let input = 'NULL::numeric';
     let join = '';
     let seq = 'greatest(l.seq, o.seq)';
-    let ints = 'true';
+    let kind = 'NULL::text';
     if (spec.property !== undefined) {
       values.push(spec.property);
       input = `CASE WHEN jsonb_typeof(o.properties->$5) = 'number' THEN (o.properties->>$5)::numeric END`;
     } else if (spec.derived !== undefined) {
       values.push(spec.derived);
-      join = `LEFT JOIN derived_values dv
-                ON dv.world_id = o.world_id AND dv.object_type = o.type AND dv.pk = o.pk AND dv.name = $5`;
+      join = `LEFT JOIN LATERAL (SELECT value, value_kind, error, source_seq FROM derived_values
+                                  WHERE world_id = $1 AND object_type = $3 AND pk = o.pk AND name = $5 OFFSET 0) dv ON true`;
       input = `CASE WHEN dv.error IS NULL AND jsonb_typeof(dv.value) = 'number' THEN (dv.value#>>'{}')::numeric END`;
       seq = 'greatest(l.seq, o.seq, dv.source_seq)';
-      ints = `coalesce(bool_and(dv.value_kind = 'int') FILTER (WHERE ${input} IS NOT NULL), true)`;
+      kind = 'dv.value_kind';
     }
     const fn =
       spec.function === 'count'
         ? 'NULL'
         : spec.function === 'avg'
-          ? `avg(${input})::float8`
-          : `${spec.function}(${input})::text`;
+          ? 'avg(x.input)::float8'
+          : `${spec.function}(x.input)::text`;
     const { rows } = await this.tx.query<AggregateRow>(
-      `SELECT l.${near} AS pk, count(o.pk)::int AS n, max(${seq})::text AS seq, ${fn} AS v, ${ints} AS ints
-         FROM rm_links l
-         JOIN rm_objects o ON o.world_id = l.world_id AND o.type = $3 AND o.pk = l.${far} AND NOT o.deleted
-         ${join}
-        WHERE l.world_id = $1 AND l.link_type = $2 AND l.${near} = ANY($4::text[]) AND NOT l.deleted
-        GROUP BY l.${near}`,
+      `SELECT k.pk, count(*)::int AS n, max(x.seq)::text AS seq, ${fn} AS v,
+              coalesce(bool_and(x.kind = 'int') FILTER (WHERE x.input IS NOT NULL), true) AS ints
+         FROM unnest($4::text[]) AS k(pk)
+        CROSS JOIN LATERAL (
+          SELECT ${input} AS input, ${seq} AS seq, ${kind} AS kind
+            FROM rm_links l
+           CROSS JOIN LATERAL (SELECT pk, seq, properties FROM rm_objects
+                                WHERE world_id = $1 AND type = $3 AND pk = l.${far} AND NOT deleted OFFSET 0) o
+           ${join}
+           WHERE l.world_id = $1 AND l.link_type = $2 AND l.${near} = k.pk AND NOT l.deleted
+          OFFSET 0
+        ) x
+        GROUP BY k.pk`,
       values,
     );
     return new Map(rows.map((r) => [r.pk, r]));

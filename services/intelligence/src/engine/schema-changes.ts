@@ -45,11 +45,10 @@ export async function revalidateWorld(
   worldId: string,
 ): Promise<RevalidationReport> {
   const { version, document } = await replica.current(tx, worldId);
-  const [derived, rules, decisions] = await Promise.all([
-    listDerived(tx, worldId),
-    listRules(tx, worldId),
-    listDecisionDefinitions(tx, worldId),
-  ]);
+  // One client: its queries one after the other.
+  const derived = await listDerived(tx, worldId);
+  const rules = await listRules(tx, worldId);
+  const decisions = await listDecisionDefinitions(tx, worldId);
   const report: RevalidationReport = { invalidated: [], revalidated: [], recomputed: [] };
   if (derived.length + rules.length + decisions.length === 0) return report;
   const resolution = resolveWorld(document, derived, rules, decisions);

@@ -186,11 +186,10 @@ export class ModelCache {
     const schemaVersion = rows[0]?.schema_version ?? 0;
     const hit = this.models.get(worldId);
     if (hit && hit.revision === revision && hit.schemaVersion === schemaVersion) return hit;
-    const [derived, rules, decisions] = await Promise.all([
-      listDerived(db, worldId),
-      listRules(db, worldId),
-      listDecisionDefinitions(db, worldId),
-    ]);
+    // One client: its queries one after the other.
+    const derived = await listDerived(db, worldId);
+    const rules = await listRules(db, worldId);
+    const decisions = await listDecisionDefinitions(db, worldId);
     const schema = await this.replica.document(db, worldId, schemaVersion);
     const model = buildModel(worldId, revision, schemaVersion, schema, { derived, rules, decisions });
     this.models.delete(worldId);

@@ -107,9 +107,10 @@ export async function applyObjectChanges(
   if (changes.length === 0) return 0;
   const newest = [...newestPerKey(changes, (c) => `${c.type}\u0000${c.pk}`).values()];
   const { rows } = await tx.query<{ type: string; pk: string; version: string; properties: Properties | null }>(
-    `SELECT o.type, o.pk, o.version, o.properties
-       FROM rm_objects o JOIN unnest($2::text[], $3::text[]) AS k(type, pk) ON o.type = k.type AND o.pk = k.pk
-      WHERE o.world_id = $1`,
+    `SELECT k.type, k.pk, o.version, o.properties
+       FROM unnest($2::text[], $3::text[]) AS k(type, pk)
+      CROSS JOIN LATERAL (SELECT version, properties FROM rm_objects
+                           WHERE world_id = $1 AND type = k.type AND pk = k.pk OFFSET 0) o`,
     [worldId, newest.map((c) => c.type), newest.map((c) => c.pk)],
   );
   const current = new Map(rows.map((r) => [`${r.type}\u0000${r.pk}`, r]));
@@ -166,11 +167,11 @@ export async function applyLinkChanges(
     version: string;
     deleted: boolean;
   }>(
-    `SELECT l.link_type, l.from_pk, l.to_pk, l.version, l.deleted
-       FROM rm_links l
-       JOIN unnest($2::text[], $3::text[], $4::text[]) AS k(link_type, from_pk, to_pk)
-         ON l.link_type = k.link_type AND l.from_pk = k.from_pk AND l.to_pk = k.to_pk
-      WHERE l.world_id = $1`,
+    `SELECT k.link_type, k.from_pk, k.to_pk, l.version, l.deleted
+       FROM unnest($2::text[], $3::text[], $4::text[]) AS k(link_type, from_pk, to_pk)
+      CROSS JOIN LATERAL (SELECT version, deleted FROM rm_links
+                           WHERE world_id = $1 AND link_type = k.link_type AND from_pk = k.from_pk AND to_pk = k.to_pk
+                          OFFSET 0) l`,
     [worldId, newest.map((c) => c.linkType), newest.map((c) => c.fromPk), newest.map((c) => c.toPk)],
   );
   const current = new Map(rows.map((r) => [`${r.link_type}\u0000${r.from_pk}\u0000${r.to_pk}`, r]));

@@ -54,7 +54,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     const derived: Record<string, unknown> = {};
     for (const def of definitions.filter((d) => d.objectType === type)) {
       const v = byName.get(def.name);
-      const current = v !== undefined && v.current && def.version === v.definitionVersion;
+      const current = v?.current === true && def.version === v.definitionVersion;
       derived[def.name] = {
         value: v && v.error === null ? v.value : null,
         kind: v?.kind ?? null,

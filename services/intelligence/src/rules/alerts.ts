@@ -139,7 +139,7 @@ export async function clearAlerts(
   return rows.map(({ seq: _, ...alert }) => alert);
 }
 
-/** Open alerts of some objects of a type (of one rule, or of every rule). */
+/** Open alerts of some objects of a type (of one rule, or of every rule): index probes by key. */
 export async function openAlerts(
   tx: Queryable,
   worldId: string,
@@ -149,10 +149,15 @@ export async function openAlerts(
 ): Promise<{ id: string; rule: string; pk: string }[]> {
   if (pks.length === 0) return [];
   const { rows } = await tx.query<{ id: string; rule: string; pk: string }>(
-    `SELECT id::text, rule, pk FROM alerts
-      WHERE world_id = $1 AND object_type = $2 AND pk = ANY($3::text[]) AND status = 'OPEN'
-        AND ($4::text IS NULL OR rule = $4)`,
-    [worldId, objectType, pks, rule ?? null],
+    rule === undefined
+      ? `SELECT a.id::text, a.rule, k.pk FROM unnest($3::text[]) AS k(pk)
+          CROSS JOIN LATERAL (SELECT id, rule FROM alerts
+                               WHERE world_id = $1 AND object_type = $2 AND pk = k.pk AND status = 'OPEN' OFFSET 0) a`
+      : `SELECT a.id::text, $4::text AS rule, k.pk FROM unnest($3::text[]) AS k(pk)
+          CROSS JOIN LATERAL (SELECT id FROM alerts
+                               WHERE world_id = $1 AND rule = $4 AND object_type = $2 AND pk = k.pk
+                                 AND status = 'OPEN' OFFSET 0) a`,
+    rule === undefined ? [worldId, objectType, pks] : [worldId, objectType, pks, rule],
   );
   return rows;
 }

@@ -288,7 +288,8 @@ export async function ruleRoutes(fastify: FastifyInstance, engine: Engine) {
         if (!existing) throw new NotFound(`rule ${name} is not defined in ${world}`);
         checkIfMatch(expected, existing.version, `rule ${name}`);
         const { document } = await app.schemaReplica.current(tx, world);
-        const [derived, decisions] = await Promise.all([listDerived(tx, world), listDecisionDefinitions(tx, world)]);
+        const derived = await listDerived(tx, world);
+        const decisions = await listDecisionDefinitions(tx, world);
         const broken = invalidatedBy(
           document,
           { derived, rules, decisions },
