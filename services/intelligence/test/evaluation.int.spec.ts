@@ -100,6 +100,7 @@ describe('read model, derived properties and rules', () => {
   const define = async (world: string, name: string, body: Record<string, unknown>) => {
     const res = await s.intelCall('PUT', `/v1/worlds/${world}/derived-properties/${name}`, { body });
     expect(res.statusCode, res.body).toBeLessThan(300);
+    expect(res.headers['x-consistency-token']).toMatch(/^data=\d+$/);
     await settled(world, `derived-properties/${name}`);
     return res.json();
   };

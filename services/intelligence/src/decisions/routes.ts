@@ -170,6 +170,7 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
         await bumpRevision(tx, world);
         return { status: existing ? 200 : 201, def };
       });
+      await app.consistencyHeader(reply, world);
       reply.code(result.status).header('etag', `"${result.def.version}"`);
       if (result.status === 201) reply.header('location', `/v1/worlds/${world}/decision-definitions/${name}`);
       return definitionView(result.def);
@@ -251,6 +252,7 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
         await deleteDecisionDefinition(tx, world, name);
         await bumpRevision(tx, world);
       });
+      await app.consistencyHeader(reply, world);
       reply.code(204);
       return null;
     },
@@ -353,7 +355,7 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
           response: { 200: DecisionView, ...errors },
         },
       },
-      async (request) => {
+      async (request, reply) => {
         const { world, id } = request.params;
         const actor = actorOf(request);
         const decided = await inTransaction(app.pg, async (tx) => {
@@ -370,6 +372,7 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
           }
           return decideManually(tx, engine.ctx, decision, verdict, actor, request.body.reason ?? null);
         });
+        await app.consistencyHeader(reply, world);
         return decisionView(decided);
       },
     );

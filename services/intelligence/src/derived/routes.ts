@@ -255,6 +255,7 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
         return { status: existing ? 200 : 201, def };
       });
       engine.worker.wake();
+      await app.consistencyHeader(reply, world);
       reply.code(result.status).header('etag', `"${result.def.version}"`);
       if (result.status === 201) reply.header('location', `/v1/worlds/${world}/derived-properties/${name}`);
       return view(result.def, await recomputeOf(app.pg, world, 'derived', name));
@@ -361,6 +362,7 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
         await bumpRevision(tx, world);
       });
       engine.metrics.forget(world, name);
+      await app.consistencyHeader(reply, world);
       reply.code(204);
       return null;
     },

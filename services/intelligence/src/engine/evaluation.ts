@@ -524,7 +524,10 @@ export class Evaluation {
       if (!obj) continue;
       const bindings: Bindings = {
         self: this.selfBinding(alert.objectType, obj),
-        derived: this.derivedBinding(obj, obj.derived.keys()).binding,
+        derived: this.derivedBinding(
+          obj,
+          (this.model.derivedByType.get(alert.objectType) ?? []).map((d) => d.name),
+        ).binding,
         alert: {
           id: alert.id,
           rule: alert.rule,

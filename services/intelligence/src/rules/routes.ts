@@ -196,6 +196,7 @@ export async function ruleRoutes(fastify: FastifyInstance, engine: Engine) {
         return { status: existing ? 200 : 201, rule };
       });
       engine.worker.wake();
+      await app.consistencyHeader(reply, world);
       reply.code(result.status).header('etag', `"${result.rule.version}"`);
       if (result.status === 201) reply.header('location', `/v1/worlds/${world}/rules/${name}`);
       return view(result.rule, await recomputeOf(app.pg, world, 'rule', name));
@@ -302,6 +303,7 @@ export async function ruleRoutes(fastify: FastifyInstance, engine: Engine) {
         await finishRecomputes(tx, world, 'rule', name);
         await bumpRevision(tx, world);
       });
+      await app.consistencyHeader(reply, world);
       reply.code(204);
       return null;
     },
