@@ -104,6 +104,9 @@ export function isInfrastructureError(error: unknown): boolean {
   );
 }
 
+/** How often a consumer that knows of no parked events looks anyway (see mayHaveParked). */
+const DEFERRED_SWEEP_MS = 5000;
+
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const keyOf = (r: { topic: string; partition_key: string }) => `${r.topic}\u001f${r.partition_key}`;
 
@@ -124,6 +127,14 @@ export class InboxConsumer {
   private readonly deferral: Required<DeferralPolicy>;
   private deferralTimer: NodeJS.Timeout | undefined;
   private deferralRunning: Promise<void> | undefined;
+  /**
+   * This process may have parked events: true from the start (another process may have left
+   * some), after parking, and until a pass finds none. While false, the post-batch and 100 ms
+   * passes are skipped — they were most of an idle service's queries — and a sweep every
+   * DEFERRED_SWEEP_MS still finds what another instance of the group parked and left behind.
+   */
+  private mayHaveParked = true;
+  private lastSweep = 0;
   private running = false;
   private readonly events: Counter<'consumer' | 'outcome'>;
   private readonly duplicates: Counter<'consumer' | 'detected_by'>;
@@ -213,7 +224,10 @@ export class InboxConsumer {
       ...(this.opts.rebalanceTimeoutMs ? { rebalanceTimeoutMs: this.opts.rebalanceTimeoutMs } : {}),
     });
     await this.consumer.run((batch) => this.handleBatch(batch));
-    this.deferralTimer = setInterval(() => this.kickDeferred(), this.deferral.initialDelayMs);
+    this.deferralTimer = setInterval(() => {
+      if (Date.now() - this.lastSweep >= DEFERRED_SWEEP_MS) this.kickDeferred(true);
+      else this.kickDeferred();
+    }, this.deferral.initialDelayMs);
     this.deferralTimer.unref();
   }
 
@@ -391,6 +405,7 @@ export class InboxConsumer {
 
   private async park(tx: pg.PoolClient, events: ReceivedEvent[]) {
     if (events.length === 0) return;
+    this.mayHaveParked = true;
     await tx.query(
       `INSERT INTO inbox_deferred
          (consumer, event_id, topic, partition, "offset", partition_key, caused_by, body, headers, next_attempt_at)
@@ -444,8 +459,9 @@ export class InboxConsumer {
     this.log.error({ err: error, topic: message.topic, offset: message.offset }, 'event dead-lettered');
   }
 
-  private kickDeferred() {
-    if (this.deferralRunning || !this.running) return;
+  private kickDeferred(sweep = false) {
+    if (this.deferralRunning || !this.running || !(this.mayHaveParked || sweep)) return;
+    if (sweep) this.lastSweep = Date.now();
     this.deferralRunning = this.retryDeferred()
       .then(() => {})
       .catch((err) => this.log.warn({ err }, 'retrying parked events failed'))
@@ -480,6 +496,7 @@ export class InboxConsumer {
            FROM inbox_deferred WHERE consumer = $1 ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED`,
         [this.opts.name],
       );
+      this.mayHaveParked = rows.length > 0;
       if (rows.length === 0) return;
       const blocked = new Set<string>();
       for (const row of rows) {
