@@ -3,7 +3,7 @@
  * visible in intelligence (data's outbox and relay, Kafka, intelligence's inbox consumer, the
  * recompute, its commit). Open-loop writes at a steady rate (default 1,000/s), latency from the
  * moment the PUT was sent to the moment the new value is visible in intelligence's store (polled
- * every 2 ms; each value names the data write it was computed from), p50 and p99; beside Kafka's
+ * every 5 ms; each value names the data write it was computed from), p50 and p99; beside Kafka's
  * own EndToEndLatency tool (acks=all, same record size) on the same broker, in the same run.
  * Goal: p99 ≤ 3 × Kafka's.
  *
@@ -29,7 +29,7 @@ if (!intelligence || !intelligenceDb) throw new Error('no intelligence');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Polls intelligence's store (every 2 ms) for the writes still waiting: a write of object k with
+ * Polls intelligence's store (every 5 ms) for the writes still waiting: a write of object k with
  * data seq s is visible once k's value was computed from a write at or after s.
  */
 function watcher(db: pg.Client) {
@@ -55,7 +55,7 @@ function watcher(db: pg.Client) {
           }
         }
       }
-      await sleep(2);
+      await sleep(5);
     }
   })().catch((error) => {
     if (!stopped) console.error('watcher:', error);

@@ -1,8 +1,11 @@
 #!/usr/bin/env node
 // The demo world that `./onto up` creates on a running stack: a world `demo` with a small
-// ontology (customers, orders, the link between them, and an action). Safe to run again.
+// ontology (customers, orders, the link between them, two actions), objects and links in data,
+// and in intelligence a derived property, a rule that fires, a decision that runs an action on
+// its own, and an idempotent action run twice. Safe to run again.
 const CONTROL = process.env.ONTO_CONTROL_URL ?? 'http://127.0.0.1:4001';
 const DATA = process.env.ONTO_DATA_URL ?? 'http://127.0.0.1:4002';
+const INTELLIGENCE = process.env.ONTO_INTELLIGENCE_URL ?? 'http://127.0.0.1:4003';
 const bootstrap = process.env.ONTO_BOOTSTRAP_TOKEN;
 if (!bootstrap) throw new Error('ONTO_BOOTSTRAP_TOKEN is not set');
 
@@ -74,6 +77,21 @@ const types = [
         { op: 'modifyObject', objectType: 'Order', pk: { param: 'order' }, values: { status: { value: 'shipped' } } },
       ],
       idempotencyKey: ['order'],
+    },
+  ],
+  [
+    'action-types/upgradeCustomer',
+    {
+      displayName: 'Make a customer gold',
+      parameters: { customer: { type: 'string', required: true } },
+      edits: [
+        {
+          op: 'modifyObject',
+          objectType: 'Customer',
+          pk: { param: 'customer' },
+          values: { tier: { value: 'gold' } },
+        },
+      ],
     },
   ],
 ];
@@ -150,4 +168,105 @@ const placed = must(await call('GET', '/v1/worlds/demo/objects/Customer/c-1/link
 console.log(
   `demo data: ${customers.length} customers, ${orders.length} orders linked to them; orders of 100 or more, largest first: ` +
     `${JSON.stringify(open)}; orders of c-1: ${JSON.stringify(placed)}`.slice(0, 600),
+);
+
+// intelligence: what a customer has spent (a derived property over its linked orders), a rule on
+// it, and a decision that upgrades the customer when the rule fires, without a human.
+const intel = (method, path, opts = {}) => call(method, path, { base: INTELLIGENCE, token, ...opts });
+must(
+  await intel('PUT', '/v1/worlds/demo/derived-properties/totalSpent', {
+    body: {
+      objectType: 'Customer',
+      expression: 'agg.spent',
+      aggregates: { spent: { function: 'sum', linkType: 'orders', property: 'amount' } },
+      maxStalenessMs: 5000,
+      description: 'the sum of the amounts of the customer’s orders',
+    },
+    headers: consistent,
+  }),
+  200,
+  201,
+);
+must(
+  await intel('PUT', '/v1/worlds/demo/rules/bigSpender', {
+    body: {
+      objectType: 'Customer',
+      condition: "derived.totalSpent >= 1500 && self.tier != 'gold'",
+      alertType: 'big-spender',
+      severity: 'info',
+      description: 'a standard customer who has spent 1,500 or more',
+    },
+  }),
+  200,
+  201,
+);
+must(
+  await intel('PUT', '/v1/worlds/demo/decision-definitions/upgradeBigSpenders', {
+    body: {
+      rule: 'bigSpender',
+      actionType: 'upgradeCustomer',
+      parameters: { customer: 'self.id' },
+      approval: 'automatic',
+    },
+  }),
+  200,
+  201,
+);
+
+// Alan Turing (standard) places a large order: his total crosses 1,500, the rule fires, the
+// decision upgrades him through the upgradeCustomer action (a saga that data applies).
+const big = { id: 'o-4', amount: 1600, status: 'open', placedAt: '2026-11-29T10:00:00.000Z', lines: [] };
+const put = must(
+  await call('PUT', '/v1/worlds/demo/objects/Order/o-4', {
+    base: DATA,
+    token,
+    body: { properties: big },
+    headers: consistent,
+  }),
+  200,
+  201,
+);
+must(await call('PUT', '/v1/worlds/demo/links/orders/c-2/o-4', { base: DATA, token, headers: consistent }), 200, 201);
+const until = async (what, probe) => {
+  for (let i = 0; i < 150; i++) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`demo: timed out waiting for ${what}`);
+};
+const turing = await until('the derived total of c-2', async () => {
+  const res = await intel('GET', '/v1/worlds/demo/objects/Customer/c-2');
+  return res.status === 200 && res.json.derived?.totalSpent?.value === 1680 ? res.json : undefined;
+});
+const alerts = must(await intel('GET', '/v1/worlds/demo/alerts?rule=bigSpender&pk=c-2'), 200).alerts;
+const upgraded = await until('the upgrade of c-2 in data', async () => {
+  const res = await call('GET', '/v1/worlds/demo/objects/Customer/c-2', { base: DATA, token });
+  return res.json?.properties?.tier === 'gold' ? res.json : undefined;
+});
+const decisions = must(await intel('GET', '/v1/worlds/demo/decisions?definition=upgradeBigSpenders'), 200).decisions;
+console.log(
+  `demo intelligence: c-2 totalSpent = ${turing.derived.totalSpent.value} (order ${big.id}, version ${put.version}); ` +
+    `rule bigSpender raised ${alerts.length} alert(s) for c-2 [${alerts.map((a) => `${a.alertType} ${a.status}`).join(', ')}]; ` +
+    `decision ${decisions[0]?.status ?? '?'} → upgradeCustomer → c-2 is now ${upgraded.properties.tier} in data ` +
+    '(which makes the rule false again: the alert clears)',
+);
+
+// An idempotent action: the same request twice with one Idempotency-Key runs once.
+const ship = (key) =>
+  intel('POST', '/v1/worlds/demo/actions/shipOrder', {
+    body: { parameters: { order: 'o-3' } },
+    headers: { 'idempotency-key': key },
+  });
+const first = await ship('demo-ship-o-3');
+const again = await ship('demo-ship-o-3');
+must(first, 202, 200);
+must(again, 202, 200);
+const shipped = await until('o-3 shipped', async () => {
+  const res = await intel('GET', `/v1/worlds/demo/actions/${first.json.id}`);
+  return res.json?.status === 'COMPLETED' ? res.json : undefined;
+});
+console.log(
+  `demo action: shipOrder o-3 sent twice with Idempotency-Key demo-ship-o-3 → one action ${shipped.id} ${shipped.status}` +
+    ` (second answer is a replay of the first: same id ${again.json.id === first.json.id})`,
 );
