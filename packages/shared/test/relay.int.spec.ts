@@ -124,7 +124,7 @@ describe('outbox relay', () => {
     } finally {
       for (const r of relays) r.child.kill('SIGKILL');
     }
-  });
+  }, 120_000); // two processes start (tsx) and drain on a loaded CI machine
 
   it('a relay killed with SIGKILL in the middle of a batch loses nothing', async () => {
     await fx.pool.query('TRUNCATE outbox, outbox_pending');
