@@ -14,6 +14,7 @@ export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { postgresPlugin } from './db/postgres.js';
 export { type Isolation, inTransaction } from './db/transaction.js';
 export { consistencyToken } from './http/consistency.js';
+export { decodeCursor, encodeCursor } from './http/cursor.js';
 export { healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
 export { metricsPlugin } from './http/observability.js';
 export { type BaseServiceConfig, fastifyOptions, type PlatformOptions, platformPlugin } from './http/platform.js';

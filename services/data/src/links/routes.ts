@@ -1,9 +1,8 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { BadRequest, NotFound, WORLD_ID } from '@onto/shared';
+import { BadRequest, decodeCursor, encodeCursor, NotFound, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { decodeCursor, encodeCursor } from '../cursor.js';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { LIMITS } from '../objects/model.js';
 import { objectContext } from '../objects/repository.js';

@@ -1,9 +1,16 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { BadRequest, NotFound, type ObjectType, Unprocessable, WORLD_ID } from '@onto/shared';
+import {
+  BadRequest,
+  decodeCursor,
+  encodeCursor,
+  NotFound,
+  type ObjectType,
+  Unprocessable,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { decodeCursor, encodeCursor } from '../cursor.js';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
