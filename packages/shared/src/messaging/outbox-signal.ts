@@ -1,5 +1,9 @@
+import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { OUTBOX_CHANNEL } from './outbox.js';
+
+/** The payload of this process's NOTIFYs: its own relays, woken locally, ignore them. */
+export const OUTBOX_SIGNAL_SENDER = randomUUID();
 
 /**
  * Waking relays after a commit, without NOTIFY inside the writing transaction: PostgreSQL
@@ -38,7 +42,7 @@ export function afterCommit(client: pg.PoolClient, pool: pg.Pool): void {
   notifyPending = true;
   setTimeout(() => {
     notifyPending = false;
-    pool.query('SELECT pg_notify($1, $2)', [OUTBOX_CHANNEL, '']).catch(() => {});
+    pool.query('SELECT pg_notify($1, $2)', [OUTBOX_CHANNEL, OUTBOX_SIGNAL_SENDER]).catch(() => {});
   }, NOTIFY_EVERY_MS).unref();
 }
 

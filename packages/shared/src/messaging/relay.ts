@@ -4,7 +4,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import { withTimeout } from '../http/health.js';
 import type { Producer } from '../kafka/broker.js';
 import { OUTBOX_CHANNEL, OUTBOX_LANES, type Queryable } from './outbox.js';
-import { onLocalOutboxWrite } from './outbox-signal.js';
+import { OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite } from './outbox-signal.js';
 
 export interface PendingRow {
   id: number;
@@ -60,16 +60,20 @@ const LANE_LOCK_SPACE = 0x6f6e746f;
  * committed, so nothing already sent is claimed again and no row lock is needed.
  */
 async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number): Promise<ClaimedRow[]> {
-  const locked = await client.query<{ lane: number }>(
-    `WITH oldest AS MATERIALIZED (
+  // BEGIN and the lane locks in one round trip (the numbers are integers of ours, not input).
+  // Marking sent need not wait for the WAL flush: if PostgreSQL loses the mark in a crash the
+  // rows are published again, which consumers absorb; an event is never lost by it.
+  const results = (await client.query(
+    `BEGIN; SET LOCAL synchronous_commit = off;
+     WITH oldest AS MATERIALIZED (
        SELECT l.lane, first.id
-         FROM generate_series(0, $3::int - 1) AS l(lane)
+         FROM generate_series(0, ${OUTBOX_LANES - 1}) AS l(lane)
          CROSS JOIN LATERAL (SELECT id FROM outbox_pending WHERE lane = l.lane ORDER BY id LIMIT 1) first
         ORDER BY first.id
      )
-     SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $2`,
-    [LANE_LOCK_SPACE, maxLanes, OUTBOX_LANES],
-  );
+     SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock(${LANE_LOCK_SPACE}, lane) LIMIT ${int(maxLanes)}`,
+  )) as unknown as pg.QueryResult<{ lane: number }>[];
+  const locked = results[2] ?? { rows: [] };
   if (locked.rows.length === 0) return [];
   const { rows } = await client.query<ClaimedRow>(
     `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
@@ -87,18 +91,30 @@ interface ClaimedRow extends PendingRow {
   lane: number;
 }
 
-/** Marks claimed rows sent: out of the pending set, `sent_at` set in the history. */
-async function markSent(client: pg.PoolClient, rows: ClaimedRow[]): Promise<void> {
+/**
+ * Marks claimed rows sent (out of the pending set, `sent_at` set in the history) and commits, in
+ * one round trip: the ids and lanes are integers PostgreSQL gave us, written as literals.
+ */
+async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[]): Promise<void> {
+  const lanes = rows.map((r) => int(r.lane)).join(',');
+  const ids = rows.map((r) => int(r.id)).join(',');
   await client.query(
     `WITH done AS (
        DELETE FROM outbox_pending p
-        USING unnest($1::smallint[], $2::bigint[]) AS s(lane, id)
+        USING unnest('{${lanes}}'::smallint[], '{${ids}}'::bigint[]) AS s(lane, id)
         WHERE p.lane = s.lane AND p.id = s.id
        RETURNING p.id
      )
-     UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done)`,
-    [rows.map((r) => r.lane), rows.map((r) => r.id)],
+     UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done);
+     COMMIT`,
   );
+}
+
+/** An integer for SQL text; anything else is a bug, not input. */
+function int(value: number | string): string {
+  const text = String(value);
+  if (!/^-?[0-9]{1,19}$/.test(text)) throw new TypeError(`not an integer: ${text}`);
+  return text;
 }
 
 export interface RelayFaults {
@@ -203,9 +219,6 @@ export class OutboxRelay {
     const client = await this.opts.pool.connect();
     let rows: ClaimedRow[] = [];
     try {
-      // Marking sent need not wait for the WAL flush: if PostgreSQL loses the mark in a crash the
-      // rows are published again, which consumers absorb; an event is never lost by it.
-      await client.query('BEGIN; SET LOCAL synchronous_commit = off');
       rows = await claim(client, this.batchSize, this.opts.maxLanesPerClaim);
       if (rows.length === 0) {
         await client.query('COMMIT');
@@ -215,8 +228,7 @@ export class OutboxRelay {
       // Should the broker still take it, the rows are published again later: a duplicate.
       await Promise.race([producer.send(groupByTopic(rows)), this.stopped]);
       await this.opts.faults?.afterPublish?.(rows);
-      await markSent(client, rows);
-      await client.query('COMMIT');
+      await markSentAndCommit(client, rows);
       this.published.inc(rows.length);
       return rows.length;
     } catch (error) {
@@ -343,7 +355,10 @@ export class OutboxRelay {
   private async listen(): Promise<void> {
     try {
       const client = await this.opts.pool.connect();
-      client.on('notification', () => this.wakeAll());
+      // A notification this process sent is one its relays were already woken for, locally.
+      client.on('notification', (n) => {
+        if (n.payload !== OUTBOX_SIGNAL_SENDER) this.wakeAll();
+      });
       client.on('error', (err) => {
         // The poll keeps the relay going; listen again once PostgreSQL answers.
         this.opts.logger.warn({ err }, 'outbox listener lost; polling until it is back');
