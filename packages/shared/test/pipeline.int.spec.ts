@@ -1,0 +1,145 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { inTransactionTogether, queryTogether } from '../src/db/pipeline.js';
+import { createTestDatabase, testEndpoints } from '../src/testing/index.js';
+import { kernelTracks } from './kernel.js';
+
+describe('statements in one round trip', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let pool: pg.Pool;
+
+  beforeAll(async () => {
+    db = await createTestDatabase(testEndpoints().postgresUrl, kernelTracks);
+    pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await db?.drop();
+  });
+
+  /** Counts the socket writes (syscalls: corked messages leave in one writev) while `work` runs. */
+  async function writesDuring<T>(client: pg.PoolClient, work: () => Promise<T>) {
+    type Sink = (...a: unknown[]) => unknown;
+    const socket = (client as unknown as { connection: { stream: { _write: Sink; _writev: Sink } } }).connection.stream;
+    const { _write, _writev } = socket;
+    let writes = 0;
+    socket._write = (...args: unknown[]) => {
+      writes++;
+      return _write.apply(socket, args);
+    };
+    socket._writev = (...args: unknown[]) => {
+      writes++;
+      return _writev.apply(socket, args);
+    };
+    try {
+      return { result: await work(), writes };
+    } finally {
+      socket._write = _write;
+      socket._writev = _writev;
+    }
+  }
+
+  it('answers each statement with its own result, parameters converted as pg does, in one write', async () => {
+    const client = await pool.connect();
+    try {
+      const { result, writes } = await writesDuring(client, () =>
+        queryTogether(client, [
+          { text: 'BEGIN' },
+          { text: 'SELECT $1::int AS n, $2::text[] AS list, $3::jsonb AS doc', values: [7, ['a', 'b'], { x: [1] }] },
+          { text: 'SELECT $1::text IS NULL AS nothing, $2::bytea AS bytes', values: [null, Buffer.from([1, 2])] },
+          { text: 'SELECT n FROM generate_series(1, 3) n WHERE n > $1', values: [5] },
+          { text: 'COMMIT' },
+        ]),
+      );
+      expect(writes).toBe(1);
+      expect(result.map((r) => r.command)).toEqual(['BEGIN', 'SELECT', 'SELECT', 'SELECT', 'COMMIT']);
+      expect(result[1]?.rows).toEqual([{ n: 7, list: ['a', 'b'], doc: { x: [1] } }]);
+      expect(result[2]?.rows).toEqual([{ nothing: true, bytes: Buffer.from([1, 2]) }]);
+      expect(result[3]?.rows).toEqual([]);
+      expect(client.getTransactionStatus?.() ?? 'I').toBe('I');
+    } finally {
+      client.release();
+    }
+  });
+
+  it('stops at the first failure: nothing after it runs, the transaction is aborted, the client stays usable', async () => {
+    await pool.query('TRUNCATE balances');
+    const client = await pool.connect();
+    try {
+      await expect(
+        queryTogether(client, [
+          { text: 'BEGIN' },
+          { text: 'INSERT INTO balances VALUES ($1, 1, 1)', values: ['first'] },
+          { text: 'SELECT 1 / $1::int', values: [0] },
+          { text: 'INSERT INTO balances VALUES ($1, 1, 1)', values: ['after'] },
+          { text: 'COMMIT' },
+        ]),
+      ).rejects.toThrow(/division by zero/);
+      await expect(client.query('SELECT 1')).rejects.toThrow(/current transaction is aborted/);
+      await client.query('ROLLBACK');
+      expect((await client.query('SELECT key FROM balances')).rows).toEqual([]);
+      const circular: Record<string, unknown> = {};
+      circular.self = circular;
+      await expect(queryTogether(client, [{ text: 'SELECT $1::jsonb', values: [circular] }])).rejects.toThrow();
+      expect((await client.query('SELECT 2 AS two')).rows).toEqual([{ two: 2 }]);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('gives each statement its own snapshot: a read sent with a lock sees what committed while it waited', async () => {
+    await pool.query('TRUNCATE balances');
+    const holder = await pool.connect();
+    const waiter = await pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT pg_advisory_xact_lock(4242)');
+      await holder.query(`INSERT INTO balances VALUES ('seen', 1, 1)`);
+      const pending = queryTogether(waiter, [
+        { text: 'BEGIN' },
+        { text: 'SELECT pg_advisory_xact_lock($1)', values: [4242] },
+        { text: 'SELECT key FROM balances' },
+        { text: 'COMMIT' },
+      ]);
+      await new Promise((r) => setTimeout(r, 100));
+      await holder.query('COMMIT');
+      const results = await pending;
+      expect(results[2]?.rows).toEqual([{ key: 'seen' }]);
+    } finally {
+      holder.release();
+      waiter.release();
+    }
+  });
+
+  it('runs a transaction with BEGIN beside its first statement and COMMIT beside its last writes', async () => {
+    await pool.query('TRUNCATE balances');
+    const value = await inTransactionTogether(
+      pool,
+      { text: `INSERT INTO balances VALUES ($1, 10, 1) RETURNING total`, values: ['t'] },
+      async (tx, first) => {
+        const { rows } = await tx.query('SELECT count(*)::int AS n FROM balances');
+        return {
+          value: { inserted: first.rows[0], seen: rows[0] },
+          last: [{ text: 'UPDATE balances SET total = total + $1 WHERE key = $2', values: [5, 't'] }],
+        };
+      },
+    );
+    expect(value).toEqual({ inserted: { total: 10 }, seen: { n: 1 } });
+    expect((await pool.query('SELECT total FROM balances')).rows).toEqual([{ total: 15 }]);
+
+    // A failing last write: COMMIT is skipped, everything rolls back, the error comes through.
+    await expect(
+      inTransactionTogether(pool, { text: `INSERT INTO balances VALUES ('u', 1, 1)` }, async () => ({
+        value: null,
+        last: [{ text: `INSERT INTO balances VALUES ('t', 1, 1)` }],
+      })),
+    ).rejects.toThrow(/duplicate key/);
+    expect((await pool.query('SELECT key FROM balances ORDER BY key')).rows).toEqual([{ key: 't' }]);
+    const idle = await pool.connect();
+    try {
+      expect((await idle.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    } finally {
+      idle.release();
+    }
+  });
+});
