@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { inTransactionTogether, queryTogether, type Statement, type TransactionOutcome } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
 import type { Broker, Consumer, Headers, IncomingBatch, IncomingMessage, Producer } from '../kafka/broker.js';
 import { dlqOf } from '../kafka/topics.js';
@@ -16,9 +17,11 @@ export interface ReceivedEvent {
 
 /**
  * Applies the effects of events, in order, inside the transaction that also records them in
- * the inbox. It must only write through `tx`; anything it throws rolls all of it back.
+ * the inbox. It must only write through `tx`; anything it throws rolls all of it back. It may
+ * answer statements still to run — writes whose answers nobody reads — and the consumer sends
+ * them with COMMIT, in the same round trip; should one fail, nothing commits.
  */
-export type ApplyEffects = (tx: pg.PoolClient, events: ReceivedEvent[]) => Promise<void>;
+export type ApplyEffects = (tx: pg.PoolClient, events: ReceivedEvent[]) => Promise<void | readonly Statement[]>;
 
 export interface DeferralPolicy {
   /** First retry of a parked event; each further one doubles. */
@@ -67,6 +70,15 @@ export interface InboxConsumerOptions {
   /** Bounds a fetch, and so a batch, per partition. */
   maxBytesPerPartition?: number;
   faults?: ConsumerFaults;
+}
+
+/** What the inbox statement answers (see recordStatement). */
+interface Recorded {
+  seen: string[];
+  parked: string[];
+  known: string[];
+  blocked: string[];
+  inserted: string[];
 }
 
 interface Decoded {
@@ -260,17 +272,19 @@ export class InboxConsumer {
       .filter((d) => !done.has(d.event.event_id))
       .map((d) => ({ event: d.event, message: d.message }));
 
-    await this.untilSettled(batch, async () => {
-      try {
-        const handled = await this.transaction((tx) => this.process(tx, todo));
-        await this.opts.faults?.afterCommit?.(todo);
-        await this.cache.markDone(handled);
-      } catch (error) {
-        if (isInfrastructureError(error)) throw error;
-        this.log.warn({ err: error, size: todo.length }, 'batch failed; handling its events one by one');
-        await this.oneByOne(batch, todo);
-      }
-    });
+    if (todo.length > 0) {
+      await this.untilSettled(batch, async () => {
+        try {
+          const handled = await this.process(todo);
+          await this.opts.faults?.afterCommit?.(todo);
+          await this.cache.markDone(handled);
+        } catch (error) {
+          if (isInfrastructureError(error)) throw error;
+          this.log.warn({ err: error, size: todo.length }, 'batch failed; handling its events one by one');
+          await this.oneByOne(batch, todo);
+        }
+      });
+    }
     for (const bad of decoded.filter((d) => d.invalid)) {
       await this.untilSettled(batch, () => this.deadLetter(bad.message, bad.invalid as Error, null));
     }
@@ -299,7 +313,7 @@ export class InboxConsumer {
       for (let attempt = 1; ; attempt++) {
         try {
           await this.untilSettled(batch, async () => {
-            const ids = await this.transaction((tx) => this.process(tx, [item]));
+            const ids = await this.process([item]);
             await this.cache.markDone(ids);
           });
           break;
@@ -321,31 +335,77 @@ export class InboxConsumer {
   }
 
   /**
-   * Sorts events into duplicates, parked and to-apply, records the latter in the inbox and
-   * applies them; returns the ids that are now certainly done (applied or duplicates).
+   * One transaction for the events: sorts them into duplicates, parked and to-apply, records the
+   * latter in the inbox and applies them; returns the ids that are now certainly done (applied or
+   * duplicates). Three round trips when nothing is parked: BEGIN with the inbox statement, the
+   * effects, COMMIT with what they and the parking leave to write.
    */
-  private async process(tx: pg.PoolClient, events: ReceivedEvent[]): Promise<string[]> {
-    if (events.length === 0) return [];
-    const ids = events.map((e) => e.event.event_id);
-    const causes = [...new Set(events.map((e) => e.event.caused_by).filter((c): c is string => c !== null))];
-    const keys = events.map((e) => ({ topic: e.message.topic, partition_key: partitionKey(e) }));
-    const { rows } = await tx.query<{ seen: string[]; parked: string[]; known: string[]; blocked: string[] }>(
-      `SELECT
+  private process(events: ReceivedEvent[]): Promise<string[]> {
+    return inTransactionTogether(this.opts.pool, this.recordStatement(events), (tx, recorded) =>
+      this.applyRecorded(tx, events, recorded.rows[0] as unknown as Recorded),
+    );
+  }
+
+  /**
+   * What the inbox knows of the events, and inbox rows for those that may be applied, in one
+   * statement. A row is inserted for every event that is not parked, whose key has nothing
+   * parked and whose cause is handled or comes earlier in the batch; `applyRecorded` takes back
+   * the few it then parks after all (their cause, or an event before them on their key, parked
+   * in this batch). All parts read the statement's one snapshot: `seen` is what was there before.
+   */
+  private recordStatement(events: ReceivedEvent[]): Statement {
+    return {
+      text: `WITH batch AS (
+         SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::uuid[])
+           WITH ORDINALITY AS u(event_id, event_type, topic, part, off, partition_key, caused_by, n)
+       ), known AS (
+         SELECT DISTINCT b.caused_by FROM batch b
+          WHERE EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.event_id = b.caused_by)
+             OR EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.caused_by)
+       ), inserted AS (
+         INSERT INTO inbox (consumer, event_id, event_type, topic, partition, "offset", outcome)
+         SELECT $1, b.event_id, b.event_type, b.topic, b.part, b.off, 'applied' FROM batch b
+          WHERE NOT EXISTS (SELECT 1 FROM inbox_deferred d WHERE d.consumer = $1 AND d.event_id = b.event_id)
+            AND NOT EXISTS (SELECT 1 FROM inbox_deferred d
+                             WHERE d.consumer = $1 AND d.topic = b.topic AND d.partition_key = b.partition_key)
+            AND (b.caused_by IS NULL
+                 OR b.caused_by IN (SELECT caused_by FROM known)
+                 OR EXISTS (SELECT 1 FROM batch c WHERE c.event_id = b.caused_by AND c.n < b.n))
+          ORDER BY b.n
+         ON CONFLICT (consumer, event_id) DO NOTHING
+         RETURNING event_id
+       )
+       SELECT
          ARRAY(SELECT event_id::text FROM inbox WHERE consumer = $1 AND event_id = ANY($2::uuid[])) AS seen,
          ARRAY(SELECT event_id::text FROM inbox_deferred WHERE consumer = $1 AND event_id = ANY($2::uuid[])) AS parked,
-         ARRAY(SELECT c::text FROM unnest($3::uuid[]) c
-                WHERE EXISTS (SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = c)
-                   OR EXISTS (SELECT 1 FROM outbox WHERE event_id = c)) AS known,
+         ARRAY(SELECT caused_by::text FROM known) AS known,
          ARRAY(SELECT DISTINCT d.topic || chr(31) || d.partition_key FROM inbox_deferred d
-                 JOIN unnest($4::text[], $5::text[]) AS k(topic, partition_key)
+                 JOIN (SELECT DISTINCT topic, partition_key FROM batch) k
                    ON d.topic = k.topic AND d.partition_key = k.partition_key
-                WHERE d.consumer = $1) AS blocked`,
-      [this.opts.name, ids, causes, keys.map((k) => k.topic), keys.map((k) => k.partition_key)],
-    );
-    const pre = rows[0] ?? { seen: [], parked: [], known: [], blocked: [] };
-    const seen = new Set([...pre.seen, ...pre.parked]);
-    const known = new Set(pre.known);
-    const blocked = new Set(pre.blocked);
+                WHERE d.consumer = $1) AS blocked,
+         ARRAY(SELECT event_id::text FROM inserted) AS inserted`,
+      values: [
+        this.opts.name,
+        events.map((e) => e.event.event_id),
+        events.map((e) => e.event.type),
+        events.map((e) => e.message.topic),
+        events.map((e) => e.message.partition),
+        events.map((e) => e.message.offset),
+        events.map(partitionKey),
+        events.map((e) => e.event.caused_by),
+      ],
+    };
+  }
+
+  private async applyRecorded(
+    tx: pg.PoolClient,
+    events: ReceivedEvent[],
+    recorded: Recorded,
+  ): Promise<TransactionOutcome<string[]>> {
+    const seen = new Set([...recorded.seen, ...recorded.parked]);
+    const known = new Set(recorded.known);
+    const blocked = new Set(recorded.blocked);
+    const inserted = new Set(recorded.inserted);
     const toApply: ReceivedEvent[] = [];
     const toPark: ReceivedEvent[] = [];
     let duplicates = 0;
@@ -366,19 +426,26 @@ export class InboxConsumer {
       known.add(id);
       toApply.push(item);
     }
-    const applied = await this.record(tx, toApply, 'applied');
-    const appliedSet = new Set(applied);
-    const fresh = toApply.filter((e) => appliedSet.has(e.event.event_id));
+    // An event recorded by another transaction since the statement's snapshot is a duplicate.
+    const fresh = toApply.filter((e) => inserted.has(e.event.event_id));
     duplicates += toApply.length - fresh.length;
-    if (fresh.length > 0) await this.opts.apply(tx, fresh);
-    await this.park(tx, toPark);
+    const last: Statement[] = [];
+    const taken = toPark.map((e) => e.event.event_id).filter((id) => inserted.has(id));
+    if (taken.length > 0) {
+      last.push({
+        text: 'DELETE FROM inbox WHERE consumer = $1 AND event_id = ANY($2::uuid[])',
+        values: [this.opts.name, taken],
+      });
+    }
+    if (fresh.length > 0) last.push(...((await this.opts.apply(tx, fresh)) ?? []));
+    if (toPark.length > 0) last.push(this.parkStatement(toPark));
     await this.opts.faults?.beforeCommit?.(fresh);
     if (duplicates > 0) this.duplicates.inc({ consumer: this.opts.name, detected_by: 'postgres' }, duplicates);
     this.count('duplicate', duplicates);
     this.count('applied', fresh.length);
     this.count('parked', toPark.length);
     const parkedIds = new Set(toPark.map((e) => e.event.event_id));
-    return ids.filter((id) => !parkedIds.has(id));
+    return { value: events.map((e) => e.event.event_id).filter((id) => !parkedIds.has(id)), last };
   }
 
   /** Inserts inbox rows; returns the ids that were not there yet. */
@@ -403,18 +470,19 @@ export class InboxConsumer {
     return rows.map((r) => r.event_id);
   }
 
-  private async park(tx: pg.PoolClient, events: ReceivedEvent[]) {
-    if (events.length === 0) return;
+  /** Parks the events, in their order; they count as parked once the transaction commits. */
+  private parkStatement(events: ReceivedEvent[]): Statement {
     this.mayHaveParked = true;
-    await tx.query(
-      `INSERT INTO inbox_deferred
+    this.log.debug({ parked: events.map((e) => e.event.event_id) }, 'events parked until their cause is handled');
+    return {
+      text: `INSERT INTO inbox_deferred
          (consumer, event_id, topic, partition, "offset", partition_key, caused_by, body, headers, next_attempt_at)
        SELECT $1, e, t, p, o, k, c, b, h, now() + make_interval(secs => $10::float8 / 1000)
          FROM unnest($2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::uuid[], $8::text[], $9::jsonb[])
            WITH ORDINALITY AS u(e, t, p, o, k, c, b, h, n)
         ORDER BY n
        ON CONFLICT (consumer, event_id) DO NOTHING`,
-      [
+      values: [
         this.opts.name,
         events.map((e) => e.event.event_id),
         events.map((e) => e.message.topic),
@@ -426,8 +494,7 @@ export class InboxConsumer {
         events.map((e) => JSON.stringify(e.message.headers)),
         this.deferral.initialDelayMs,
       ],
-    );
-    this.log.debug({ parked: events.map((e) => e.event.event_id) }, 'events parked until their cause is handled');
+    };
   }
 
   private async deadLetter(
@@ -527,12 +594,15 @@ export class InboxConsumer {
           await tx.query('SAVEPOINT parked');
           try {
             const fresh = await this.record(tx, [item], 'applied');
-            if (fresh.length > 0) await this.opts.apply(tx, [item]);
-            await tx.query('DELETE FROM inbox_deferred WHERE consumer = $1 AND event_id = $2', [
-              this.opts.name,
-              row.event_id,
+            const last = fresh.length > 0 ? ((await this.opts.apply(tx, [item])) ?? []) : [];
+            await queryTogether(tx, [
+              ...last,
+              {
+                text: 'DELETE FROM inbox_deferred WHERE consumer = $1 AND event_id = $2',
+                values: [this.opts.name, row.event_id],
+              },
+              { text: 'RELEASE SAVEPOINT parked' },
             ]);
-            await tx.query('RELEASE SAVEPOINT parked');
             this.count('applied', fresh.length);
             progressed++;
             continue;
