@@ -44,7 +44,11 @@ export interface IncomingBatch {
   messages: IncomingMessage[];
   /** Keep group membership alive during long work. */
   heartbeat(): Promise<void>;
-  /** Commit that everything up to and including this message is done. */
+  /**
+   * Records that everything up to and including this message is done. The broker learns it
+   * shortly after, in the background, with other partitions' offsets in one request; a crash
+   * before then redelivers from the previous commit.
+   */
   commit(message: IncomingMessage): Promise<void>;
   isRunning(): boolean;
   isStale(): boolean;

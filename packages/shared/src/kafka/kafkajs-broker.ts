@@ -77,6 +77,26 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
       await consumer.subscribe({ topics: opts.topics, fromBeginning: opts.fromBeginning ?? true });
       const admin = kafka.admin();
       let adminConnected = false;
+      // Offsets leave in the background, one request at a time, the newest per partition: every
+      // partition done while a request is out travels in the next one. A handler never waits on
+      // the broker for them; a crash before they land only redelivers what the inbox then skips.
+      const pending = new Map<string, { topic: string; partition: number; offset: string }>();
+      let inFlight: Promise<void> | undefined;
+      const sendOffsets = async () => {
+        while (pending.size > 0) {
+          const offsets = [...pending.values()];
+          pending.clear();
+          await consumer.commitOffsets(offsets).catch((err) => {
+            // A rebalance or a broker away: whoever consumes the partition next commits past it.
+            options.logger.debug({ err, offsets }, 'offsets not committed');
+          });
+        }
+        inFlight = undefined;
+      };
+      const commitSoon = (topic: string, partition: number, offset: string) => {
+        pending.set(`${partition}\u001f${topic}`, { topic, partition, offset });
+        inFlight ??= sendOffsets();
+      };
       return {
         async run(handle) {
           await consumer.run({
@@ -96,9 +116,7 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
               let committed: string | undefined;
               const commit = async (message: IncomingMessage) => {
                 resolveOffset(message.offset);
-                await consumer.commitOffsets([
-                  { topic: batch.topic, partition: batch.partition, offset: (BigInt(message.offset) + 1n).toString() },
-                ]);
+                commitSoon(batch.topic, batch.partition, (BigInt(message.offset) + 1n).toString());
                 committed = message.offset;
               };
               await handle({
@@ -116,8 +134,12 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
             },
           });
         },
-        stop: () => consumer.stop(),
+        async stop() {
+          await settled(inFlight);
+          await consumer.stop();
+        },
         async disconnect() {
+          await settled(inFlight);
           await consumer.disconnect();
           if (adminConnected) await admin.disconnect();
         },
@@ -192,6 +214,14 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
       };
     },
   };
+}
+
+/** Waits for offsets in flight, but not for a broker that does not answer. */
+async function settled(work: Promise<void> | undefined, boundMs = 2000): Promise<void> {
+  if (!work) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([work, new Promise((resolve) => (timer = setTimeout(resolve, boundMs)))]);
+  clearTimeout(timer);
 }
 
 function decodeHeaders(

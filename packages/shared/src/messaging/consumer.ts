@@ -21,6 +21,7 @@ export interface ReceivedEvent {
  * answer statements still to run — writes whose answers nobody reads — and the consumer sends
  * them with COMMIT, in the same round trip; should one fail, nothing commits.
  */
+// biome-ignore lint/suspicious/noConfusingVoidType: effects that leave nothing to write stay plain async functions
 export type ApplyEffects = (tx: pg.PoolClient, events: ReceivedEvent[]) => Promise<void | readonly Statement[]>;
 
 export interface DeferralPolicy {
@@ -249,6 +250,7 @@ export class InboxConsumer {
     await this.deferralRunning;
     await this.consumer?.disconnect();
     await this.dlqProducer?.disconnect();
+    await this.cache.flush();
     this.consumer = undefined;
     this.dlqProducer = undefined;
   }
@@ -277,7 +279,7 @@ export class InboxConsumer {
         try {
           const handled = await this.process(todo);
           await this.opts.faults?.afterCommit?.(todo);
-          await this.cache.markDone(handled);
+          this.cache.markDone(handled);
         } catch (error) {
           if (isInfrastructureError(error)) throw error;
           this.log.warn({ err: error, size: todo.length }, 'batch failed; handling its events one by one');
@@ -314,7 +316,7 @@ export class InboxConsumer {
         try {
           await this.untilSettled(batch, async () => {
             const ids = await this.process([item]);
-            await this.cache.markDone(ids);
+            this.cache.markDone(ids);
           });
           break;
         } catch (error) {
@@ -520,7 +522,7 @@ export class InboxConsumer {
       await this.transaction((tx) =>
         this.record(tx, [{ event, message: { ...message, key: message.key ?? null } }], 'dead_lettered'),
       );
-      await this.cache.markDone([event.event_id]);
+      this.cache.markDone([event.event_id]);
     }
     this.count('dead_lettered');
     this.log.error({ err: error, topic: message.topic, offset: message.offset }, 'event dead-lettered');

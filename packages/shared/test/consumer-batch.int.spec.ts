@@ -1,0 +1,233 @@
+import { Redis } from 'ioredis';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { IncomingBatch, IncomingMessage } from '../src/kafka/broker.js';
+import { type ApplyEffects, InboxConsumer } from '../src/messaging/consumer.js';
+import { encodeEvent } from '../src/messaging/envelope.js';
+import { ProcessedCache } from '../src/messaging/processed-cache.js';
+import { testBroker, testLogger } from '../src/testing/index.js';
+import { effectCounts, kernelFixture, orderEvent, recordEffects, waitFor } from './kernel.js';
+
+type Message = ReturnType<typeof orderEvent>;
+
+/**
+ * One batch driven through `handleBatch` directly, so that what shares a batch is certain: how
+ * many round trips it takes, and how causes and keys inside one batch are sorted.
+ */
+describe('inbox consumer, one batch at a time', () => {
+  let fx: Awaited<ReturnType<typeof kernelFixture>>;
+  let trips = 0;
+  let n = 0;
+
+  beforeAll(async () => {
+    fx = await kernelFixture();
+    const counted = new WeakSet<pg.PoolClient>();
+    fx.pool.on('acquire', (client) => {
+      if (counted.has(client)) return;
+      counted.add(client);
+      const query = client.query;
+      client.query = ((...args: Parameters<typeof query>) => {
+        trips++;
+        return (query as (...a: unknown[]) => unknown).apply(client, args);
+      }) as typeof query;
+    });
+  });
+  afterAll(async () => {
+    await fx?.close();
+  });
+
+  function consumer(apply: ApplyEffects = recordEffects) {
+    return new InboxConsumer({
+      name: `batch-${n++}`,
+      topics: [],
+      broker: testBroker(fx.endpoints.kafkaBrokers),
+      pool: fx.pool,
+      logger: testLogger,
+      apply,
+    });
+  }
+
+  let offset = 0;
+  function batchOf(messages: Message[]): IncomingBatch & { committed: string[] } {
+    const committed: string[] = [];
+    const incoming: IncomingMessage[] = messages.map((m) => ({
+      topic: 't',
+      partition: 0,
+      offset: String(offset++),
+      key: m.key,
+      value: Buffer.from(encodeEvent(m.event)),
+      headers: {},
+      timestamp: String(Date.now()),
+    }));
+    return {
+      topic: 't',
+      partition: 0,
+      messages: incoming,
+      committed,
+      heartbeat: async () => {},
+      commit: async (message) => {
+        committed.push(message.offset);
+      },
+      isRunning: () => true,
+      isStale: () => false,
+    };
+  }
+
+  /** Round trips to PostgreSQL while `work` runs. */
+  async function roundTrips(work: () => Promise<void>): Promise<number> {
+    const before = trips;
+    await work();
+    return trips - before;
+  }
+
+  const counts = async (messages: Message[]) => {
+    const all = await effectCounts(fx.pool);
+    return messages.map((m) => all.get(m.event.event_id) ?? 0);
+  };
+
+  it('takes three round trips for a batch (BEGIN with the inbox, the effects, COMMIT), two when the effects travel with COMMIT', async () => {
+    const messages = [orderEvent('rt-a', 1), orderEvent('rt-b', 1), orderEvent('rt-a', 2)];
+    const c = consumer();
+    const batch = batchOf(messages);
+    expect(await roundTrips(() => c.handleBatch(batch))).toBe(3);
+    expect(await counts(messages)).toEqual([1, 1, 1]);
+    expect(batch.committed).toEqual([batch.messages.at(-1)?.offset]);
+
+    // Redelivered: the inbox knows them all, no effect runs.
+    expect(await roundTrips(() => c.handleBatch(batchOf(messages)))).toBe(2);
+    expect(await counts(messages)).toEqual([1, 1, 1]);
+
+    const later = [orderEvent('rt-c', 1), orderEvent('rt-d', 1)];
+    const deferring = consumer(async (_tx, events) => [
+      {
+        text: 'INSERT INTO effects (event_id, key, seq) SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[])',
+        values: [
+          events.map((e) => e.event.event_id),
+          events.map((e) => String(e.event.payload.key)),
+          events.map((e) => Number(e.event.payload.seq)),
+        ],
+      },
+    ]);
+    expect(await roundTrips(() => deferring.handleBatch(batchOf(later)))).toBe(2);
+    expect(await counts(later)).toEqual([1, 1]);
+    const { rows } = await fx.pool.query('SELECT count(*)::int AS n FROM inbox WHERE event_id = ANY($1::uuid[])', [
+      later.map((m) => m.event.event_id),
+    ]);
+    expect(rows).toEqual([{ n: 2 }]);
+  });
+
+  it('a failing write left for COMMIT rolls the batch back, inbox rows included', async () => {
+    const messages = [orderEvent('fail-late', 1)];
+    const failing = consumer(async () => [{ text: 'SELECT 1 / 0' }]);
+    const c = failing as unknown as { process(events: unknown[]): Promise<string[]> };
+    await expect(
+      c.process(
+        messages.map((m) => ({
+          event: m.event,
+          message: { topic: 't', partition: 0, offset: '0', key: m.key, headers: {} },
+        })),
+      ),
+    ).rejects.toThrow(/division by zero/);
+    const { rows } = await fx.pool.query('SELECT count(*)::int AS n FROM inbox WHERE event_id = $1', [
+      messages[0]?.event.event_id,
+    ]);
+    expect(rows).toEqual([{ n: 0 }]);
+  });
+
+  it('inside one batch: applies an effect after its cause, parks what follows a parked cause or key, skips a repeat', async () => {
+    const c = consumer();
+    const cause = orderEvent('in-batch', 1);
+    const effect = orderEvent('in-batch-effect', 1, { causedBy: cause.event.event_id });
+    const missing = orderEvent('absent', 1); // never delivered before the end of the test's first batch
+    const orphan = orderEvent('orphan-key', 1, { causedBy: missing.event.event_id });
+    const orphansEffect = orderEvent('orphans-effect', 1, { causedBy: orphan.event.event_id });
+    const behind = orderEvent('orphan-key', 2); // same key as the orphan, no cause of its own
+    const batch = [cause, effect, orphan, orphansEffect, behind, cause];
+    await c.handleBatch(batchOf(batch));
+
+    expect(await counts([cause, effect, orphan, orphansEffect, behind])).toEqual([1, 1, 0, 0, 0]);
+    const inbox = await fx.pool.query<{ event_id: string }>(
+      'SELECT event_id::text FROM inbox WHERE consumer = $1 ORDER BY "offset"',
+      [`batch-${n - 1}`],
+    );
+    expect(inbox.rows.map((r) => r.event_id)).toEqual([cause.event.event_id, effect.event.event_id]);
+    const parked = await fx.pool.query<{ event_id: string }>(
+      'SELECT event_id::text FROM inbox_deferred WHERE consumer = $1 ORDER BY seq',
+      [`batch-${n - 1}`],
+    );
+    expect(parked.rows.map((r) => r.event_id)).toEqual([
+      orphan.event.event_id,
+      orphansEffect.event.event_id,
+      behind.event.event_id,
+    ]);
+
+    // The missing cause arrives: the parked events follow, in order, each once.
+    await c.handleBatch(batchOf([missing]));
+    while ((await c.retryDeferred()) > 0) {}
+    expect(await counts([missing, orphan, orphansEffect, behind])).toEqual([1, 1, 1, 1]);
+    const { rows } = await fx.pool.query<{ event_id: string }>(
+      `SELECT event_id::text FROM effects WHERE key IN ('orphan-key', 'orphans-effect') ORDER BY applied_at`,
+    );
+    expect(rows.map((r) => r.event_id)).toEqual([
+      orphan.event.event_id,
+      orphansEffect.event.event_id,
+      behind.event.event_id,
+    ]);
+    expect((await fx.pool.query('SELECT 1 FROM inbox_deferred WHERE consumer = $1', [`batch-${n - 1}`])).rows).toEqual(
+      [],
+    );
+  });
+
+  it('sends done markers to Redis with the next claim, or by themselves shortly after', async () => {
+    const redis = new Redis(fx.endpoints.redisUrl);
+    try {
+      const here = new ProcessedCache(redis, 'markers', 60, () => {});
+      const elsewhere = new ProcessedCache(redis, 'markers', 60, () => {}); // another instance, same inbox
+      await here.bind(fx.pool);
+      await elsewhere.bind(fx.pool);
+      const [a, b, c] = [orderEvent('m', 1), orderEvent('m', 2), orderEvent('m', 3)].map((m) => m.event.event_id);
+      here.markDone([a as string]);
+      expect([...(await here.claim([b as string]))]).toEqual([]); // a's marker went ahead of this claim
+      expect([...(await elsewhere.claim([a as string]))]).toEqual([a]);
+      here.markDone([c as string]);
+      await waitFor(
+        'the marker written without a claim',
+        async () =>
+          (await redis.get(`onto:inbox:${(here as unknown as { scope: string }).scope}:markers:${c}`)) === 'done',
+        2000,
+      );
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it('commits the offsets of what it handled without a later batch to carry them', async () => {
+    const topic = fx.topic('offsets');
+    const admin = await testBroker(fx.endpoints.kafkaBrokers).admin();
+    const producer = await testBroker(fx.endpoints.kafkaBrokers).producer();
+    const c = new InboxConsumer({
+      name: `offsets-${n++}`,
+      topics: [topic],
+      broker: testBroker(fx.endpoints.kafkaBrokers),
+      pool: fx.pool,
+      logger: testLogger,
+      apply: recordEffects,
+    });
+    try {
+      await admin.ensureTopics([{ name: topic, partitions: 3 }]);
+      const messages = Array.from({ length: 30 }, (_, i) => orderEvent(`offsets-${i % 7}`, Math.floor(i / 7) + 1));
+      await producer.send([{ topic, messages: messages.map((m) => ({ key: m.key, value: encodeEvent(m.event) })) }]);
+      await c.start();
+      await waitFor('effects', async () => (await counts(messages)).every((x) => x === 1), 20_000);
+      await waitFor(
+        'offsets committed to the end',
+        async () => (await admin.consumerLag(`offsets-${n - 1}`, topic)) === 0,
+        10_000,
+      );
+    } finally {
+      await c.stop();
+      await producer.disconnect();
+      await admin.disconnect();
+    }
+  });
+});
