@@ -1,5 +1,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { consistencyToken, NotFound, type Queryable, replicaVersion, Unavailable, WORLD_ID } from '@onto/shared';
+import {
+  consistencyToken,
+  NotFound,
+  type Queryable,
+  replicaVersion,
+  type Statement,
+  Unavailable,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -28,16 +36,15 @@ export async function advanceDataWatermark(tx: Queryable, worldId: string, seq: 
   );
 }
 
-/** The same for a batch: one statement for every world the batch touched. */
-export async function advanceDataWatermarks(tx: Queryable, seqs: Map<string, number>): Promise<void> {
-  if (seqs.size === 0) return;
-  await tx.query(
-    `INSERT INTO data_watermarks (world_id, seq)
+/** The same for a batch, as one statement for every world the batch touched. */
+export function advancingDataWatermarks(seqs: Map<string, number>): Statement {
+  return {
+    text: `INSERT INTO data_watermarks (world_id, seq)
      SELECT w, s FROM unnest($1::text[], $2::bigint[]) AS t(w, s)
      ON CONFLICT (world_id) DO UPDATE SET seq = excluded.seq, updated_at = now()
        WHERE data_watermarks.seq < excluded.seq`,
-    [[...seqs.keys()], [...seqs.values()]],
-  );
+    values: [[...seqs.keys()], [...seqs.values()]],
+  };
 }
 
 export async function dataWatermark(db: Queryable, worldId: string): Promise<number> {

@@ -1,10 +1,11 @@
-import type { ApplyEffects, EventEnvelope, ReceivedEvent } from '@onto/shared';
-import { advanceDataWatermarks } from '../consistency.js';
-import { applyLinkChanges, applyObjectChanges, linkChangeOf, objectChangeOf } from '../readmodel/apply.js';
+import { type ApplyEffects, type EventEnvelope, queryTogether, type ReceivedEvent, type Statement } from '@onto/shared';
+import { advancingDataWatermarks } from '../consistency.js';
+import { linkChangeOf, objectChangeOf, writeLinkChanges, writeObjectChanges } from '../readmodel/apply.js';
 import { Evaluation, type EvaluationContext } from './evaluation.js';
-import { lockWorlds } from './locks.js';
+import { lockWorldsStatement } from './locks.js';
 import type { EvaluationMetrics } from './metrics.js';
-import type { ModelCache } from './world-model.js';
+import { ModelCache } from './world-model.js';
+import { WriteBehind } from './write-behind.js';
 
 interface WorldBatch {
   objects: EventEnvelope[];
@@ -17,6 +18,12 @@ interface WorldBatch {
  * The effect of a batch of `object.*` and `link.*` events, inside the inbox transaction: per
  * world (locked in one order), the read model takes the newer versions, the evaluation recomputes
  * what they affect, and the world's data watermark moves to the highest write applied.
+ *
+ * Round trips: one for the locks, then per world its definition versions and its read-model
+ * writes (which answer the changed objects with their derived values); the evaluation's reads
+ * (aggregates, linked objects, rules) as it needs them; its last writes and the watermarks are
+ * answered to the inbox consumer, which sends them with COMMIT. A batch of property changes
+ * read by derived properties without aggregates takes no trip of its own after the first.
  */
 export function applyChanges(deps: {
   models: ModelCache;
@@ -39,16 +46,34 @@ export function applyChanges(deps: {
       watermarks.set(event.world_id, Math.max(watermarks.get(event.world_id) ?? 0, event.producer_seq));
     }
     if (worlds.size === 0) return;
-    await lockWorlds(tx, worlds.keys());
-    for (const [worldId, batch] of [...worlds].sort(([a], [b]) => a.localeCompare(b))) {
-      const model = await deps.models.get(tx, worldId);
-      const evaluation = new Evaluation(tx, model, deps.ctx);
-      await applyObjectChanges(tx, worldId, batch.objects.map(objectChangeOf), evaluation);
-      await applyLinkChanges(tx, worldId, batch.links.map(linkChangeOf), evaluation);
+    const ordered = [...worlds].sort(([a], [b]) => a.localeCompare(b));
+    const plans = ordered.map(([worldId, batch]) => ({
+      worldId,
+      batch,
+      objects: writeObjectChanges(worldId, batch.objects.map(objectChangeOf)),
+      links: writeLinkChanges(worldId, batch.links.map(linkChangeOf)),
+    }));
+    // The locks first: every statement after them in the trip reads what committed before them.
+    const statements: Statement[] = [lockWorldsStatement(worlds.keys()) as Statement];
+    for (const plan of plans) {
+      statements.push(ModelCache.versions(plan.worldId));
+      if (plan.objects) statements.push(plan.objects.statement);
+      if (plan.links) statements.push(plan.links.statement);
+    }
+    const answers = (await queryTogether(tx, statements)).slice(1);
+    const sql = new WriteBehind(tx);
+    for (const plan of plans) {
+      const versions = answers.shift()?.rows;
+      const objects = plan.objects ? answers.shift()?.rows : undefined;
+      const links = plan.links ? answers.shift()?.rows : undefined;
+      const model = await deps.models.get(sql, plan.worldId, versions);
+      const evaluation = new Evaluation(sql, model, deps.ctx);
+      if (plan.objects && objects) plan.objects.report(objects, evaluation);
+      if (plan.links && links) plan.links.report(links, evaluation);
       const stats = await evaluation.run();
       // Counted before the commit: a batch that rolls back and is retried counts twice.
-      deps.metrics.record(worldId, stats, batch.oldest);
+      deps.metrics.record(plan.worldId, stats, plan.batch.oldest);
     }
-    await advanceDataWatermarks(tx, watermarks);
+    return [...sql.take(), advancingDataWatermarks(watermarks)];
   };
 }

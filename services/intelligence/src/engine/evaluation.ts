@@ -7,7 +7,6 @@
  * the decisions raised alerts call for. Everything is written through the caller's transaction.
  */
 import { canonicalJson } from '@onto/shared';
-import type pg from 'pg';
 import {
   type Bindings,
   derivedToCel,
@@ -20,6 +19,7 @@ import { type ActionStarter, makeDecisions } from '../decisions/make.js';
 import type { AggregateSpec, ResolvedDerived } from '../derived/model.js';
 import { type Alert, clearAlerts, type NewAlert, openAlerts, raiseAlerts } from '../rules/alerts.js';
 import type { AggregateUse, WorldModel } from './world-model.js';
+import type { WriteBehind } from './write-behind.js';
 
 interface DerivedState {
   value: unknown;
@@ -80,6 +80,23 @@ function numberOf(text: string, int: boolean): bigint | number {
   return Number(text);
 }
 
+/** An object as stored, with its derived values, as `load` reads it. */
+export interface StoredObject {
+  pk: string;
+  version: string | number;
+  seq: string | number;
+  properties: Record<string, unknown>;
+  derived: [string, unknown, string | null, { message: string } | null, string | number][] | null;
+}
+
+function objectState(r: StoredObject): ObjectState {
+  const derived = new Map<string, DerivedState>();
+  for (const [name, value, kind, error, sourceSeq] of r.derived ?? []) {
+    derived.set(name, { value, kind, error, sourceSeq: Number(sourceSeq) });
+  }
+  return { pk: r.pk, version: Number(r.version), seq: Number(r.seq), properties: r.properties, derived };
+}
+
 interface AggregateRow {
   pk: string;
   n: number;
@@ -107,8 +124,12 @@ export class Evaluation {
     definitions: new Set(),
   };
 
+  /**
+   * Its reads go out with the writes held back before them; its own writes (derived values) are
+   * held back, so that the last of them travel with whatever the caller sends next.
+   */
   constructor(
-    private readonly tx: pg.PoolClient,
+    private readonly sql: WriteBehind,
     private readonly model: WorldModel,
     private readonly ctx: EvaluationContext,
   ) {}
@@ -167,6 +188,14 @@ export class Evaluation {
     }
   }
 
+  /**
+   * Objects of `type` the caller read in this transaction, after its last change to them: live
+   * ones with their derived values, `null` for deleted or absent ones. `load` will not read them.
+   */
+  know(type: string, objects: Map<string, StoredObject | null>) {
+    for (const [pk, stored] of objects) this.objects.set(keyOf(type, pk), stored ? objectState(stored) : null);
+  }
+
   /** A definition needs values for these objects (a new definition, a schema change). */
   definitionNeeds(name: string, pks: string[]) {
     for (const pk of pks) add(this.dirty, name, pk);
@@ -194,12 +223,12 @@ export class Evaluation {
     const clears: { id: string; objectVersion: number | null; cause?: string | undefined }[] = [];
     for (const [type, pks] of this.deleted) {
       const list = [...pks.keys()];
-      await this.tx.query(
+      this.sql.write(
         `DELETE FROM derived_values d USING unnest($3::text[]) AS k(pk)
           WHERE d.world_id = $1 AND d.object_type = $2 AND d.pk = k.pk`,
         [this.world, type, list],
       );
-      for (const open of await openAlerts(this.tx, this.world, type, list)) {
+      for (const open of await openAlerts(this.sql, this.world, type, list)) {
         clears.push({
           id: open.id,
           objectVersion: pks.get(open.pk) ?? null,
@@ -207,7 +236,10 @@ export class Evaluation {
         });
       }
     }
-    this.stats.cleared += (await clearAlerts(this.tx, clears, 'object deleted', this.ctx.topicPrefix)).length;
+    if (clears.length === 0) return;
+    this.stats.cleared += (
+      await clearAlerts(await this.sql.direct(), clears, 'object deleted', this.ctx.topicPrefix)
+    ).length;
   }
 
   /** Turns far-end changes into near-end objects to recompute, through the live links. */
@@ -217,7 +249,7 @@ export class Evaluation {
     this.linked.delete(def.name);
     for (const [spec, farPks] of specs) {
       const [near, far] = spec.direction === 'out' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
-      const { rows } = await this.tx.query<{ near: string; far: string }>(
+      const { rows } = await this.sql.query<{ near: string; far: string }>(
         `SELECT l.near, k.pk AS far FROM unnest($3::text[]) AS k(pk)
            CROSS JOIN LATERAL (SELECT ${near} AS near FROM rm_links
                                 WHERE world_id = $1 AND link_type = $2 AND ${far} = k.pk AND NOT deleted OFFSET 0) l`,
@@ -235,13 +267,7 @@ export class Evaluation {
   private async load(type: string, pks: string[]) {
     const missing = pks.filter((pk) => !this.objects.has(keyOf(type, pk)));
     if (missing.length === 0) return;
-    const { rows } = await this.tx.query<{
-      pk: string;
-      version: string;
-      seq: string;
-      properties: Record<string, unknown>;
-      derived: [string, unknown, string | null, { message: string } | null, string][] | null;
-    }>(
+    const { rows } = await this.sql.query<StoredObject & Record<string, unknown>>(
       `SELECT o.pk, o.version, o.seq, o.properties,
               (SELECT jsonb_agg(jsonb_build_array(d.name, d.value, d.value_kind, d.error, d.source_seq))
                  FROM derived_values d
@@ -252,19 +278,7 @@ export class Evaluation {
       [this.world, type, missing],
     );
     for (const pk of missing) this.objects.set(keyOf(type, pk), null);
-    for (const r of rows) {
-      const derived = new Map<string, DerivedState>();
-      for (const [name, value, kind, error, sourceSeq] of r.derived ?? []) {
-        derived.set(name, { value, kind, error, sourceSeq: Number(sourceSeq) });
-      }
-      this.objects.set(keyOf(type, r.pk), {
-        pk: r.pk,
-        version: Number(r.version),
-        seq: Number(r.seq),
-        properties: r.properties,
-        derived,
-      });
-    }
+    for (const r of rows) this.objects.set(keyOf(type, r.pk), objectState(r));
   }
 
   private live(type: string, pks: Iterable<string>): ObjectState[] {
@@ -320,7 +334,7 @@ export class Evaluation {
         : spec.function === 'avg'
           ? 'avg(x.input)::float8'
           : `${spec.function}(x.input)::text`;
-    const { rows } = await this.tx.query<AggregateRow>(
+    const { rows } = await this.sql.query<AggregateRow & Record<string, unknown>>(
       `SELECT k.pk, count(*)::int AS n, max(x.seq)::text AS seq, ${fn} AS v,
               coalesce(bool_and(x.kind = 'int') FILTER (WHERE x.input IS NOT NULL), true) AS ints
          FROM unnest($4::text[]) AS k(pk)
@@ -411,8 +425,9 @@ export class Evaluation {
       rows.sources.push(JSON.stringify(sources));
     }
     // clock_timestamp, not now(): the value was computed after this transaction took the
-    // world's lock, so after any definition change it could have waited for.
-    await this.tx.query(
+    // world's lock, so after any definition change it could have waited for. Held back: it
+    // travels with the next read, or with the caller's next statement (COMMIT for a batch).
+    this.sql.write(
       `INSERT INTO derived_values AS d (world_id, object_type, pk, name, value, value_kind, error, computed_at,
                                         definition_version, source_version, source_seq, sources)
        SELECT $1, $2, u.pk, $3, u.value, u.kind, u.error, clock_timestamp(), $4, u.sv, u.ss, u.sources
@@ -468,7 +483,7 @@ export class Evaluation {
       const open = new Map(
         (
           await openAlerts(
-            this.tx,
+            this.sql,
             this.world,
             rule.objectType,
             objects.map((o) => o.pk),
@@ -506,8 +521,10 @@ export class Evaluation {
       }
     }
     this.ruleDirty.clear();
-    this.stats.cleared += (await clearAlerts(this.tx, clear, 'condition false', this.ctx.topicPrefix)).length;
-    const raised = await raiseAlerts(this.tx, raise, this.ctx.topicPrefix);
+    if (clear.length === 0 && raise.length === 0) return;
+    const tx = await this.sql.direct();
+    this.stats.cleared += (await clearAlerts(tx, clear, 'condition false', this.ctx.topicPrefix)).length;
+    const raised = await raiseAlerts(tx, raise, this.ctx.topicPrefix);
     this.stats.raised += raised.length;
     await this.decide(raised);
   }
@@ -541,6 +558,6 @@ export class Evaluation {
       for (const decision of defs) items.push({ decision, alert, bindings });
     }
     if (items.length === 0) return;
-    this.stats.decisions += (await makeDecisions(this.tx, this.ctx, items)).length;
+    this.stats.decisions += (await makeDecisions(await this.sql.direct(), this.ctx, items)).length;
   }
 }

@@ -1,4 +1,4 @@
-import type { Queryable } from '@onto/shared';
+import type { Queryable, Statement } from '@onto/shared';
 
 // Advisory lock namespace of a world's evaluation ("ievl"): every transaction that reads or
 // changes what a world's derived values, alerts or definitions depend on holds it.
@@ -20,12 +20,21 @@ function worldKey(worldId: string): number {
  * overlap. Worlds are locked in one sorted order, so two batches never deadlock on them.
  */
 export async function lockWorlds(tx: Queryable, worldIds: Iterable<string>): Promise<void> {
+  const statement = lockWorldsStatement(worldIds);
+  if (statement) await tx.query(statement.text, statement.values as unknown[]);
+}
+
+/**
+ * The same as a statement, to send ahead of the reads that must follow it: in one round trip,
+ * each later statement still takes its snapshot after the locks are held (see queryTogether).
+ */
+export function lockWorldsStatement(worldIds: Iterable<string>): Statement | undefined {
   const keys = [...new Set(worldIds)].sort();
-  if (keys.length === 0) return;
-  await tx.query(`SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int[]) WITH ORDINALITY AS u(k, n) ORDER BY n`, [
-    WORLD_LOCK_SPACE,
-    keys.map(worldKey),
-  ]);
+  if (keys.length === 0) return undefined;
+  return {
+    text: 'SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int[]) WITH ORDINALITY AS u(k, n) ORDER BY n',
+    values: [WORLD_LOCK_SPACE, keys.map(worldKey)],
+  };
 }
 
 /** Marks a change of the world's definitions: cached evaluation models of it are outdated. */

@@ -11,6 +11,7 @@ import { Evaluation, type EvaluationContext } from './evaluation.js';
 import { lockWorlds } from './locks.js';
 import type { EvaluationMetrics } from './metrics.js';
 import type { ModelCache } from './world-model.js';
+import { WriteBehind } from './write-behind.js';
 
 export interface JobRequest {
   worldId: string;
@@ -156,12 +157,14 @@ export class RecomputeWorker {
         [job.world_id, job.object_type, job.after_pk, this.batchSize],
       );
       const pks = batch.rows.map((r) => r.pk);
-      const evaluation = new Evaluation(tx, model, this.ctx);
+      const sql = new WriteBehind(tx);
+      const evaluation = new Evaluation(sql, model, this.ctx);
       if (job.kind === 'derived') evaluation.definitionNeeds(job.name, pks);
       else evaluation.ruleNeeds(job.name, pks);
       const stats = await evaluation.run();
       this.metrics.record(job.world_id, stats);
-      await tx.query(
+      // Sends the last values computed with it.
+      await sql.query(
         `UPDATE recompute_jobs SET after_pk = coalesce($2, after_pk), processed = processed + $3,
                 finished_at = CASE WHEN $4 THEN now() END
           WHERE id = $1`,

@@ -3,7 +3,7 @@
  * ordered and indexed by what they read. Cached per world and rebuilt when the world's
  * definition revision or schema version moves.
  */
-import type { FieldError, Queryable, SchemaDocument, SchemaReplica } from '@onto/shared';
+import type { FieldError, Queryable, SchemaDocument, SchemaReplica, Statement } from '@onto/shared';
 import type { DecisionDefinition, ResolvedDecision } from '../decisions/model.js';
 import { resolveDecision } from '../decisions/model.js';
 import { listDecisionDefinitions } from '../decisions/repository.js';
@@ -175,13 +175,28 @@ export class ModelCache {
     private readonly maxCached = 1000,
   ) {}
 
-  /** The world's model as of the caller's transaction (which should hold the world's lock). */
-  async get(db: Queryable, worldId: string): Promise<WorldModel> {
-    const { rows } = await db.query<{ revision: string; schema_version: number }>(
-      `SELECT coalesce((SELECT revision FROM definition_revisions WHERE world_id = $1), 0) AS revision,
-              coalesce((SELECT max(version) FROM schema_versions WHERE world_id = $1), 0) AS schema_version`,
-      [worldId],
-    );
+  /**
+   * What decides whether a cached model is current: the world's definition revision and schema
+   * version. A statement, so that callers can send it with others (after the world's lock).
+   */
+  static versions(worldId: string): Statement {
+    return {
+      text: `SELECT coalesce((SELECT revision FROM definition_revisions WHERE world_id = $1), 0) AS revision,
+                    coalesce((SELECT max(version) FROM schema_versions WHERE world_id = $1), 0) AS schema_version`,
+      values: [worldId],
+    };
+  }
+
+  /**
+   * The world's model as of the caller's transaction (which should hold the world's lock); `read`
+   * is the answer to `versions(worldId)` when the caller already has it.
+   */
+  async get(db: Queryable, worldId: string, read?: Record<string, unknown>[]): Promise<WorldModel> {
+    const { text, values } = ModelCache.versions(worldId);
+    const rows = (read ?? (await db.query(text, values as unknown[])).rows) as {
+      revision: string | number;
+      schema_version: number;
+    }[];
     const revision = Number(rows[0]?.revision ?? 0);
     const schemaVersion = rows[0]?.schema_version ?? 0;
     const hit = this.models.get(worldId);

@@ -3,9 +3,8 @@
  * is stored (a replayed or reordered older event is a no-op); deletes leave tombstones. Each
  * function reports to the evaluation what really changed, so that nothing else is recomputed.
  */
-import { canonicalJson, type EventEnvelope } from '@onto/shared';
-import type pg from 'pg';
-import type { Evaluation } from '../engine/evaluation.js';
+import { canonicalJson, type EventEnvelope, type Statement } from '@onto/shared';
+import type { Evaluation, StoredObject } from '../engine/evaluation.js';
 
 type Properties = Record<string, unknown>;
 
@@ -98,113 +97,151 @@ function changedProperties(before: Properties, after: Properties): Set<string> {
   return changed;
 }
 
-export async function applyObjectChanges(
-  tx: pg.PoolClient,
-  worldId: string,
-  changes: ObjectChange[],
-  evaluation: Evaluation,
-): Promise<number> {
-  if (changes.length === 0) return 0;
-  const newest = [...newestPerKey(changes, (c) => `${c.type}\u0000${c.pk}`).values()];
-  const { rows } = await tx.query<{ type: string; pk: string; version: string; properties: Properties | null }>(
-    `SELECT k.type, k.pk, o.version, o.properties
-       FROM unnest($2::text[], $3::text[]) AS k(type, pk)
-      CROSS JOIN LATERAL (SELECT version, properties FROM rm_objects
-                           WHERE world_id = $1 AND type = k.type AND pk = k.pk OFFSET 0) o`,
-    [worldId, newest.map((c) => c.type), newest.map((c) => c.pk)],
-  );
-  const current = new Map(rows.map((r) => [`${r.type}\u0000${r.pk}`, r]));
-  const applied = newest.filter((c) => {
-    const stored = current.get(`${c.type}\u0000${c.pk}`);
-    return !stored || Number(stored.version) < c.version;
-  });
-  if (applied.length === 0) return 0;
-  await tx.query(
-    `INSERT INTO rm_objects AS o (world_id, type, pk, version, seq, deleted, properties, schema_version)
-     SELECT $1, u.type, u.pk, u.version, u.seq, u.properties IS NULL, u.properties, u.sv
-       FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::jsonb[], $7::int[])
-         AS u(type, pk, version, seq, properties, sv)
-     ON CONFLICT (world_id, type, pk) DO UPDATE
-       SET version = EXCLUDED.version, seq = EXCLUDED.seq, deleted = EXCLUDED.deleted,
-           properties = EXCLUDED.properties, schema_version = EXCLUDED.schema_version, updated_at = now()
-       WHERE o.version < EXCLUDED.version`,
-    [
-      worldId,
-      applied.map((c) => c.type),
-      applied.map((c) => c.pk),
-      applied.map((c) => c.version),
-      applied.map((c) => c.seq),
-      applied.map((c) => (c.properties === null ? null : JSON.stringify(c.properties))),
-      applied.map((c) => c.schemaVersion),
-    ],
-  );
-  for (const c of applied) {
-    const before = current.get(`${c.type}\u0000${c.pk}`)?.properties ?? null;
-    if (c.properties === null) {
-      if (before !== null) evaluation.objectDeleted(c.type, c.pk, c.version, c.eventId);
-    } else if (before === null) {
-      evaluation.objectChanged(c.type, c.pk, 'all', c.eventId);
-    } else {
-      const changed = changedProperties(before, c.properties);
-      if (changed.size > 0) evaluation.objectChanged(c.type, c.pk, changed, c.eventId);
-    }
-  }
-  return applied.length;
+/** A read-model write of a batch: one statement, and what its answer tells the evaluation. */
+export interface ReadModelWrite {
+  statement: Statement;
+  /** Tells the evaluation what really changed; answers how many keys took a newer version. */
+  report(rows: Record<string, unknown>[], evaluation: Evaluation): number;
 }
 
-export async function applyLinkChanges(
-  tx: pg.PoolClient,
-  worldId: string,
-  changes: LinkChange[],
-  evaluation: Evaluation,
-): Promise<number> {
-  if (changes.length === 0) return 0;
+/** One key of `writeObjectChanges`' answer, in the order of the changes sent. */
+interface ObjectRow extends StoredObject {
+  /** The stored properties before the statement: null for no row or a tombstone. */
+  before: Properties | null;
+  /** Whether this change's version was written (it was newer). */
+  written: boolean;
+  /** After the statement: the row is a tombstone (properties null). */
+  deleted: boolean;
+}
+
+/**
+ * The newest change per key, as one statement: the stored rows read, the newer versions written
+ * (`WHERE o.version < EXCLUDED.version`), and the objects as they now are with their derived
+ * values, so that the evaluation need not read them again. Every part reads the statement's
+ * snapshot; the world's lock (taken by an earlier statement) keeps other writers of these rows out.
+ */
+export function writeObjectChanges(worldId: string, changes: ObjectChange[]): ReadModelWrite | undefined {
+  if (changes.length === 0) return undefined;
+  const newest = [...newestPerKey(changes, (c) => `${c.type}\u0000${c.pk}`).values()];
+  return {
+    statement: {
+      text: `WITH k AS (
+         SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::jsonb[], $7::int[])
+           WITH ORDINALITY AS u(type, pk, version, seq, properties, sv, n)
+       ), stored AS (
+         SELECT k.n, o.version, o.seq, o.deleted, o.properties FROM k
+          CROSS JOIN LATERAL (SELECT version, seq, deleted, properties FROM rm_objects
+                               WHERE world_id = $1 AND type = k.type AND pk = k.pk OFFSET 0) o
+       ), written AS (
+         INSERT INTO rm_objects AS o (world_id, type, pk, version, seq, deleted, properties, schema_version)
+         SELECT $1, k.type, k.pk, k.version, k.seq, k.properties IS NULL, k.properties, k.sv FROM k
+         ON CONFLICT (world_id, type, pk) DO UPDATE
+           SET version = EXCLUDED.version, seq = EXCLUDED.seq, deleted = EXCLUDED.deleted,
+               properties = EXCLUDED.properties, schema_version = EXCLUDED.schema_version, updated_at = now()
+           WHERE o.version < EXCLUDED.version
+         RETURNING o.type, o.pk, o.version, o.seq, o.deleted, o.properties
+       )
+       SELECT k.pk, s.properties AS before, w.pk IS NOT NULL AS written,
+              coalesce(w.version, s.version) AS version, coalesce(w.seq, s.seq) AS seq,
+              coalesce(w.deleted, s.deleted) AS deleted,
+              CASE WHEN w.pk IS NOT NULL THEN w.properties ELSE s.properties END AS properties,
+              (SELECT jsonb_agg(jsonb_build_array(d.name, d.value, d.value_kind, d.error, d.source_seq))
+                 FROM derived_values d
+                WHERE d.world_id = $1 AND d.object_type = k.type AND d.pk = k.pk) AS derived
+         FROM k
+         LEFT JOIN stored s ON s.n = k.n
+         LEFT JOIN written w ON w.type = k.type AND w.pk = k.pk
+        ORDER BY k.n`,
+      values: [
+        worldId,
+        newest.map((c) => c.type),
+        newest.map((c) => c.pk),
+        newest.map((c) => c.version),
+        newest.map((c) => c.seq),
+        newest.map((c) => (c.properties === null ? null : JSON.stringify(c.properties))),
+        newest.map((c) => c.schemaVersion),
+      ],
+    },
+    report(answer, evaluation) {
+      const rows = answer as unknown as ObjectRow[];
+      const known = new Map<string, Map<string, StoredObject | null>>();
+      let applied = 0;
+      newest.forEach((c, i) => {
+        const row = rows[i];
+        if (!row || row.pk !== c.pk) throw new Error(`read-model answer out of step at ${c.type}/${c.pk}`);
+        const ofType = known.get(c.type) ?? new Map<string, StoredObject | null>();
+        known.set(c.type, ofType);
+        ofType.set(c.pk, row.deleted !== false || row.properties === null ? null : row);
+        if (!row.written) return;
+        applied++;
+        if (c.properties === null) {
+          if (row.before !== null) evaluation.objectDeleted(c.type, c.pk, c.version, c.eventId);
+        } else if (row.before === null) {
+          evaluation.objectChanged(c.type, c.pk, 'all', c.eventId);
+        } else {
+          const changed = changedProperties(row.before, c.properties);
+          if (changed.size > 0) evaluation.objectChanged(c.type, c.pk, changed, c.eventId);
+        }
+      });
+      for (const [type, objects] of known) evaluation.know(type, objects);
+      return applied;
+    },
+  };
+}
+
+/** The same for links: the stored rows read and the newer versions written in one statement. */
+export function writeLinkChanges(worldId: string, changes: LinkChange[]): ReadModelWrite | undefined {
+  if (changes.length === 0) return undefined;
   const newest = [...newestPerKey(changes, (c) => `${c.linkType}\u0000${c.fromPk}\u0000${c.toPk}`).values()];
-  const { rows } = await tx.query<{
-    link_type: string;
-    from_pk: string;
-    to_pk: string;
-    version: string;
-    deleted: boolean;
-  }>(
-    `SELECT k.link_type, k.from_pk, k.to_pk, l.version, l.deleted
-       FROM unnest($2::text[], $3::text[], $4::text[]) AS k(link_type, from_pk, to_pk)
-      CROSS JOIN LATERAL (SELECT version, deleted FROM rm_links
-                           WHERE world_id = $1 AND link_type = k.link_type AND from_pk = k.from_pk AND to_pk = k.to_pk
-                          OFFSET 0) l`,
-    [worldId, newest.map((c) => c.linkType), newest.map((c) => c.fromPk), newest.map((c) => c.toPk)],
-  );
-  const current = new Map(rows.map((r) => [`${r.link_type}\u0000${r.from_pk}\u0000${r.to_pk}`, r]));
-  const applied = newest.filter((c) => {
-    const stored = current.get(`${c.linkType}\u0000${c.fromPk}\u0000${c.toPk}`);
-    return !stored || Number(stored.version) < c.version;
-  });
-  if (applied.length === 0) return 0;
-  await tx.query(
-    `INSERT INTO rm_links AS l (world_id, link_type, from_pk, to_pk, from_type, to_type, version, seq, deleted)
-     SELECT $1, u.lt, u.fp, u.tp, u.ft, u.tt, u.version, u.seq, u.deleted
-       FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bool[])
-         AS u(lt, fp, tp, ft, tt, version, seq, deleted)
-     ON CONFLICT (world_id, link_type, from_pk, to_pk) DO UPDATE
-       SET version = EXCLUDED.version, seq = EXCLUDED.seq, deleted = EXCLUDED.deleted,
-           from_type = EXCLUDED.from_type, to_type = EXCLUDED.to_type, updated_at = now()
-       WHERE l.version < EXCLUDED.version`,
-    [
-      worldId,
-      applied.map((c) => c.linkType),
-      applied.map((c) => c.fromPk),
-      applied.map((c) => c.toPk),
-      applied.map((c) => c.fromType),
-      applied.map((c) => c.toType),
-      applied.map((c) => c.version),
-      applied.map((c) => c.seq),
-      applied.map((c) => !c.live),
-    ],
-  );
-  for (const c of applied) {
-    const stored = current.get(`${c.linkType}\u0000${c.fromPk}\u0000${c.toPk}`);
-    const wasLive = stored !== undefined && !stored.deleted;
-    if (wasLive !== c.live) evaluation.linkChanged(c.linkType, c.fromPk, c.toPk, c.eventId);
-  }
-  return applied.length;
+  return {
+    statement: {
+      text: `WITH k AS (
+         SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bool[])
+           WITH ORDINALITY AS u(lt, fp, tp, ft, tt, version, seq, deleted, n)
+       ), stored AS (
+         SELECT k.n, l.deleted FROM k
+          CROSS JOIN LATERAL (SELECT deleted FROM rm_links
+                               WHERE world_id = $1 AND link_type = k.lt AND from_pk = k.fp AND to_pk = k.tp
+                              OFFSET 0) l
+       ), written AS (
+         INSERT INTO rm_links AS l (world_id, link_type, from_pk, to_pk, from_type, to_type, version, seq, deleted)
+         SELECT $1, k.lt, k.fp, k.tp, k.ft, k.tt, k.version, k.seq, k.deleted FROM k
+         ON CONFLICT (world_id, link_type, from_pk, to_pk) DO UPDATE
+           SET version = EXCLUDED.version, seq = EXCLUDED.seq, deleted = EXCLUDED.deleted,
+               from_type = EXCLUDED.from_type, to_type = EXCLUDED.to_type, updated_at = now()
+           WHERE l.version < EXCLUDED.version
+         RETURNING l.link_type, l.from_pk, l.to_pk
+       )
+       SELECT k.fp, k.tp, s.n IS NOT NULL AND NOT s.deleted AS was_live, w.link_type IS NOT NULL AS written
+         FROM k
+         LEFT JOIN stored s ON s.n = k.n
+         LEFT JOIN written w ON w.link_type = k.lt AND w.from_pk = k.fp AND w.to_pk = k.tp
+        ORDER BY k.n`,
+      values: [
+        worldId,
+        newest.map((c) => c.linkType),
+        newest.map((c) => c.fromPk),
+        newest.map((c) => c.toPk),
+        newest.map((c) => c.fromType),
+        newest.map((c) => c.toType),
+        newest.map((c) => c.version),
+        newest.map((c) => c.seq),
+        newest.map((c) => !c.live),
+      ],
+    },
+    report(answer, evaluation) {
+      const rows = answer as unknown as { fp: string; tp: string; was_live: boolean; written: boolean }[];
+      let applied = 0;
+      newest.forEach((c, i) => {
+        const row = rows[i];
+        if (!row || row.fp !== c.fromPk || row.tp !== c.toPk) {
+          throw new Error(`read-model answer out of step at ${c.linkType}/${c.fromPk}/${c.toPk}`);
+        }
+        if (!row.written) return;
+        applied++;
+        if (row.was_live !== c.live) evaluation.linkChanged(c.linkType, c.fromPk, c.toPk, c.eventId);
+      });
+      return applied;
+    },
+  };
 }
