@@ -6,7 +6,7 @@
  * links; then evaluates the rules whose inputs changed, raising and clearing alerts, and makes
  * the decisions raised alerts call for. Everything is written through the caller's transaction.
  */
-import { canonicalJson } from '@onto/shared';
+import { canonicalJson, type Statement } from '@onto/shared';
 import {
   type Bindings,
   derivedToCel,
@@ -265,20 +265,33 @@ export class Evaluation {
 
   /** Reads objects (with their derived values) not read yet in this evaluation. */
   private async load(type: string, pks: string[]) {
-    const missing = pks.filter((pk) => !this.objects.has(keyOf(type, pk)));
+    const missing = this.missing(type, pks);
     if (missing.length === 0) return;
-    const { rows } = await this.sql.query<StoredObject & Record<string, unknown>>(
-      `SELECT o.pk, o.version, o.seq, o.properties,
+    const [answer] = await this.sql.queryAll([this.loadStatement(type, missing)]);
+    this.remember(type, missing, answer?.rows ?? []);
+  }
+
+  private missing(type: string, pks: string[]): string[] {
+    return pks.filter((pk) => !this.objects.has(keyOf(type, pk)));
+  }
+
+  private loadStatement(type: string, missing: string[]): Statement {
+    return {
+      text: `SELECT o.pk, o.version, o.seq, o.properties,
               (SELECT jsonb_agg(jsonb_build_array(d.name, d.value, d.value_kind, d.error, d.source_seq))
                  FROM derived_values d
                 WHERE d.world_id = $1 AND d.object_type = $2 AND d.pk = o.pk) AS derived
          FROM unnest($3::text[]) AS k(pk)
         CROSS JOIN LATERAL (SELECT pk, version, seq, properties FROM rm_objects
                              WHERE world_id = $1 AND type = $2 AND pk = k.pk AND NOT deleted OFFSET 0) o`,
-      [this.world, type, missing],
-    );
+      values: [this.world, type, missing],
+    };
+  }
+
+  /** Records what a load statement answered: the live objects, and the others as absent. */
+  private remember(type: string, missing: string[], rows: Record<string, unknown>[]) {
     for (const pk of missing) this.objects.set(keyOf(type, pk), null);
-    for (const r of rows) this.objects.set(keyOf(type, r.pk), objectState(r));
+    for (const r of rows as unknown as StoredObject[]) this.objects.set(keyOf(type, r.pk), objectState(r));
   }
 
   private live(type: string, pks: Iterable<string>): ObjectState[] {
@@ -310,7 +323,7 @@ export class Evaluation {
    * One aggregate for many objects. Written as lookups by key (LATERAL … OFFSET 0 keeps each one
    * an index probe), so that the plan does not depend on statistics a fresh world lacks.
    */
-  private async aggregate(spec: AggregateSpec, pks: string[]): Promise<Map<string, AggregateRow>> {
+  private aggregateStatement(spec: AggregateSpec, pks: string[]): Statement {
     const [near, far] = spec.direction === 'out' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
     const values: unknown[] = [this.world, spec.linkType, spec.targetType, pks];
     let input = 'NULL::numeric';
@@ -334,8 +347,8 @@ export class Evaluation {
         : spec.function === 'avg'
           ? 'avg(x.input)::float8'
           : `${spec.function}(x.input)::text`;
-    const { rows } = await this.sql.query<AggregateRow & Record<string, unknown>>(
-      `SELECT k.pk, count(*)::int AS n, max(x.seq)::text AS seq, ${fn} AS v,
+    return {
+      text: `SELECT k.pk, count(*)::int AS n, max(x.seq)::text AS seq, ${fn} AS v,
               coalesce(bool_and(x.kind = 'int') FILTER (WHERE x.input IS NOT NULL), true) AS ints
          FROM unnest($4::text[]) AS k(pk)
         CROSS JOIN LATERAL (
@@ -349,8 +362,7 @@ export class Evaluation {
         ) x
         GROUP BY k.pk`,
       values,
-    );
-    return new Map(rows.map((r) => [r.pk, r]));
+    };
   }
 
   private aggregateValue(spec: AggregateSpec, row: AggregateRow | undefined): unknown {
@@ -363,12 +375,22 @@ export class Evaluation {
   }
 
   private async recompute(def: ResolvedDerived, pks: string[]) {
-    await this.load(def.objectType, pks);
+    // The objects not read yet and the aggregates go in one trip; the aggregates are then asked
+    // for every object, and those of objects found deleted go unused.
+    const missing = this.missing(def.objectType, pks);
+    const over = missing.length > 0 ? pks : this.live(def.objectType, pks).map((o) => o.pk);
+    if (over.length === 0) return;
+    const reads = def.aggregates.map((spec) => this.aggregateStatement(spec, over));
+    if (missing.length > 0) reads.unshift(this.loadStatement(def.objectType, missing));
+    const answers = await this.sql.queryAll(reads);
+    if (missing.length > 0) this.remember(def.objectType, missing, answers.shift()?.rows ?? []);
     const objects = this.live(def.objectType, pks);
     if (objects.length === 0) return;
-    const livePks = objects.map((o) => o.pk);
     const aggregates = new Map<string, Map<string, AggregateRow>>();
-    for (const spec of def.aggregates) aggregates.set(spec.alias, await this.aggregate(spec, livePks));
+    def.aggregates.forEach((spec, i) => {
+      const rows = (answers[i]?.rows ?? []) as unknown as AggregateRow[];
+      aggregates.set(spec.alias, new Map(rows.map((r) => [r.pk, r])));
+    });
 
     const rows = {
       pk: [] as string[],

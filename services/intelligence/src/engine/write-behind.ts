@@ -27,6 +27,13 @@ export class WriteBehind implements Queryable {
     return results.at(-1) as unknown as { rows: R[]; rowCount: number | null };
   }
 
+  /** Statements whose answers are needed, sent together with the writes held back before them. */
+  async queryAll(statements: Statement[]): Promise<{ rows: Record<string, unknown>[] }[]> {
+    if (statements.length === 0) return [];
+    const held = this.take();
+    return (await queryTogether(this.client, [...held, ...statements])).slice(held.length);
+  }
+
   /**
    * The client with nothing held back, for code that needs the client itself (`enqueue` marks
    * it, so that the relays wake once it commits).
