@@ -34,6 +34,7 @@ export {
   InboxConsumer,
   type InboxConsumerOptions,
   isInfrastructureError,
+  type PrepareEffects,
   type ReceivedEvent,
 } from './messaging/consumer.js';
 export { consumersPlugin, type ServiceConsumerOptions } from './messaging/consumers-plugin.js';

@@ -116,6 +116,58 @@ describe('inbox consumer, one batch at a time', () => {
     expect(rows).toEqual([{ n: 2 }]);
   });
 
+  it('sends prepared statements with the inbox statement; a batch that is not all new is done again without them', async () => {
+    const insert = (events: { event: Message['event'] }[]) => ({
+      text: `INSERT INTO effects (event_id, key, seq) SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[])
+             RETURNING event_id::text`,
+      values: [
+        events.map((e) => e.event.event_id),
+        events.map((e) => String(e.event.payload.key)),
+        events.map((e) => Number(e.event.payload.seq)),
+      ],
+    });
+    const answered: (string[] | undefined)[] = [];
+    const c = new InboxConsumer({
+      name: `batch-${n++}`,
+      topics: [],
+      broker: testBroker(fx.endpoints.kafkaBrokers),
+      pool: fx.pool,
+      logger: testLogger,
+      prepare: (events) => [insert(events)],
+      apply: async (_tx, events, prepared) => {
+        answered.push(prepared?.[0]?.rows.map((r) => String(r.event_id)));
+        return prepared ? [] : [insert(events)];
+      },
+    });
+    const first = [orderEvent('bet-a', 1), orderEvent('bet-b', 1)];
+    expect(await roundTrips(() => c.handleBatch(batchOf(first)))).toBe(2);
+    expect(answered).toEqual([first.map((m) => m.event.event_id)]);
+    expect(await counts(first)).toEqual([1, 1]);
+
+    // A repeat in the batch: the bet is lost, rolled back, and the batch done again without it.
+    const second = [orderEvent('bet-c', 1)];
+    expect(await roundTrips(() => c.handleBatch(batchOf([first[0] as Message, ...second])))).toBe(2 + 2);
+    expect(answered.at(-1)).toBeUndefined();
+    expect(await counts([...first, ...second])).toEqual([1, 1, 1]);
+    // No bet until a batch is all new again; then betting resumes.
+    const third = [orderEvent('bet-d', 1)];
+    expect(await roundTrips(() => c.handleBatch(batchOf(third)))).toBe(2);
+    expect(answered.at(-1)).toBeUndefined();
+    const fourth = [orderEvent('bet-e', 1)];
+    expect(await roundTrips(() => c.handleBatch(batchOf(fourth)))).toBe(2);
+    expect(answered.at(-1)).toEqual([fourth[0]?.event.event_id]);
+    expect(await counts([...third, ...fourth])).toEqual([1, 1]);
+
+    // An event to park: the same, and nothing of it applied before its cause.
+    const cause = orderEvent('bet-cause', 1);
+    const effect = orderEvent('bet-effect', 1, { causedBy: cause.event.event_id });
+    await c.handleBatch(batchOf([effect]));
+    expect(await counts([effect])).toEqual([0]);
+    await c.handleBatch(batchOf([cause]));
+    while ((await c.retryDeferred()) > 0) {}
+    expect(await counts([cause, effect])).toEqual([1, 1]);
+  });
+
   it('a failing write left for COMMIT rolls the batch back, inbox rows included', async () => {
     const messages = [orderEvent('fail-late', 1)];
     const failing = consumer(async () => [{ text: 'SELECT 1 / 0' }]);

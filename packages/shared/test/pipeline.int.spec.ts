@@ -115,21 +115,24 @@ describe('statements in one round trip', () => {
     await pool.query('TRUNCATE balances');
     const value = await inTransactionTogether(
       pool,
-      { text: `INSERT INTO balances VALUES ($1, 10, 1) RETURNING total`, values: ['t'] },
-      async (tx, first) => {
-        const { rows } = await tx.query('SELECT count(*)::int AS n FROM balances');
+      [
+        { text: `INSERT INTO balances VALUES ($1, 10, 1) RETURNING total`, values: ['t'] },
+        { text: 'SELECT count(*)::int AS n FROM balances' },
+      ],
+      async (tx, [inserted, counted]) => {
+        const { rows } = await tx.query('SELECT sum(total)::int AS total FROM balances');
         return {
-          value: { inserted: first.rows[0], seen: rows[0] },
+          value: { inserted: inserted?.rows[0], seen: counted?.rows[0], sum: rows[0] },
           last: [{ text: 'UPDATE balances SET total = total + $1 WHERE key = $2', values: [5, 't'] }],
         };
       },
     );
-    expect(value).toEqual({ inserted: { total: 10 }, seen: { n: 1 } });
+    expect(value).toEqual({ inserted: { total: 10 }, seen: { n: 1 }, sum: { total: 10 } });
     expect((await pool.query('SELECT total FROM balances')).rows).toEqual([{ total: 15 }]);
 
     // A failing last write: COMMIT is skipped, everything rolls back, the error comes through.
     await expect(
-      inTransactionTogether(pool, { text: `INSERT INTO balances VALUES ('u', 1, 1)` }, async () => ({
+      inTransactionTogether(pool, [{ text: `INSERT INTO balances VALUES ('u', 1, 1)` }], async () => ({
         value: null,
         last: [{ text: `INSERT INTO balances VALUES ('t', 1, 1)` }],
       })),

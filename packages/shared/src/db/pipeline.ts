@@ -79,20 +79,20 @@ export interface TransactionOutcome<T> {
 }
 
 /**
- * A READ COMMITTED transaction in as few round trips as its work allows: `first` travels with
- * BEGIN and its result is handed to `work`, the `last` statements `work` returns travel with
- * COMMIT. Otherwise as `inTransaction`: rolled back when anything throws, the client released
- * either way, relays woken once committed outbox rows exist.
+ * A READ COMMITTED transaction in as few round trips as its work allows: the `first` statements
+ * travel with BEGIN and their results are handed to `work`, the `last` statements `work` returns
+ * travel with COMMIT. Otherwise as `inTransaction`: rolled back when anything throws, the client
+ * released either way, relays woken once committed outbox rows exist.
  */
 export async function inTransactionTogether<T>(
   pool: pg.Pool,
-  first: Statement,
-  work: (tx: pg.PoolClient, first: pg.QueryResult<Row>) => Promise<TransactionOutcome<T>>,
+  first: readonly Statement[],
+  work: (tx: pg.PoolClient, first: pg.QueryResult<Row>[]) => Promise<TransactionOutcome<T>>,
 ): Promise<T> {
   const client = await pool.connect();
   try {
-    const [, head] = await queryTogether(client, [{ text: 'BEGIN' }, first]);
-    const outcome = await work(client, head as pg.QueryResult<Row>);
+    const [, ...head] = await queryTogether(client, [{ text: 'BEGIN' }, ...first]);
+    const outcome = await work(client, head);
     await queryTogether(client, [...(outcome.last ?? []), { text: 'COMMIT' }]);
     afterCommit(client, pool);
     return outcome.value;

@@ -19,10 +19,23 @@ export interface ReceivedEvent {
  * Applies the effects of events, in order, inside the transaction that also records them in
  * the inbox. It must only write through `tx`; anything it throws rolls all of it back. It may
  * answer statements still to run — writes whose answers nobody reads — and the consumer sends
- * them with COMMIT, in the same round trip; should one fail, nothing commits.
+ * them with COMMIT, in the same round trip; should one fail, nothing commits. `prepared` holds
+ * the answers to the statements `prepare` asked for these events, when they were sent.
  */
-// biome-ignore lint/suspicious/noConfusingVoidType: effects that leave nothing to write stay plain async functions
-export type ApplyEffects = (tx: pg.PoolClient, events: ReceivedEvent[]) => Promise<void | readonly Statement[]>;
+export type ApplyEffects = (
+  tx: pg.PoolClient,
+  events: ReceivedEvent[],
+  prepared?: readonly pg.QueryResult<Record<string, unknown>>[],
+  // biome-ignore lint/suspicious/noConfusingVoidType: effects that leave nothing to write stay plain async functions
+) => Promise<void | readonly Statement[]>;
+
+/**
+ * The first statements of the effects of a batch, sent with BEGIN and the inbox statement in
+ * one round trip, on the bet that every event of the batch is new and applicable. When it is
+ * not so (a duplicate, an event to park), that transaction is rolled back and the batch handled
+ * again without them: they need not look at the inbox. Their answers reach `apply`.
+ */
+export type PrepareEffects = (events: ReceivedEvent[]) => readonly Statement[];
 
 export interface DeferralPolicy {
   /** First retry of a parked event; each further one doubles. */
@@ -52,6 +65,7 @@ export interface InboxConsumerOptions {
   pool: pg.Pool;
   redis?: Redis;
   apply: ApplyEffects;
+  prepare?: PrepareEffects;
   logger: Logger;
   registry?: Registry;
   /**
@@ -71,6 +85,11 @@ export interface InboxConsumerOptions {
   /** Bounds a fetch, and so a batch, per partition. */
   maxBytesPerPartition?: number;
   faults?: ConsumerFaults;
+}
+
+/** A batch held a duplicate or an event to park: its prepared statements must not count. */
+class LostBet extends Error {
+  override readonly name = 'LostBet';
 }
 
 /** What the inbox statement answers (see recordStatement). */
@@ -147,6 +166,8 @@ export class InboxConsumer {
    * DEFERRED_SWEEP_MS still finds what another instance of the group parked and left behind.
    */
   private mayHaveParked = true;
+  /** Whether to send the effects' prepared statements with the inbox statement (see PrepareEffects). */
+  private speculate = true;
   private lastSweep = 0;
   private running = false;
   private readonly events: Counter<'consumer' | 'outcome'>;
@@ -339,13 +360,36 @@ export class InboxConsumer {
   /**
    * One transaction for the events: sorts them into duplicates, parked and to-apply, records the
    * latter in the inbox and applies them; returns the ids that are now certainly done (applied or
-   * duplicates). Three round trips when nothing is parked: BEGIN with the inbox statement, the
-   * effects, COMMIT with what they and the parking leave to write.
+   * duplicates). Round trips when nothing is parked: BEGIN with the inbox statement (and the
+   * effects' prepared statements), the effects' own if any, COMMIT with what they and the parking
+   * leave to write.
    */
-  private process(events: ReceivedEvent[]): Promise<string[]> {
-    return inTransactionTogether(this.opts.pool, this.recordStatement(events), (tx, recorded) =>
-      this.applyRecorded(tx, events, recorded.rows[0] as unknown as Recorded),
-    );
+  private async process(events: ReceivedEvent[]): Promise<string[]> {
+    const ahead = this.speculate ? this.prepared(events) : [];
+    try {
+      return await inTransactionTogether(
+        this.opts.pool,
+        [this.recordStatement(events), ...ahead],
+        (tx, [recorded, ...answers]) =>
+          this.applyRecorded(
+            tx,
+            events,
+            recorded?.rows[0] as unknown as Recorded,
+            ahead.length > 0 ? answers : undefined,
+          ),
+      );
+    } catch (error) {
+      if (!(error instanceof LostBet)) throw error;
+      return this.process(events); // without the prepared statements: the bet is off
+    }
+  }
+
+  private prepared(events: ReceivedEvent[]): readonly Statement[] {
+    try {
+      return this.opts.prepare?.(events) ?? [];
+    } catch {
+      return []; // the effects meet the same fault, and report it, without them
+    }
   }
 
   /**
@@ -403,6 +447,7 @@ export class InboxConsumer {
     tx: pg.PoolClient,
     events: ReceivedEvent[],
     recorded: Recorded,
+    prepared: readonly pg.QueryResult<Record<string, unknown>>[] | undefined,
   ): Promise<TransactionOutcome<string[]>> {
     const seen = new Set([...recorded.seen, ...recorded.parked]);
     const known = new Set(recorded.known);
@@ -431,6 +476,13 @@ export class InboxConsumer {
     // An event recorded by another transaction since the statement's snapshot is a duplicate.
     const fresh = toApply.filter((e) => inserted.has(e.event.event_id));
     duplicates += toApply.length - fresh.length;
+    // The prepared statements bet on every event being fresh; lost, they are rolled back.
+    // Betting stops after a loss until a batch comes whose events all are.
+    if (fresh.length === events.length) this.speculate = true;
+    else if (prepared) {
+      this.speculate = false;
+      throw new LostBet();
+    }
     const last: Statement[] = [];
     const taken = toPark.map((e) => e.event.event_id).filter((id) => inserted.has(id));
     if (taken.length > 0) {
@@ -439,7 +491,7 @@ export class InboxConsumer {
         values: [this.opts.name, taken],
       });
     }
-    if (fresh.length > 0) last.push(...((await this.opts.apply(tx, fresh)) ?? []));
+    if (fresh.length > 0) last.push(...((await this.opts.apply(tx, fresh, prepared)) ?? []));
     if (toPark.length > 0) last.push(this.parkStatement(toPark));
     await this.opts.faults?.beforeCommit?.(fresh);
     if (duplicates > 0) this.duplicates.inc({ consumer: this.opts.name, detected_by: 'postgres' }, duplicates);

@@ -1,79 +1,120 @@
-import { type ApplyEffects, type EventEnvelope, queryTogether, type ReceivedEvent, type Statement } from '@onto/shared';
+import {
+  type ApplyEffects,
+  type EventEnvelope,
+  type PrepareEffects,
+  queryTogether,
+  type ReceivedEvent,
+  type Statement,
+} from '@onto/shared';
 import { advancingDataWatermarks } from '../consistency.js';
-import { linkChangeOf, objectChangeOf, writeLinkChanges, writeObjectChanges } from '../readmodel/apply.js';
+import {
+  linkChangeOf,
+  objectChangeOf,
+  type ReadModelWrite,
+  writeLinkChanges,
+  writeObjectChanges,
+} from '../readmodel/apply.js';
 import { Evaluation, type EvaluationContext } from './evaluation.js';
 import { lockWorldsStatement } from './locks.js';
 import type { EvaluationMetrics } from './metrics.js';
 import { ModelCache } from './world-model.js';
 import { WriteBehind } from './write-behind.js';
 
-interface WorldBatch {
-  objects: EventEnvelope[];
-  links: EventEnvelope[];
+interface WorldPlan {
+  worldId: string;
   /** When the oldest change of the batch happened in data. */
   oldest: number;
+  objects: ReadModelWrite | undefined;
+  links: ReadModelWrite | undefined;
 }
+
+interface BatchPlan {
+  worlds: WorldPlan[];
+  /** The highest data write per world. */
+  watermarks: Map<string, number>;
+  /**
+   * The worlds' locks, then per world its definition versions and its read-model writes: each
+   * statement after the locks reads what committed before they were granted.
+   */
+  statements: Statement[];
+}
+
+/** What a batch of `object.*` and `link.*` events will do first, per world in lock order. */
+function plan(events: ReceivedEvent[]): BatchPlan {
+  const byWorld = new Map<string, { objects: EventEnvelope[]; links: EventEnvelope[]; oldest: number }>();
+  const watermarks = new Map<string, number>();
+  for (const { event } of events) {
+    const isObject = event.type.startsWith('object.');
+    if (!isObject && !event.type.startsWith('link.')) continue;
+    let batch = byWorld.get(event.world_id);
+    if (!batch) {
+      batch = { objects: [], links: [], oldest: Number.POSITIVE_INFINITY };
+      byWorld.set(event.world_id, batch);
+    }
+    (isObject ? batch.objects : batch.links).push(event);
+    batch.oldest = Math.min(batch.oldest, Date.parse(event.occurred_at));
+    watermarks.set(event.world_id, Math.max(watermarks.get(event.world_id) ?? 0, event.producer_seq));
+  }
+  const worlds = [...byWorld]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([worldId, batch]) => ({
+      worldId,
+      oldest: batch.oldest,
+      objects: writeObjectChanges(worldId, batch.objects.map(objectChangeOf)),
+      links: writeLinkChanges(worldId, batch.links.map(linkChangeOf)),
+    }));
+  const lock = lockWorldsStatement(byWorld.keys());
+  const statements: Statement[] = lock ? [lock] : [];
+  for (const world of worlds) {
+    statements.push(ModelCache.versions(world.worldId));
+    if (world.objects) statements.push(world.objects.statement);
+    if (world.links) statements.push(world.links.statement);
+  }
+  return { worlds, watermarks, statements };
+}
+
+/**
+ * The first statements of a batch, for the inbox consumer to send with its own (PrepareEffects):
+ * the world locks and the read-model writes, so that a batch of new changes takes two round
+ * trips — this one, and COMMIT with the values computed and the watermarks.
+ */
+export const prepareChanges: PrepareEffects = (events) => plan(events).statements;
 
 /**
  * The effect of a batch of `object.*` and `link.*` events, inside the inbox transaction: per
  * world (locked in one order), the read model takes the newer versions, the evaluation recomputes
  * what they affect, and the world's data watermark moves to the highest write applied.
  *
- * Round trips: one for the locks, then per world its definition versions and its read-model
- * writes (which answer the changed objects with their derived values); the evaluation's reads
- * (aggregates, linked objects, rules) as it needs them; its last writes and the watermarks are
- * answered to the inbox consumer, which sends them with COMMIT. A batch of property changes
- * read by derived properties without aggregates takes no trip of its own after the first.
+ * Round trips: the plan's statements (sent ahead with the inbox statement, or else here, in one
+ * trip); the evaluation's reads (aggregates, linked objects, rules) as it needs them; its last
+ * writes and the watermarks are answered to the inbox consumer, which sends them with COMMIT.
  */
 export function applyChanges(deps: {
   models: ModelCache;
   ctx: EvaluationContext;
   metrics: EvaluationMetrics;
 }): ApplyEffects {
-  return async (tx, events: ReceivedEvent[]) => {
-    const worlds = new Map<string, WorldBatch>();
-    const watermarks = new Map<string, number>();
-    for (const { event } of events) {
-      const isObject = event.type.startsWith('object.');
-      if (!isObject && !event.type.startsWith('link.')) continue;
-      let batch = worlds.get(event.world_id);
-      if (!batch) {
-        batch = { objects: [], links: [], oldest: Number.POSITIVE_INFINITY };
-        worlds.set(event.world_id, batch);
-      }
-      (isObject ? batch.objects : batch.links).push(event);
-      batch.oldest = Math.min(batch.oldest, Date.parse(event.occurred_at));
-      watermarks.set(event.world_id, Math.max(watermarks.get(event.world_id) ?? 0, event.producer_seq));
+  return async (tx, events, prepared) => {
+    const batch = plan(events);
+    if (batch.worlds.length === 0) return;
+    const all = prepared ?? (await queryTogether(tx, batch.statements));
+    if (all.length !== batch.statements.length) {
+      throw new Error(`expected ${batch.statements.length} answers to the batch's first statements, not ${all.length}`);
     }
-    if (worlds.size === 0) return;
-    const ordered = [...worlds].sort(([a], [b]) => a.localeCompare(b));
-    const plans = ordered.map(([worldId, batch]) => ({
-      worldId,
-      batch,
-      objects: writeObjectChanges(worldId, batch.objects.map(objectChangeOf)),
-      links: writeLinkChanges(worldId, batch.links.map(linkChangeOf)),
-    }));
-    // The locks first: every statement after them in the trip reads what committed before them.
-    const statements: Statement[] = [lockWorldsStatement(worlds.keys()) as Statement];
-    for (const plan of plans) {
-      statements.push(ModelCache.versions(plan.worldId));
-      if (plan.objects) statements.push(plan.objects.statement);
-      if (plan.links) statements.push(plan.links.statement);
-    }
-    const answers = (await queryTogether(tx, statements)).slice(1);
+    const answers = all.slice(1); // after the locks
     const sql = new WriteBehind(tx);
-    for (const plan of plans) {
+    for (const world of batch.worlds) {
       const versions = answers.shift()?.rows;
-      const objects = plan.objects ? answers.shift()?.rows : undefined;
-      const links = plan.links ? answers.shift()?.rows : undefined;
-      const model = await deps.models.get(sql, plan.worldId, versions);
+      const objects = world.objects ? answers.shift()?.rows : undefined;
+      const links = world.links ? answers.shift()?.rows : undefined;
+      const model = await deps.models.get(sql, world.worldId, versions);
       const evaluation = new Evaluation(sql, model, deps.ctx);
-      if (plan.objects && objects) plan.objects.report(objects, evaluation);
-      if (plan.links && links) plan.links.report(links, evaluation);
+      if (world.objects && objects) world.objects.report(objects, evaluation);
+      if (world.links && links) world.links.report(links, evaluation);
       const stats = await evaluation.run();
       // Counted before the commit: a batch that rolls back and is retried counts twice.
-      deps.metrics.record(plan.worldId, stats, plan.batch.oldest);
+      deps.metrics.record(world.worldId, stats, world.oldest);
     }
-    return [...sql.take(), advancingDataWatermarks(watermarks)];
+    return [...sql.take(), advancingDataWatermarks(batch.watermarks)];
   };
 }

@@ -6,7 +6,7 @@ import { derivedRoutes } from '../derived/routes.js';
 import { readModelRoutes } from '../readmodel/routes.js';
 import { alertRoutes } from '../rules/alert-routes.js';
 import { ruleRoutes } from '../rules/routes.js';
-import { applyChanges } from './changes.js';
+import { applyChanges, prepareChanges } from './changes.js';
 import type { Engine } from './engine.js';
 import { EvaluationMetrics } from './metrics.js';
 import { RecomputeWorker } from './recompute-jobs.js';
@@ -38,6 +38,7 @@ export default fp(
     app.addConsumer({
       name: 'intelligence-changes',
       topics: ['onto.changes.objects', 'onto.changes.links'],
+      prepare: prepareChanges,
       apply: applyChanges({ models, ctx, metrics }),
     });
     app.addConsumer({
