@@ -4,13 +4,13 @@
  * under the world's lock, so that a big world never holds one giant transaction and the change
  * consumer keeps flowing between batches (docs/adr/0010).
  */
-import { inTransaction, type Queryable } from '@onto/shared';
+import { inTransactionTogether, type Queryable, type Statement } from '@onto/shared';
 import type { FastifyBaseLogger } from 'fastify';
 import type pg from 'pg';
 import { Evaluation, type EvaluationContext } from './evaluation.js';
-import { lockWorlds } from './locks.js';
+import { lockWorldsStatement } from './locks.js';
 import type { EvaluationMetrics } from './metrics.js';
-import type { ModelCache } from './world-model.js';
+import { ModelCache } from './world-model.js';
 import { WriteBehind } from './write-behind.js';
 
 export interface JobRequest {
@@ -128,27 +128,34 @@ export class RecomputeWorker {
 
   /** One batch of the most due job; false when there is none. */
   async step(): Promise<boolean> {
-    return inTransaction(this.pool, async (tx) => {
-      // The world's lock first, then the job's row: definition writes take them in that order.
-      const due = await tx.query<{ id: string; world_id: string }>(
-        'SELECT id::text, world_id FROM recompute_jobs WHERE finished_at IS NULL ORDER BY due_at, id LIMIT 1',
-      );
-      const next = due.rows[0];
-      if (!next) return false;
-      await lockWorlds(tx, [next.world_id]);
-      const { rows } = await tx.query<Job>(
-        `SELECT id::text, world_id, kind, name, definition_version, object_type, after_pk FROM recompute_jobs
-          WHERE id = $1 AND finished_at IS NULL FOR UPDATE`,
-        [next.id],
-      );
-      const job = rows[0];
-      if (!job) return true;
-      const model = await this.models.get(tx, job.world_id);
+    // Most polls find nothing: one statement outside any transaction says so.
+    const due = await this.pool.query<{ id: string; world_id: string }>(
+      'SELECT id::text, world_id FROM recompute_jobs WHERE finished_at IS NULL ORDER BY due_at, id LIMIT 1',
+    );
+    const next = due.rows[0];
+    if (!next) return false;
+    // BEGIN, the world's lock, then the job's row (definition writes take them in that order)
+    // and the model's versions, in one trip; the values computed go with COMMIT.
+    const first: Statement[] = [
+      lockWorldsStatement([next.world_id]) as Statement,
+      {
+        text: `SELECT id::text, world_id, kind, name, definition_version, object_type, after_pk FROM recompute_jobs
+                WHERE id = $1 AND finished_at IS NULL FOR UPDATE`,
+        values: [next.id],
+      },
+      ModelCache.versions(next.world_id),
+    ];
+    return inTransactionTogether(this.pool, first, async (tx, [, found, versions]) => {
+      const job = found?.rows[0] as Job | undefined;
+      if (!job) return { value: true };
+      const model = await this.models.get(tx, job.world_id, versions?.rows);
       const current = job.kind === 'derived' ? model.derivedByName.get(job.name) : model.rules.get(job.name);
       if (!current || current.version !== job.definition_version || current.objectType !== job.object_type) {
         // Superseded, deleted or invalid since: nothing of this job is worth computing.
-        await tx.query('UPDATE recompute_jobs SET finished_at = now() WHERE id = $1', [job.id]);
-        return true;
+        return {
+          value: true,
+          last: [{ text: 'UPDATE recompute_jobs SET finished_at = now() WHERE id = $1', values: [job.id] }],
+        };
       }
       const batch = await tx.query<{ pk: string }>(
         `SELECT pk FROM rm_objects
@@ -163,14 +170,13 @@ export class RecomputeWorker {
       else evaluation.ruleNeeds(job.name, pks);
       const stats = await evaluation.run();
       this.metrics.record(job.world_id, stats);
-      // Sends the last values computed with it.
-      await sql.query(
-        `UPDATE recompute_jobs SET after_pk = coalesce($2, after_pk), processed = processed + $3,
-                finished_at = CASE WHEN $4 THEN now() END
-          WHERE id = $1`,
-        [job.id, pks.at(-1) ?? null, pks.length, pks.length < this.batchSize],
-      );
-      return true;
+      const progress: Statement = {
+        text: `UPDATE recompute_jobs SET after_pk = coalesce($2, after_pk), processed = processed + $3,
+                      finished_at = CASE WHEN $4 THEN now() END
+                WHERE id = $1`,
+        values: [job.id, pks.at(-1) ?? null, pks.length, pks.length < this.batchSize],
+      };
+      return { value: true, last: [...sql.take(), progress] };
     });
   }
 }
