@@ -259,15 +259,22 @@ try {
     const results = await Promise.all(sends);
     const elapsed = (performance.now() - t0) / 1000;
     const written = results.reduce((a, r) => a + r.count, 0);
+    const countApplied = async () => {
+      const { rows: counted } = await db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM derived_values
+          WHERE world_id = 'bench' AND object_type = 'Item' AND name = 'doubled' AND pk LIKE $1`,
+        [`bulk-${round}-%`],
+      );
+      return counted[0]?.n ?? 0;
+    };
+    // Everything written must be applied within 2 s of the step's end.
     const until = performance.now() + 2000;
-    while (watch2.pending > 0 && performance.now() < until) await sleep(10);
+    let applied = await countApplied();
+    while (applied < written && performance.now() < until) {
+      await sleep(20);
+      applied = await countApplied();
+    }
     await watch2.stop();
-    const { rows: counted } = await db.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM derived_values
-        WHERE world_id = 'bench' AND object_type = 'Item' AND name = 'doubled' AND pk LIKE $1`,
-      [`bulk-${round}-%`],
-    );
-    const applied = counted[0]?.n ?? 0;
     const visible = results
       .map((r) => {
         const at = watch2.seen.get(r.sentinel);
