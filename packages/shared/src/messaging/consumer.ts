@@ -405,9 +405,16 @@ export class InboxConsumer {
          SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::uuid[])
            WITH ORDINALITY AS u(event_id, event_type, topic, part, off, partition_key, caused_by, n)
        ), known AS (
+         -- One index probe per cause (LATERAL … LIMIT 1 cannot become a hashed subplan, which
+         -- read the consumer's whole inbox once per batch: 0.5 s a batch at 200,000 rows).
          SELECT DISTINCT b.caused_by FROM batch b
-          WHERE EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.event_id = b.caused_by)
-             OR EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.caused_by)
+          CROSS JOIN LATERAL (
+            SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.event_id = b.caused_by
+            UNION ALL
+            SELECT 1 FROM outbox o WHERE o.event_id = b.caused_by
+            LIMIT 1
+          ) found
+          WHERE b.caused_by IS NOT NULL
        ), inserted AS (
          INSERT INTO inbox (consumer, event_id, event_type, topic, partition, "offset", outcome)
          SELECT $1, b.event_id, b.event_type, b.topic, b.part, b.off, 'applied' FROM batch b
