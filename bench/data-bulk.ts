@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { fmt } from './lib/harness.js';
-import { benchStack, call } from './lib/stack.js';
+import { benchStack, call, Item } from './lib/stack.js';
 
 const objects = Number(process.argv[2] ?? 100_000);
 const rounds = Number(process.argv[3] ?? 3);
@@ -25,20 +25,7 @@ const row = (round: number, i: number) => {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
 
 try {
-  await stack.world('bench', {
-    objectTypes: {
-      Item: {
-        displayName: 'Item',
-        primaryKey: 'id',
-        properties: {
-          id: { type: 'string', required: true },
-          name: { type: 'string' },
-          amount: { type: 'integer', indexed: true },
-          status: { type: { type: 'enum', values: ['open', 'closed'] } },
-        },
-      },
-    },
-  });
+  await stack.world('bench', { objectTypes: { Item } });
 
   const db = new pg.Client(dataDb.url);
   await db.connect();

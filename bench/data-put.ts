@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import { fmt } from './lib/harness.js';
-import { benchStack } from './lib/stack.js';
+import { benchStack, Item } from './lib/stack.js';
 
 const seconds = Number(process.argv[2] ?? 10);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);
@@ -21,20 +21,7 @@ const stack = await benchStack({ dataEnv: { DB_POOL_MAX: '32' } });
 const { data, dataDb, token } = stack;
 
 try {
-  await stack.world('bench', {
-    objectTypes: {
-      Item: {
-        displayName: 'Item',
-        primaryKey: 'id',
-        properties: {
-          id: { type: 'string', required: true },
-          name: { type: 'string' },
-          amount: { type: 'integer', indexed: true },
-          status: { type: { type: 'enum', values: ['open', 'closed'] } },
-        },
-      },
-    },
-  });
+  await stack.world('bench', { objectTypes: { Item } });
 
   // --- REST: every request a change (the amount is new each time), of a random object
   let n = 0;

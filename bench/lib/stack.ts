@@ -5,6 +5,18 @@ import { createTestDatabase, createTestTopics, testEndpoints } from '@onto/share
 import { until } from './harness.js';
 import { startService } from './services.js';
 
+/** The object type the data benchmarks write: a key, a name, an indexed amount, a status. */
+export const Item = {
+  displayName: 'Item',
+  primaryKey: 'id',
+  properties: {
+    id: { type: 'string', required: true },
+    name: { type: 'string' },
+    amount: { type: 'integer', indexed: true },
+    status: { type: { type: 'enum', values: ['open', 'closed'] } },
+  },
+};
+
 const BOOTSTRAP = 'bench-bootstrap-token-0123456789abcdef';
 
 // biome-ignore lint/suspicious/noExplicitAny: the answers are read field by field, checked by their use

@@ -9,7 +9,7 @@ export {
 } from './auth/replica.js';
 export * from './auth/tokens.js';
 export * from './auth/types.js';
-export { ConfigError, loadConfig, serviceConfigSchema } from './config/load.js';
+export { ConfigError, loadConfig, replicaConfigSchema, serviceConfigSchema } from './config/load.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { inTransactionTogether, queryTogether, type Statement, type TransactionOutcome } from './db/pipeline.js';
 export { postgresPlugin } from './db/postgres.js';

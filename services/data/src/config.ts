@@ -1,23 +1,11 @@
-import { serviceConfigSchema } from '@onto/shared';
+import { replicaConfigSchema, serviceConfigSchema } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 
 /** The data service's configuration: the names are environment variables. */
 export const ConfigSchema = Type.Composite([
   serviceConfigSchema(4002),
+  replicaConfigSchema(),
   Type.Object({
-    IDENTITY_MAX_LAG_MS: Type.Integer({
-      minimum: 100,
-      maximum: 600_000,
-      default: 2000,
-      description: 'Requests are refused (503) while the replica of revocations lags control by more than this',
-    }),
-    CONSISTENCY_WAIT_MS: Type.Integer({
-      minimum: 0,
-      maximum: 60_000,
-      default: 2000,
-      description:
-        'How long a request whose X-Consistency-Token names a schema version not applied here waits before 503',
-    }),
     CDC_MAPPINGS: Type.String({
       default: '[]',
       description:

@@ -86,3 +86,26 @@ export function serviceConfigSchema(defaultPort: number) {
     OUTBOX_BATCH_SIZE: Type.Integer({ minimum: 1, maximum: 1000, default: 500 }),
   });
 }
+
+/**
+ * What a service that replicates control's identity and schema adds (data, intelligence): how far
+ * the revocation replica may lag, and how long a read or write waits for a version named by its
+ * X-Consistency-Token.
+ */
+export function replicaConfigSchema() {
+  return Type.Object({
+    IDENTITY_MAX_LAG_MS: Type.Integer({
+      minimum: 100,
+      maximum: 600_000,
+      default: 2000,
+      description: 'Requests are refused (503) while the replica of revocations lags control by more than this',
+    }),
+    CONSISTENCY_WAIT_MS: Type.Integer({
+      minimum: 0,
+      maximum: 60_000,
+      default: 2000,
+      description:
+        'How long a request whose X-Consistency-Token names a version not applied here (schema, or data in intelligence) waits before 503',
+    }),
+  });
+}

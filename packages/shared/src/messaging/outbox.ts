@@ -82,25 +82,33 @@ export function outboxRows(messages: OutboxMessage | OutboxMessage[], topicPrefi
 }
 
 /**
- * One statement inserting the rows into outbox and outbox_pending, values written as literals
- * (`literal` is the connection's escapeLiteral), for a multi-statement simple query: a writer
- * that sends its last statements and COMMIT in one round trip. `onlyIf`, an SQL condition, guards
- * the insert (e.g. "the state change it announces was written"). The caller marks the client
- * (markOutboxWritten) and wakes the relays after COMMIT, as enqueue and inTransaction do.
+ * The statement that inserts the rows into outbox and outbox_pending and answers the ids of the
+ * new ones (an event id already there is skipped): what enqueue runs, and what a writer that
+ * sends its last statements with COMMIT (queryTogether) puts among them.
  */
-export function outboxInsertSql(rows: OutboxRow[], literal: (s: string) => string, onlyIf = 'true'): string {
-  const values = rows
-    .map(
-      (r) =>
-        `(${literal(r.eventId)}::uuid, ${literal(r.topic)}, ${literal(r.key)}, ${r.lane}::smallint, ${literal(r.body)}, ${literal(r.headers)}::jsonb)`,
-    )
-    .join(', ');
-  return `WITH added AS (
+export function outboxInsert(rows: OutboxRow[]): { text: string; values: unknown[] } {
+  return {
+    text: `WITH added AS (
        INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
-       SELECT * FROM (VALUES ${values}) AS v(e, t, k, l, b, h) WHERE ${onlyIf}
-       RETURNING id, lane
+       SELECT e, t, k, l, b, h
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::jsonb[])
+              WITH ORDINALITY AS u(e, t, k, l, b, h, n)
+        ORDER BY n
+       ON CONFLICT (event_id) DO NOTHING
+       RETURNING id, event_id, lane
+     ), queued AS (
+       INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added
      )
-     INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added`;
+     SELECT id, event_id::text FROM added`,
+    values: [
+      rows.map((r) => r.eventId),
+      rows.map((r) => r.topic),
+      rows.map((r) => r.key),
+      rows.map((r) => r.lane),
+      rows.map((r) => r.body),
+      rows.map((r) => r.headers),
+    ],
+  };
 }
 
 /**
@@ -117,28 +125,8 @@ export async function enqueue(
   if (rows.length === 0) return [];
   const ids = rows.map((r) => r.eventId);
   const bodies = rows.map((r) => r.body);
-  const inserted = await tx.query<{ id: number; event_id: string }>(
-    `WITH added AS (
-       INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
-       SELECT e, t, k, l, b, h
-         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::jsonb[])
-              WITH ORDINALITY AS u(e, t, k, l, b, h, n)
-        ORDER BY n
-       ON CONFLICT (event_id) DO NOTHING
-       RETURNING id, event_id, lane
-     ), queued AS (
-       INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added
-     )
-     SELECT id, event_id::text FROM added`,
-    [
-      ids,
-      rows.map((r) => r.topic),
-      rows.map((r) => r.key),
-      rows.map((r) => r.lane),
-      bodies,
-      rows.map((r) => r.headers),
-    ],
-  );
+  const statement = outboxInsert(rows);
+  const inserted = await tx.query<{ id: number; event_id: string }>(statement.text, statement.values);
   const byId = new Map(inserted.rows.map((r) => [r.event_id, r.id]));
   const results: EnqueueResult[] = [];
   const missing = ids.filter((id) => !byId.has(id));

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { queryTogether } from '../db/pipeline.js';
 import { withTimeout } from '../http/health.js';
 import type { Producer } from '../kafka/broker.js';
 import { OUTBOX_CHANNEL, OUTBOX_LANES, type Queryable } from './outbox.js';
@@ -60,21 +61,25 @@ const LANE_LOCK_SPACE = 0x6f6e746f;
  * committed, so nothing already sent is claimed again and no row lock is needed.
  */
 async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number): Promise<ClaimedRow[]> {
-  // BEGIN and the lane locks in one round trip (the numbers are integers of ours, not input).
-  // Marking sent need not wait for the WAL flush: if PostgreSQL loses the mark in a crash the
-  // rows are published again, which consumers absorb; an event is never lost by it.
-  const results = (await client.query(
-    `BEGIN; SET LOCAL synchronous_commit = off;
-     WITH oldest AS MATERIALIZED (
-       SELECT l.lane, first.id
-         FROM generate_series(0, ${OUTBOX_LANES - 1}) AS l(lane)
-         CROSS JOIN LATERAL (SELECT id FROM outbox_pending WHERE lane = l.lane ORDER BY id LIMIT 1) first
-        ORDER BY first.id
-     )
-     SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock(${LANE_LOCK_SPACE}, lane) LIMIT ${int(maxLanes)}`,
-  )) as unknown as pg.QueryResult<{ lane: number }>[];
-  const locked = results[2] ?? { rows: [] };
-  if (locked.rows.length === 0) return [];
+  // BEGIN and the lane locks in one round trip. Marking sent need not wait for the WAL flush: if
+  // PostgreSQL loses the mark in a crash the rows are published again, which consumers absorb;
+  // an event is never lost by it.
+  const results = await queryTogether(client, [
+    { text: 'BEGIN' },
+    { text: 'SET LOCAL synchronous_commit = off' },
+    {
+      text: `WITH oldest AS MATERIALIZED (
+         SELECT l.lane, first.id
+           FROM generate_series(0, $3::int - 1) AS l(lane)
+           CROSS JOIN LATERAL (SELECT id FROM outbox_pending WHERE lane = l.lane ORDER BY id LIMIT 1) first
+          ORDER BY first.id
+       )
+       SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $2`,
+      values: [LANE_LOCK_SPACE, maxLanes, OUTBOX_LANES],
+    },
+  ]);
+  const lanes = (results[2]?.rows ?? []).map((r) => r.lane as number);
+  if (lanes.length === 0) return [];
   const { rows } = await client.query<ClaimedRow>(
     `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
        FROM unnest($1::smallint[]) WITH ORDINALITY AS mine(lane, n)
@@ -82,7 +87,7 @@ async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number)
        JOIN outbox o ON o.id = p.id
       ORDER BY mine.n, o.id
       LIMIT $2`,
-    [locked.rows.map((r) => r.lane), batchSize],
+    [lanes, batchSize],
   );
   return rows;
 }
@@ -91,30 +96,21 @@ interface ClaimedRow extends PendingRow {
   lane: number;
 }
 
-/**
- * Marks claimed rows sent (out of the pending set, `sent_at` set in the history) and commits, in
- * one round trip: the ids and lanes are integers PostgreSQL gave us, written as literals.
- */
+/** Marks claimed rows sent (out of the pending set, `sent_at` set in the history) and commits, in one round trip. */
 async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[]): Promise<void> {
-  const lanes = rows.map((r) => int(r.lane)).join(',');
-  const ids = rows.map((r) => int(r.id)).join(',');
-  await client.query(
-    `WITH done AS (
-       DELETE FROM outbox_pending p
-        USING unnest('{${lanes}}'::smallint[], '{${ids}}'::bigint[]) AS s(lane, id)
-        WHERE p.lane = s.lane AND p.id = s.id
-       RETURNING p.id
-     )
-     UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done);
-     COMMIT`,
-  );
-}
-
-/** An integer for SQL text; anything else is a bug, not input. */
-function int(value: number | string): string {
-  const text = String(value);
-  if (!/^-?[0-9]{1,19}$/.test(text)) throw new TypeError(`not an integer: ${text}`);
-  return text;
+  await queryTogether(client, [
+    {
+      text: `WITH done AS (
+         DELETE FROM outbox_pending p
+          USING unnest($1::smallint[], $2::bigint[]) AS s(lane, id)
+          WHERE p.lane = s.lane AND p.id = s.id
+         RETURNING p.id
+       )
+       UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done)`,
+      values: [rows.map((r) => r.lane), rows.map((r) => r.id)],
+    },
+    { text: 'COMMIT' },
+  ]);
 }
 
 export interface RelayFaults {

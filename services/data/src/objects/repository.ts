@@ -119,13 +119,14 @@ export const headValues = (w: HeadWrite) => [
 /**
  * The statements of insertHead and updateHead with the write's seq given as SQL: nextval inside
  * the statement, or a value the transaction took from data_seq after locking the tables ROW
- * EXCLUSIVE (the two-round-trip PUT) — either way inside the commit cut of docs/adr/0008.
+ * EXCLUSIVE (the two-round-trip PUT) — either way inside the commit cut of docs/adr/0008. A
+ * creation that `fail`s on an existing key raises unique_violation instead of writing nothing.
  */
-export const insertHeadSql = (seq: string) =>
+export const insertHeadSql = (seq: string, onConflict: 'skip' | 'fail' = 'skip') =>
   `WITH h AS (
      INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)
      VALUES ($1, $2, $3, $4, ${seq}, $5::jsonb IS NULL, $5::jsonb, $6)
-     ON CONFLICT (world_id, type, pk) DO NOTHING
+     ${onConflict === 'skip' ? 'ON CONFLICT (world_id, type, pk) DO NOTHING' : ''}
      RETURNING seq
    ) ${HISTORY}`;
 
