@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { inTransactionTogether, queryTogether } from '../src/db/pipeline.js';
+import { inTransactionTogether, queryTogether, statementName } from '../src/db/pipeline.js';
 import { createTestDatabase, testEndpoints } from '../src/testing/index.js';
 import { kernelTracks } from './kernel.js';
 
@@ -143,6 +143,69 @@ describe('statements in one round trip', () => {
       expect((await idle.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
     } finally {
       idle.release();
+    }
+  });
+
+  it('prepares a recurring text once per connection, survives failures in the sequence that prepares it', async () => {
+    const client = await pool.connect();
+    const prepared = async () =>
+      (await client.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')).rows.map(
+        (r) => r.name,
+      );
+    try {
+      // A fresh text runs unnamed until it recurs, then under one name.
+      const text = `SELECT $1::int + 1 AS n /* ${Math.random()} */`;
+      for (let i = 0; i < 5; i++) {
+        const [r] = await queryTogether(client, [{ text, values: [i] }]);
+        expect(r?.rows).toEqual([{ n: i + 1 }]);
+      }
+      const name = statementName(text);
+      expect(name).toMatch(/^onto_\d+$/);
+      expect(await prepared()).toContain(name);
+
+      // Named but not yet prepared on another connection, and the sequence fails before it:
+      // PostgreSQL skips its Parse; the next call prepares it again and runs.
+      const other = await pool.connect();
+      try {
+        await expect(
+          queryTogether(other, [
+            { text: 'SELECT 1 / $1::int', values: [0] },
+            { text, values: [1] },
+          ]),
+        ).rejects.toThrow(/division by zero/);
+        const [r] = await queryTogether(other, [{ text, values: [41] }]);
+        expect(r?.rows).toEqual([{ n: 42 }]);
+        // Failing after the Parse succeeded: the name exists but was not recorded; Close + Parse
+        // again does not collide with it.
+        const fresh = `SELECT $1::int * 2 AS n /* ${Math.random()} */`;
+        for (let i = 0; i < 3; i++) statementName(fresh);
+        const other2 = await pool.connect();
+        try {
+          await expect(
+            queryTogether(other2, [
+              { text: fresh, values: [1] },
+              { text: 'SELECT 1 / $1::int', values: [0] },
+            ]),
+          ).rejects.toThrow(/division by zero/);
+          const [again] = await queryTogether(other2, [{ text: fresh, values: [21] }]);
+          expect(again?.rows).toEqual([{ n: 42 }]);
+        } finally {
+          other2.release();
+        }
+      } finally {
+        other.release();
+      }
+
+      // The same prepared text twice in one sequence, beside a transaction.
+      const results = await queryTogether(client, [
+        { text: 'BEGIN' },
+        { text, values: [1] },
+        { text, values: [2] },
+        { text: 'COMMIT' },
+      ]);
+      expect(results.map((r) => r.rows)).toEqual([[], [{ n: 2 }], [{ n: 3 }], []]);
+    } finally {
+      client.release();
     }
   });
 });

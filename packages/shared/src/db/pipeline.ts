@@ -8,6 +8,10 @@
  * (so a read sent after a lock sees what committed before the lock was granted); the first error
  * skips the rest up to the Sync, and inside a transaction block leaves it aborted, as a failed
  * statement does anyway.
+ *
+ * A statement text that keeps coming back is prepared once per connection and executed by name
+ * from then on: parsing and planning are most of PostgreSQL's CPU for the short statements a
+ * write or a relay batch sends (docs/adr/0013). See `statementName`.
  */
 import pg from 'pg';
 import { afterCommit, afterRollback } from '../messaging/outbox-signal.js';
@@ -20,6 +24,7 @@ export interface Statement {
 type Row = Record<string, unknown>;
 
 interface Wire {
+  close(msg: { type: 'S'; name: string }): void;
   parse(msg: { text: string; name: string; types: number[] }): void;
   bind(msg: { portal: string; statement: string; values: readonly (string | Buffer | null)[] }): void;
   describe(msg: { type: 'P'; name: string }): void;
@@ -31,6 +36,44 @@ interface Wire {
 // pg's own conversion of parameters (arrays, dates, buffers, JSON), as its Query uses it.
 const prepareValue = (pg as unknown as { utils: { prepareValue: (value: unknown) => string | Buffer | null } }).utils
   .prepareValue;
+
+/** How often a text is seen unnamed before it is prepared: one-off texts are not worth a name. */
+const PREPARE_AFTER = 3;
+/** Named statements per process (so per connection at most): each costs server memory. */
+const MAX_NAMED = 256;
+/** Texts counted while not yet named; the counts are forgotten beyond this. */
+const MAX_COUNTED = 4096;
+const named = new Map<string, string>();
+const counted = new Map<string, number>();
+
+/**
+ * The name under which a text is prepared, or '' while it stays unnamed: a text is named once it
+ * has been seen PREPARE_AFTER times (texts that embed values seldom recur), until MAX_NAMED
+ * names exist; after that new texts run unnamed, as every text did before.
+ */
+export function statementName(text: string): string {
+  const name = named.get(text);
+  if (name !== undefined) return name;
+  if (named.size >= MAX_NAMED) return '';
+  const seen = (counted.get(text) ?? 0) + 1;
+  if (seen < PREPARE_AFTER) {
+    if (counted.size >= MAX_COUNTED) counted.clear();
+    counted.set(text, seen);
+    return '';
+  }
+  counted.delete(text);
+  const fresh = `onto_${named.size + 1}`;
+  named.set(text, fresh);
+  return fresh;
+}
+
+/**
+ * The names known prepared on a connection. A name is recorded only after a sequence that parsed
+ * it succeeded: after an error PostgreSQL skips the rest of the sequence, Parse messages included,
+ * so an unrecorded name is sent again as Close (not an error for an absent statement) + Parse.
+ * A connection that is replaced (pool churn, reconnect) starts with none, as the server does.
+ */
+const preparedOn = new WeakMap<object, Set<string>>();
 
 /**
  * Runs the statements in one round trip; their results in order. The first failure rejects.
@@ -44,8 +87,12 @@ export function queryTogether(client: pg.ClientBase, statements: readonly Statem
     // Converted before anything is written: a value that cannot be sent fails the call here,
     // not halfway through a sequence the server would then wait on forever.
     const values = statements.map((s) => (s.values ?? []).map(prepareValue));
+    const names = statements.map((s) => statementName(s.text));
+    const parsed: string[] = [];
+    let prepared: Set<string> | undefined;
     const query = new pg.Query(statements.map((s) => s.text).join(';\n'), (error, answer) => {
       if (error) return reject(error);
+      for (const name of parsed) prepared?.add(name);
       const results = (Array.isArray(answer) ? answer : [answer]) as pg.QueryResult<Row>[];
       if (results.length !== statements.length) {
         return reject(new Error(`expected ${statements.length} results, received ${results.length}`));
@@ -54,11 +101,20 @@ export function queryTogether(client: pg.ClientBase, statements: readonly Statem
     });
     query.submit = (connection) => {
       const wire = connection as unknown as Wire;
+      prepared = preparedOn.get(connection) ?? new Set();
+      preparedOn.set(connection, prepared);
       wire.stream.cork?.();
       try {
         statements.forEach((s, i) => {
-          wire.parse({ text: s.text, name: '', types: [] });
-          wire.bind({ portal: '', statement: '', values: values[i] ?? [] });
+          const name = names[i] ?? '';
+          if (name === '' || !prepared?.has(name)) {
+            if (name !== '') {
+              wire.close({ type: 'S', name });
+              parsed.push(name);
+            }
+            wire.parse({ text: s.text, name, types: [] });
+          }
+          wire.bind({ portal: '', statement: name, values: values[i] ?? [] });
           wire.describe({ type: 'P', name: '' });
           wire.execute({ portal: '' });
         });

@@ -9,7 +9,7 @@ import {
   withOcc,
 } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
-import { worldLockSharedSql } from '../http.js';
+import { worldLockShared } from '../http.js';
 import { type ContextRow, contextOf, contextSql, headValues, insertHeadSql, updateHeadSql } from './repository.js';
 import { type ObjectWrite, type ObjectWritten, planObjectWrite } from './write.js';
 
@@ -40,7 +40,7 @@ export async function writeObjectFast(app: FastifyInstance, w: ObjectWrite): Pro
       app.pg,
       [
         { text: 'LOCK TABLE object_heads, object_history IN ROW EXCLUSIVE MODE' },
-        { text: worldLockSharedSql(worldId) },
+        worldLockShared(worldId),
         { text: contextSql('FOR NO KEY UPDATE'), values: [worldId, typeName, pk] },
         { text: "SELECT nextval('data_seq')::text AS seq" },
       ],
