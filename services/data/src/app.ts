@@ -33,7 +33,9 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(identity, { config });
   await fastify.register(worlds);
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
-  await fastify.register(objects);
+  await fastify.register(objects, {
+    groups: { inFlight: config.WRITE_GROUPS_IN_FLIGHT, maxGroup: config.WRITE_GROUP_MAX },
+  });
   await fastify.register(links);
   await fastify.register(bulk);
   await fastify.register(cdc, { mappings: config.CDC_MAPPINGS });

@@ -6,6 +6,19 @@ export const ConfigSchema = Type.Composite([
   serviceConfigSchema(4002),
   replicaConfigSchema(),
   Type.Object({
+    WRITE_GROUPS_IN_FLIGHT: Type.Integer({
+      minimum: 1,
+      maximum: 64,
+      default: 4,
+      description:
+        'single-object writes (PUT, PATCH) in transactions at once; writes arriving meanwhile are committed together, as one group each (docs/adr/0015)',
+    }),
+    WRITE_GROUP_MAX: Type.Integer({
+      minimum: 1,
+      maximum: 1000,
+      default: 64,
+      description: 'single-object writes in one group transaction at most (1: no grouping)',
+    }),
     CDC_MAPPINGS: Type.String({
       default: '[]',
       description:

@@ -114,7 +114,7 @@ export function checkPreconditions(
 }
 
 // Advisory lock namespace of worlds ("wrld"): writes hold it shared, dropping a world exclusively.
-const WORLD_LOCK_SPACE = 0x77726c64;
+export const WORLD_LOCK_SPACE = 0x77726c64;
 
 /** A world's advisory lock key: FNV-1a of its id as a signed 32-bit integer. */
 export function worldLockKey(worldId: string): number {

@@ -16,7 +16,7 @@ import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
 import { type Head, listObjects, objectContext, worldContext } from './repository.js';
 import { deleteObject } from './write.js';
-import { writeObjectFast } from './write-fast.js';
+import { type WriteGroupOptions, WriteGroups } from './write-group.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const Problem = { $ref: 'Problem#' };
@@ -92,8 +92,16 @@ function propertiesOf(body: unknown): unknown {
  * list. Writes are checked against the world's replicated schema, conditional on If-Match
  * (the version is the ETag), and enqueue their change event in their own transaction.
  */
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Single-object writes, committed alone or in groups (write-group.ts). */
+    objectWrites: WriteGroups;
+  }
+}
+
 export default fp(
-  async (fastify: FastifyInstance) => {
+  async (fastify: FastifyInstance, opts: { groups?: WriteGroupOptions }) => {
+    fastify.decorate('objectWrites', new WriteGroups(fastify, opts.groups ?? { inFlight: 4, maxGroup: 64 }));
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     app.addContentTypeParser(
       'application/merge-patch+json',
@@ -113,8 +121,9 @@ export default fp(
       const origin = originOf(request);
       const conditions = preconditionsOf(request);
       await app.awaitConsistency(request, world);
-      // The write owns its transaction: the two-round-trip form of writeObject.
-      const result = await writeObjectFast(app, {
+      // The write owns its transaction (two round trips), or shares one with the writes that
+      // queued beside it (write-group.ts).
+      const result = await app.objectWrites.write({
         worldId: world,
         typeName,
         pk,
