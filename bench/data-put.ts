@@ -17,7 +17,9 @@ import { benchStack, Item } from './lib/stack.js';
 const seconds = Number(process.argv[2] ?? 10);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const objects = 100_000;
-const stack = await benchStack({ dataEnv: { DB_POOL_MAX: '32' } });
+const stack = await benchStack({
+  dataEnv: { DB_POOL_MAX: '32' },
+});
 const { data, dataDb, token } = stack;
 
 try {
@@ -47,6 +49,21 @@ try {
   });
   const ok = rest['2xx'];
   const restRate = ok / seconds;
+  // Every answered PUT was a change: one history row and one change event each (plus at most
+  // one per connection for the requests still in flight when autocannon stopped counting).
+  const check = new pg.Client(dataDb.url);
+  await check.connect();
+  const { rows: stored } = await check.query<{ history: number; events: number }>(
+    `SELECT (SELECT count(*)::int FROM object_history WHERE world_id = 'bench') AS history,
+            (SELECT count(*)::int FROM outbox WHERE topic LIKE '%changes.objects') AS events`,
+  );
+  await check.end();
+  const history = stored[0]?.history ?? 0;
+  if (history < ok || history > ok + connections || stored[0]?.events !== history) {
+    throw new Error(
+      `${ok} PUTs answered 2xx, but ${history} history rows and ${stored[0]?.events} change events stored`,
+    );
+  }
   // The services go before pgbench: its 64 connections need the server's connection slots.
   await stack.stopServices();
 
