@@ -66,6 +66,16 @@ describe('bulk ingest', () => {
     });
     expect(expectProblem(arr, 422).errors).toEqual([{ line: 2, path: '/properties/qty', message: 'is required' }]);
     expect(await heads()).toBe(0);
+
+    // A key too long for an event fails while the rows are being copied: the copy is abandoned.
+    for (let i = 0; i < 3; i++) {
+      const long = await s.dataCall('POST', url(), {
+        token: editor,
+        body: [{ properties: { id: 'ok', qty: 1 } }, { properties: { id: 'é'.repeat(500), qty: 1 } }],
+      });
+      expect(long.statusCode).toBeGreaterThanOrEqual(400);
+    }
+    expect(await heads()).toBe(0);
   });
 
   it('ingests 10,000 rows with heads, history and one event per changed object; the same again changes nothing', async () => {

@@ -29,6 +29,8 @@ export interface BulkWriter {
 
 /** Bytes of COPY data handed to the socket at once: few writes, each one costs. */
 const COPY_CHUNK = 1 << 20;
+/** The fields of a new object's event, but its pk. */
+const NEW = { kind: 'created', version: 1, seq: 0, before: null, after: {} } as const;
 /** Memory for sorting and holding the staged rows of one request (SET LOCAL). */
 const WORK_MEM = '64MB';
 const UNIQUE_VIOLATION = '23505';
@@ -55,30 +57,59 @@ const FIELD_SQL: Record<ChangeField, string> = {
 };
 
 /**
- * Creates or replaces objects of one type, set-based, in the caller's transaction; the pks must
- * be distinct and sorted. The rows are copied (COPY) into a temporary table, the existing heads
- * are locked in pk order (so that concurrent bulk writes cannot deadlock on each other) and
- * compared in the database, and one statement then upserts the heads (each with the next version
- * and a seq from data_seq), appends their history and enqueues one change event per written
- * object — its body, canonical JSON, put together in SQL around the seq. A row identical to its
- * live head is left alone.
+ * Copies checked rows into a temporary table of the transaction (COPY, in chunks of COPY_CHUNK
+ * bytes, while they are still being checked), with what each one's event needs; answers how many.
  */
-export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[]): Promise<BulkResult> {
-  const result: BulkResult = { created: 0, updated: 0, unchanged: 0, seq: 0 };
-  if (rows.length === 0) return result;
-  const template = objectChangeTemplate(w, w.origin, new Date());
-  // The constant part of every row: topic, headers — as `enqueue` would write them.
-  const [outbox] = outboxRows(template.sample, w.topicPrefix);
-  if (!outbox) throw new Error('no outbox row');
-
+export async function stageRows(tx: pg.PoolClient, w: BulkWriter, rows: Iterable<BulkRow>): Promise<number> {
   await tx.query(
     `CREATE TEMPORARY TABLE bulk_rows (
-       n integer NOT NULL, pk text NOT NULL, pk_json text NOT NULL, props text NOT NULL,
+       pk text NOT NULL, pk_json text NOT NULL, props text NOT NULL,
        event_id uuid NOT NULL, key text NOT NULL, lane smallint NOT NULL,
        version bigint NOT NULL DEFAULT 1, before text, unchanged boolean NOT NULL DEFAULT false
      ) ON COMMIT DROP`,
   );
-  await copyRows(tx, w, rows);
+  const stream = tx.query(copyFrom('COPY bulk_rows (pk, pk_json, props, event_id, key, lane) FROM STDIN'));
+  const prefix = TOPICS['onto.changes.objects'].key({ worldId: w.worldId, objectType: w.type, pk: '' });
+  let staged = 0;
+  let chunk = '';
+  try {
+    for (const row of rows) {
+      const key = prefix + encodeURIComponent(row.pk);
+      // A key too long for an event: refused as objectChange refuses it.
+      if (key.length > MAX_KEY) objectChange({ ...w, ...NEW, pk: row.pk }, w.origin);
+      chunk += `${copyField(row.pk)}\t${copyField(JSON.stringify(row.pk))}\t${copyField(row.json)}\t${uuidv7()}\t${key}\t${laneOf(key)}\n`;
+      staged++;
+      if (chunk.length >= COPY_CHUNK) {
+        if (!stream.write(chunk)) await once(stream, 'drain');
+        chunk = '';
+      }
+    }
+  } catch (error) {
+    // CopyFail, so that the connection leaves COPY and the transaction can roll back.
+    stream.destroy(error as Error);
+    await once(stream, 'close').catch(() => {});
+    throw error;
+  }
+  stream.end(chunk);
+  await once(stream, 'finish');
+  return staged;
+}
+
+/**
+ * Creates or replaces the staged objects (distinct pks) in the caller's transaction, set-based:
+ * the existing heads are locked in pk order (so that concurrent bulk writes cannot deadlock on
+ * each other) and compared in the database, and one statement then inserts the new heads and
+ * upserts the replaced ones in pk order (each with the next version and a seq from data_seq),
+ * appends their history and enqueues one change event per written object — its body, canonical
+ * JSON, put together in SQL around the seq. A row identical to its live head is left alone.
+ */
+export async function writeStaged(tx: pg.PoolClient, w: BulkWriter, staged: number): Promise<BulkResult> {
+  const result: BulkResult = { created: 0, updated: 0, unchanged: 0, seq: 0 };
+  if (staged === 0) return result;
+  const template = objectChangeTemplate(w, w.origin, new Date());
+  // The constant part of every row: topic, headers — as `enqueue` would write them.
+  const [outbox] = outboxRows(template.sample, w.topicPrefix);
+  if (!outbox) throw new Error('no outbox row');
 
   // The existing heads, locked in pk order; whether each is identical is decided by jsonb equality.
   const { rows: heads } = await tx.query<{
@@ -117,7 +148,7 @@ export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[
       [pks, versions, befores, same],
     );
   }
-  if (result.unchanged === rows.length) return result;
+  if (result.unchanged === staged) return result;
 
   const params: unknown[] = [w.worldId, w.type, w.schemaVersion, w.origin.actor, w.origin.requestId, outbox.topic];
   params.push(outbox.headers);
@@ -135,7 +166,7 @@ export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[
     ({ rows: counted } = await tx.query(
       `WITH s AS MATERIALIZED (
          SELECT b.*, b.props::jsonb AS doc, nextval('data_seq') AS seq
-           FROM bulk_rows b WHERE NOT b.unchanged ORDER BY b.n
+           FROM bulk_rows b WHERE NOT b.unchanged ORDER BY b.pk
        ), created AS (
          INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)
          SELECT $1, $2, s.pk, s.version, s.seq, false, s.doc, $3 FROM s WHERE s.version = 1
@@ -155,7 +186,7 @@ export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[
          SELECT $1, $2, s.pk, s.seq, s.version, false, s.doc, $3, $4, $5 FROM s
        ), added AS (
          INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
-         SELECT s.event_id, $6, s.key, s.lane, concat(${body}), $7::jsonb FROM s
+         SELECT s.event_id, $6, s.key, s.lane, concat(${body}), $7::jsonb FROM s ORDER BY s.event_id
          RETURNING id, lane
        ), queued AS (
          INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added
@@ -180,25 +211,4 @@ export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[
   result.updated = c.staged - c.created;
   result.seq = Math.max(result.seq, Number(c.seq ?? 0));
   return result;
-}
-
-/** COPYs the rows into bulk_rows, in their order (n), with what each one's event needs. */
-async function copyRows(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[]) {
-  const stream = tx.query(copyFrom('COPY bulk_rows (n, pk, pk_json, props, event_id, key, lane) FROM STDIN'));
-  const prefix = TOPICS['onto.changes.objects'].key({ worldId: w.worldId, objectType: w.type, pk: '' });
-  let chunk = '';
-  for (let n = 0; n < rows.length; n++) {
-    const row = rows[n] as BulkRow;
-    const key = prefix + encodeURIComponent(row.pk);
-    // A key too long for an event: refused as objectChange refuses it.
-    if (key.length > MAX_KEY)
-      objectChange({ ...w, pk: row.pk, kind: 'created', version: 1, seq: 0, before: null, after: {} }, w.origin);
-    chunk += `${n}\t${copyField(row.pk)}\t${copyField(JSON.stringify(row.pk))}\t${copyField(row.json)}\t${uuidv7()}\t${key}\t${laneOf(key)}\n`;
-    if (chunk.length >= COPY_CHUNK) {
-      if (!stream.write(chunk)) await once(stream, 'drain');
-      chunk = '';
-    }
-  }
-  stream.end(chunk);
-  await once(stream, 'finish');
 }

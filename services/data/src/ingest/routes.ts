@@ -7,7 +7,7 @@ import { checkObject, pointer } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
-import { type BulkRow, writeBulk } from './repository.js';
+import { type BulkRow, stageRows, writeStaged } from './repository.js';
 
 export const BULK = {
   /** Objects in one request; more is a 413. */
@@ -82,9 +82,16 @@ export function rowsOf(
   return { rows: body.map((value, i) => ({ line: i + 1, value })), errors };
 }
 
-/** Checks every row as PUT would, and refuses a primary key given twice; all faults, by line. */
-export function checkRows(type: ObjectType, rows: { line: number; value: unknown }[], errors: LineError[]) {
-  const checked: BulkRow[] = [];
+/**
+ * Checks every row as PUT would, and refuses a primary key given twice; all faults, by line, into
+ * `errors`. Yields the checked rows as it goes, until the first fault: they can be staged while
+ * the rest is checked.
+ */
+export function* checkRows(
+  type: ObjectType,
+  rows: { line: number; value: unknown }[],
+  errors: LineError[],
+): Generator<BulkRow> {
   const seen = new Map<string, number>();
   const pkPath = `/properties/${pointer(type.primaryKey)}`;
   for (const { line, value } of rows) {
@@ -115,9 +122,8 @@ export function checkRows(type: ObjectType, rows: { line: number; value: unknown
       continue;
     }
     seen.set(pk, line);
-    checked.push({ pk, json: canonicalJson(result.properties) });
+    if (errors.length === 0) yield { pk, json: canonicalJson(result.properties) };
   }
-  return checked;
 }
 
 /**
@@ -184,7 +190,14 @@ export default async function bulk(fastify: FastifyInstance) {
         if (!ctx.provisioned) throw notProvisioned(world);
         const { type } = await objectTypeOf(app, tx, world, typeName, ctx.schemaVersion);
         const faults = [...errors];
-        const checked = checkRows(type, rows, faults);
+        const w = {
+          worldId: world,
+          type: typeName,
+          schemaVersion: ctx.schemaVersion,
+          origin,
+          topicPrefix: app.topicPrefix,
+        };
+        const staged = await stageRows(tx, w, checkRows(type, rows, faults));
         if (faults.length > 0) {
           faults.sort((a, b) => a.line - b.line);
           throw new LineErrors(
@@ -192,13 +205,7 @@ export default async function bulk(fastify: FastifyInstance) {
             faults,
           );
         }
-        // In key order: concurrent bulk writes then lock and insert shared keys in the same order.
-        checked.sort((a, b) => (a.pk < b.pk ? -1 : a.pk > b.pk ? 1 : 0));
-        return writeBulk(
-          tx,
-          { worldId: world, type: typeName, schemaVersion: ctx.schemaVersion, origin, topicPrefix: app.topicPrefix },
-          checked,
-        );
+        return writeStaged(tx, w, staged);
       });
       if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);
       return result;
