@@ -1,4 +1,4 @@
-import { newEvent, type OutboxMessage, TOPICS } from '@onto/shared';
+import { canonicalJson, newEvent, type OutboxMessage, TOPICS } from '@onto/shared';
 
 /** What every change event of a request carries about it. */
 export interface Origin {
@@ -95,4 +95,54 @@ export function linkChange(
     key,
     headers: { 'x-request-id': origin.requestId },
   };
+}
+
+/** The parts of an object change event that differ from one object to the next. */
+export type ChangeField = 'eventId' | 'key' | 'kind' | 'version' | 'seq' | 'pk' | 'before' | 'after';
+
+const MARK = '\u0000';
+const MARKED = /"\\u0000(\w+)\\u0000"/g;
+
+/**
+ * The canonical JSON body of `objectChange` as constant text around the fields that vary by
+ * object: `parts[0] fields[0] parts[1] … fields[n-1] parts[n]`, each field to be spelled as JSON
+ * (`eventId` and `key` as JSON strings, `kind` as the event type's JSON string). Derived from
+ * `objectChange` itself, so a bulk write that fills it in (in SQL) writes the same bytes as
+ * `canonicalJson(objectChange(…).event)`.
+ */
+export function objectChangeTemplate(
+  c: { worldId: string; type: string; schemaVersion: number },
+  origin: Origin,
+  occurredAt: Date,
+): { parts: string[]; fields: ChangeField[]; sample: OutboxMessage } {
+  // A real event first: it checks the constant fields (world, type, origin) as every event is checked.
+  const sample = objectChange({ ...c, pk: 'x', kind: 'created', version: 1, seq: 0, before: null, after: {} }, origin);
+  const mark = (field: ChangeField) => `${MARK}${field}${MARK}`;
+  const { event } = sample;
+  const text = canonicalJson({
+    ...event,
+    event_id: mark('eventId'),
+    key: mark('key'),
+    type: mark('kind'),
+    version: mark('version'),
+    producer_seq: mark('seq'),
+    occurred_at: occurredAt.toISOString(),
+    payload: {
+      ...event.payload,
+      pk: mark('pk'),
+      version: mark('version'),
+      before: mark('before'),
+      after: mark('after'),
+    },
+  });
+  const parts: string[] = [];
+  const fields: ChangeField[] = [];
+  let at = 0;
+  for (const m of text.matchAll(MARKED)) {
+    parts.push(text.slice(at, m.index));
+    fields.push(m[1] as ChangeField);
+    at = m.index + m[0].length;
+  }
+  parts.push(text.slice(at));
+  return { parts, fields, sample };
 }

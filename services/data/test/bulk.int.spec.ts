@@ -1,4 +1,6 @@
+import { canonicalJson, laneOf, validateEvent } from '@onto/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { objectChange } from '../src/events.js';
 import { dataStack, expectProblem, type Stack } from './stack.js';
 
 const Item = {
@@ -64,6 +66,16 @@ describe('bulk ingest', () => {
     });
     expect(expectProblem(arr, 422).errors).toEqual([{ line: 2, path: '/properties/qty', message: 'is required' }]);
     expect(await heads()).toBe(0);
+
+    // A key too long for an event fails while the rows are being copied: the copy is abandoned.
+    for (let i = 0; i < 3; i++) {
+      const long = await s.dataCall('POST', url(), {
+        token: editor,
+        body: [{ properties: { id: 'ok', qty: 1 } }, { properties: { id: 'é'.repeat(500), qty: 1 } }],
+      });
+      expect(long.statusCode).toBeGreaterThanOrEqual(400);
+    }
+    expect(await heads()).toBe(0);
   });
 
   it('ingests 10,000 rows with heads, history and one event per changed object; the same again changes nothing', async () => {
@@ -118,6 +130,63 @@ describe('bulk ingest', () => {
       [`${W}/Item/o1`],
     );
     expect(ev.map((r) => r.body.type).sort()).toEqual(['object.created', 'object.updated']);
+
+    // Each body is the canonical JSON of the event objectChange makes, as a PUT's event is.
+    const { rows: raw } = await s.data.app.pg.query<{ body: string; lane: number; headers: unknown }>(
+      `SELECT body, lane, headers FROM outbox WHERE partition_key = ANY($1) ORDER BY id`,
+      [[`${W}/Item/o1`, `${W}/Item/new`]],
+    );
+    expect(raw).toHaveLength(3);
+    const changes = [
+      {
+        pk: 'o1',
+        kind: 'created',
+        version: 1,
+        before: null,
+        after: { id: 'o1', qty: 1, at: '2024-05-01T10:00:00.000Z' },
+      },
+      {
+        pk: 'o1',
+        kind: 'updated',
+        version: 2,
+        before: { id: 'o1', qty: 1, at: '2024-05-01T10:00:00.000Z' },
+        after: { id: 'o1', qty: 1001 },
+      },
+      { pk: 'new', kind: 'created', version: 1, before: null, after: { id: 'new', qty: 5 } },
+    ] as const;
+    for (const row of raw) {
+      const event = validateEvent(JSON.parse(row.body));
+      const change = changes.find((c) => event.key === `${W}/Item/${c.pk}` && c.version === event.version);
+      if (!change) throw new Error('no change');
+      const payload = event.payload as { actor: string; requestId: string; schemaVersion: number };
+      const expected = objectChange(
+        { ...change, worldId: W, type: 'Item', seq: event.producer_seq, schemaVersion: payload.schemaVersion },
+        { actor: payload.actor, requestId: payload.requestId, causedBy: null },
+      );
+      expect(row.body).toBe(
+        canonicalJson({ ...expected.event, event_id: event.event_id, occurred_at: event.occurred_at }),
+      );
+      expect(row.lane).toBe(laneOf(expected.key));
+      expect(row.headers).toEqual(expected.headers);
+    }
+  }, 30_000);
+
+  it('lets concurrent bulk writes of overlapping keys both commit, one after the other', async () => {
+    const rows = (from: number, qty: number) =>
+      Array.from({ length: 2000 }, (_, i) => ({ properties: { id: `c${from + i}`, qty } }));
+    const [a, b] = await Promise.all([
+      s.dataCall('POST', url(), { token: editor, body: ndjson(rows(0, 1)), headers: NDJSON }),
+      s.dataCall('POST', url(), { token: editor, body: ndjson(rows(1000, 2)), headers: NDJSON }),
+    ]);
+    expect(a.statusCode, a.body).toBe(200);
+    expect(b.statusCode, b.body).toBe(200);
+    const { rows: shared } = await s.data.app.pg.query<{ version: number; n: number; events: number }>(
+      `SELECT h.version::int, (SELECT count(*)::int FROM object_history x WHERE x.world_id = h.world_id AND x.pk = h.pk) AS n,
+              (SELECT count(*)::int FROM outbox WHERE partition_key = $1 || '/Item/' || h.pk) AS events
+         FROM object_heads h WHERE h.world_id = $1 AND h.pk = 'c1500'`,
+      [W],
+    );
+    expect(shared).toEqual([{ version: 2, n: 2, events: 2 }]);
   }, 30_000);
 
   it('refuses more than 100,000 objects (413), a viewer (403) and other content types (415)', async () => {

@@ -1,22 +1,19 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { enqueue, HttpProblem, type ObjectType, PayloadTooLarge, WORLD_ID } from '@onto/shared';
+import { canonicalJson, HttpProblem, type ObjectType, PayloadTooLarge, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { objectChange } from '../events.js';
 import { inWorldTransaction, originOf } from '../http.js';
 import { checkObject, pointer } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
-import { type BulkRow, writeChunk } from './repository.js';
+import { type BulkRow, stageRows, writeStaged } from './repository.js';
 
 export const BULK = {
   /** Objects in one request; more is a 413. */
   maxObjects: 100_000,
   /** Bytes of one request body (this route only); more is a 413. */
   bodyLimit: 256 * 1024 * 1024,
-  /** Rows per set-based statement (and per outbox batch) inside the request's one transaction. */
-  chunk: 5000,
   /** Line errors reported in one 422; the rest are counted in the last. */
   maxErrors: 1000,
 } as const;
@@ -85,9 +82,16 @@ export function rowsOf(
   return { rows: body.map((value, i) => ({ line: i + 1, value })), errors };
 }
 
-/** Checks every row as PUT would, and refuses a primary key given twice; all faults, by line. */
-export function checkRows(type: ObjectType, rows: { line: number; value: unknown }[], errors: LineError[]) {
-  const checked: BulkRow[] = [];
+/**
+ * Checks every row as PUT would, and refuses a primary key given twice; all faults, by line, into
+ * `errors`. Yields the checked rows as it goes, until the first fault: they can be staged while
+ * the rest is checked.
+ */
+export function* checkRows(
+  type: ObjectType,
+  rows: { line: number; value: unknown }[],
+  errors: LineError[],
+): Generator<BulkRow> {
   const seen = new Map<string, number>();
   const pkPath = `/properties/${pointer(type.primaryKey)}`;
   for (const { line, value } of rows) {
@@ -118,9 +122,8 @@ export function checkRows(type: ObjectType, rows: { line: number; value: unknown
       continue;
     }
     seen.set(pk, line);
-    checked.push({ pk, properties: result.properties });
+    if (errors.length === 0) yield { pk, json: canonicalJson(result.properties) };
   }
-  return checked;
 }
 
 /**
@@ -187,7 +190,14 @@ export default async function bulk(fastify: FastifyInstance) {
         if (!ctx.provisioned) throw notProvisioned(world);
         const { type } = await objectTypeOf(app, tx, world, typeName, ctx.schemaVersion);
         const faults = [...errors];
-        const checked = checkRows(type, rows, faults);
+        const w = {
+          worldId: world,
+          type: typeName,
+          schemaVersion: ctx.schemaVersion,
+          origin,
+          topicPrefix: app.topicPrefix,
+        };
+        const staged = await stageRows(tx, w, checkRows(type, rows, faults));
         if (faults.length > 0) {
           faults.sort((a, b) => a.line - b.line);
           throw new LineErrors(
@@ -195,33 +205,7 @@ export default async function bulk(fastify: FastifyInstance) {
             faults,
           );
         }
-        // In key order: concurrent bulk writes then lock and insert shared keys in the same order.
-        checked.sort((a, b) => (a.pk < b.pk ? -1 : a.pk > b.pk ? 1 : 0));
-        const summary = { created: 0, updated: 0, unchanged: 0, seq: 0 };
-        for (let i = 0; i < checked.length; i += BULK.chunk) {
-          const chunk = await writeChunk(
-            tx,
-            {
-              worldId: world,
-              type: typeName,
-              schemaVersion: ctx.schemaVersion,
-              actor: origin.actor,
-              requestId: origin.requestId,
-            },
-            checked.slice(i, i + BULK.chunk),
-          );
-          summary.unchanged += chunk.unchanged;
-          summary.seq = Math.max(summary.seq, chunk.maxSeq);
-          for (const c of chunk.changes) summary[c.kind]++;
-          await enqueue(
-            tx,
-            chunk.changes.map((c) =>
-              objectChange({ ...c, worldId: world, type: typeName, schemaVersion: ctx.schemaVersion }, origin),
-            ),
-            app.topicPrefix,
-          );
-        }
-        return summary;
+        return writeStaged(tx, w, staged);
       });
       if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);
       return result;
