@@ -1,6 +1,7 @@
 /** Decision definitions as pure rules: what turns an alert into a proposed action. */
 import type { FieldError, SchemaDocument } from '@onto/shared';
 import { compile, type Program } from '../cel/expressions.js';
+import type { Definition } from '../definitions.js';
 
 export const APPROVALS = ['automatic', 'manual'] as const;
 export type Approval = (typeof APPROVALS)[number];
@@ -22,16 +23,7 @@ export interface DecisionInput {
   description?: string | undefined;
 }
 
-export interface DecisionDefinition extends DecisionInput {
-  worldId: string;
-  name: string;
-  version: number;
-  state: 'valid' | 'invalid';
-  errors: FieldError[];
-  schemaVersion: number;
-  createdAt: string;
-  updatedAt: string;
-}
+export interface DecisionDefinition extends DecisionInput, Definition {}
 
 export interface ResolvedDecision {
   name: string;

@@ -1,4 +1,5 @@
 import type { FieldError, Queryable } from '@onto/shared';
+import { definitionTable } from '../definitions.js';
 import type { Approval, DecisionDefinition } from './model.js';
 
 const COLUMNS = `world_id AS "worldId", name, rule, alert_type AS "alertType", action_type AS "actionType",
@@ -17,21 +18,10 @@ const fromRow = ({ description, rule, alertType, ...rest }: Row): DecisionDefini
   ...(description === null ? {} : { description }),
 });
 
-export async function listDecisionDefinitions(db: Queryable, worldId: string): Promise<DecisionDefinition[]> {
-  const { rows } = await db.query<Row>(
-    `SELECT ${COLUMNS} FROM decision_definitions WHERE world_id = $1 ORDER BY name`,
-    [worldId],
-  );
-  return rows.map(fromRow);
-}
-
-export async function getDecisionDefinition(db: Queryable, worldId: string, name: string) {
-  const { rows } = await db.query<Row>(
-    `SELECT ${COLUMNS} FROM decision_definitions WHERE world_id = $1 AND name = $2`,
-    [worldId, name],
-  );
-  return rows[0] ? fromRow(rows[0]) : undefined;
-}
+const table = definitionTable('decision_definitions', COLUMNS, fromRow);
+export const listDecisionDefinitions = table.list;
+export const getDecisionDefinition = table.get;
+export const deleteDecisionDefinition = table.remove;
 
 export interface DecisionDefinitionWrite {
   worldId: string;
@@ -74,11 +64,5 @@ export async function saveDecisionDefinition(tx: Queryable, w: DecisionDefinitio
       w.schemaVersion,
     ],
   );
-  const row = rows[0];
-  if (!row) throw new Error('the decision definition was not saved');
-  return fromRow(row);
-}
-
-export async function deleteDecisionDefinition(tx: Queryable, worldId: string, name: string): Promise<void> {
-  await tx.query('DELETE FROM decision_definitions WHERE world_id = $1 AND name = $2', [worldId, name]);
+  return table.saved(rows, 'decision definition');
 }

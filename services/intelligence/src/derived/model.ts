@@ -4,6 +4,7 @@
  */
 import type { FieldError, ObjectType, PropertyType, SchemaDocument } from '@onto/shared';
 import { compile, type Program } from '../cel/expressions.js';
+import type { Definition } from '../definitions.js';
 
 export const AGGREGATE_FUNCTIONS = ['count', 'sum', 'min', 'max', 'avg'] as const;
 export type AggregateFunction = (typeof AGGREGATE_FUNCTIONS)[number];
@@ -29,16 +30,9 @@ export interface DerivedInput {
   description?: string | undefined;
 }
 
-export interface DerivedDefinition extends DerivedInput {
-  worldId: string;
-  name: string;
-  version: number;
-  state: 'valid' | 'invalid';
-  errors: FieldError[];
-  schemaVersion: number;
+export interface DerivedDefinition extends DerivedInput, Definition {
+  /** Since when values computed by this version count as current. */
   validSince: string;
-  createdAt: string;
-  updatedAt: string;
 }
 
 /** An aggregate resolved against the schema: which end, which objects, which kind of number. */

@@ -1,4 +1,5 @@
 import type { FieldError, Queryable } from '@onto/shared';
+import { definitionTable } from '../definitions.js';
 import type { AggregateDecl, DerivedDefinition } from './model.js';
 
 const COLUMNS = `world_id AS "worldId", name, object_type AS "objectType", expression, aggregates,
@@ -12,20 +13,9 @@ const fromRow = ({ description, ...rest }: Row): DerivedDefinition => ({
   ...(description === null ? {} : { description }),
 });
 
-export async function listDerived(db: Queryable, worldId: string): Promise<DerivedDefinition[]> {
-  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM derived_definitions WHERE world_id = $1 ORDER BY name`, [
-    worldId,
-  ]);
-  return rows.map(fromRow);
-}
-
-export async function getDerived(db: Queryable, worldId: string, name: string, lock = false) {
-  const { rows } = await db.query<Row>(
-    `SELECT ${COLUMNS} FROM derived_definitions WHERE world_id = $1 AND name = $2 ${lock ? 'FOR UPDATE' : ''}`,
-    [worldId, name],
-  );
-  return rows[0] ? fromRow(rows[0]) : undefined;
-}
+const table = definitionTable('derived_definitions', COLUMNS, fromRow);
+export const listDerived = table.list;
+export const getDerived = table.get;
 
 export interface DerivedWrite {
   worldId: string;
@@ -70,14 +60,12 @@ export async function saveDerived(tx: Queryable, w: DerivedWrite): Promise<Deriv
       w.invalidateValues,
     ],
   );
-  const row = rows[0];
-  if (!row) throw new Error('the definition was not saved');
-  return fromRow(row);
+  return table.saved(rows, 'definition');
 }
 
 /** Removes a definition and its values. */
 export async function deleteDerived(tx: Queryable, worldId: string, name: string): Promise<void> {
-  await tx.query('DELETE FROM derived_definitions WHERE world_id = $1 AND name = $2', [worldId, name]);
+  await table.remove(tx, worldId, name);
   await tx.query('DELETE FROM derived_values WHERE world_id = $1 AND name = $2', [worldId, name]);
 }
 

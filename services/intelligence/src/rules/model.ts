@@ -1,6 +1,7 @@
 /** Rules as pure rules: what a rule says and how it is checked against the schema. */
 import type { FieldError, SchemaDocument } from '@onto/shared';
 import { compile, type Program } from '../cel/expressions.js';
+import type { Definition } from '../definitions.js';
 
 export const SEVERITIES = ['info', 'warning', 'critical'] as const;
 export type Severity = (typeof SEVERITIES)[number];
@@ -14,16 +15,7 @@ export interface RuleInput {
   description?: string | undefined;
 }
 
-export interface Rule extends RuleInput {
-  worldId: string;
-  name: string;
-  version: number;
-  state: 'valid' | 'invalid';
-  errors: FieldError[];
-  schemaVersion: number;
-  createdAt: string;
-  updatedAt: string;
-}
+export interface Rule extends RuleInput, Definition {}
 
 export interface ResolvedRule {
   name: string;

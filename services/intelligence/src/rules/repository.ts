@@ -1,4 +1,5 @@
 import type { FieldError, Queryable } from '@onto/shared';
+import { definitionTable } from '../definitions.js';
 import type { Rule, Severity } from './model.js';
 
 const COLUMNS = `world_id AS "worldId", name, object_type AS "objectType", condition, alert_type AS "alertType",
@@ -11,18 +12,10 @@ const fromRow = ({ description, ...rest }: Row): Rule => ({
   ...(description === null ? {} : { description }),
 });
 
-export async function listRules(db: Queryable, worldId: string): Promise<Rule[]> {
-  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM rules WHERE world_id = $1 ORDER BY name`, [worldId]);
-  return rows.map(fromRow);
-}
-
-export async function getRule(db: Queryable, worldId: string, name: string): Promise<Rule | undefined> {
-  const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM rules WHERE world_id = $1 AND name = $2`, [
-    worldId,
-    name,
-  ]);
-  return rows[0] ? fromRow(rows[0]) : undefined;
-}
+const table = definitionTable('rules', COLUMNS, fromRow);
+export const listRules = table.list;
+export const getRule = table.get;
+export const deleteRule = table.remove;
 
 export interface RuleWrite {
   worldId: string;
@@ -63,11 +56,5 @@ export async function saveRule(tx: Queryable, w: RuleWrite): Promise<Rule> {
       w.schemaVersion,
     ],
   );
-  const row = rows[0];
-  if (!row) throw new Error('the rule was not saved');
-  return fromRow(row);
-}
-
-export async function deleteRule(tx: Queryable, worldId: string, name: string): Promise<void> {
-  await tx.query('DELETE FROM rules WHERE world_id = $1 AND name = $2', [worldId, name]);
+  return table.saved(rows, 'rule');
 }
