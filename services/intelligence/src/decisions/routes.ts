@@ -3,22 +3,18 @@ import { Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } from '@ont
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
+import { definitionResource } from '../definition-routes.js';
 import { listDerived } from '../derived/repository.js';
 import type { Engine } from '../engine/engine.js';
-import { bumpRevision } from '../engine/locks.js';
 import {
   actorOf,
-  checkIfMatch,
   decodeCursor,
   encodeCursor,
   errors,
-  ifMatch,
-  inWorld,
   NAME,
   notProvisioned,
   provisioned,
   ReadHeaders,
-  WriteHeaders,
 } from '../http.js';
 import { ALERT_TYPE } from '../rules/model.js';
 import { listRules } from '../rules/repository.js';
@@ -33,10 +29,6 @@ import {
 
 const UUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
-const Params = Type.Object({
-  world: Type.String({ pattern: WORLD_ID }),
-  name: Type.String({ pattern: NAME, description: 'the decision definition, unique in the world' }),
-});
 const Approval = Type.Union(APPROVALS.map((a) => Type.Literal(a)));
 const Body = Type.Object(
   {
@@ -121,34 +113,23 @@ const same = (d: DecisionDefinition, input: DecisionInput) =>
 export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
-  app.put(
-    '/v1/worlds/:world/decision-definitions/:name',
-    {
-      preHandler: app.authorize({ role: 'editor' }),
-      schema: {
-        tags: ['decisions'],
-        summary: 'Define or change what a raised alert turns into',
-        description:
-          'On a rule (or every rule of an alert type): an action type of the replicated schema and a CEL expression per parameter. Every alert raised afterwards makes one decision (decision.made); automatic approval starts the action at once (decision.executed), manual waits for approve or reject. Unknown references are a 422 naming the path.',
-        params: Params,
-        headers: WriteHeaders,
-        body: Body,
-        response: { 200: DefinitionView, 201: DefinitionView, ...errors },
-      },
-    },
-    async (request, reply) => {
-      const { world, name } = request.params;
-      const expected = ifMatch(request);
-      await app.awaitConsistency(request, world);
-      const input: DecisionInput = { ...request.body };
-      const result = await inWorld(app.pg, world, async (tx) => {
-        const existing = await getDecisionDefinition(tx, world, name);
-        checkIfMatch(expected, existing?.version, `decision definition ${name}`);
-        if (existing?.state === 'valid' && same(existing, input)) return { status: 200, def: existing };
-        const { version: schemaVersion, document } = await app.schemaReplica.current(tx, world);
+  definitionResource(fastify, engine, {
+    path: 'decision-definitions',
+    what: 'decision definition',
+    tag: 'decisions',
+    View: DefinitionView,
+    view: definitionView,
+    table: { list: listDecisionDefinitions, get: getDecisionDefinition },
+    put: {
+      summary: 'Define or change what a raised alert turns into',
+      description:
+        'On a rule (or every rule of an alert type): an action type of the replicated schema and a CEL expression per parameter. Every alert raised afterwards makes one decision (decision.made); automatic approval starts the action at once (decision.executed), manual waits for approve or reject. Unknown references are a 422 naming the path.',
+      body: Body,
+      input: (body): DecisionInput => ({ ...body }),
+      same,
+      save: async (tx, { world, name, input, version, document, next }) => {
         const derived = await listDerived(tx, world);
         const rules = await listRules(tx, world);
-        const version = (existing?.version ?? 0) + 1;
         const checked = resolveDecision(
           name,
           input,
@@ -158,105 +139,24 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
           new Map(derived.map((d) => [d.name, { objectType: d.objectType, state: d.state }])),
         );
         if (!checked.resolved) throw new Unprocessable(`decision definition ${name} cannot be defined`, checked.errors);
-        const def = await saveDecisionDefinition(tx, {
-          ...input,
-          worldId: world,
-          name,
-          version,
-          state: 'valid',
-          errors: [],
-          schemaVersion,
-        });
-        await bumpRevision(tx, world);
-        return { status: existing ? 200 : 201, def };
-      });
-      await app.consistencyHeader(reply, world);
-      reply.code(result.status).header('etag', `"${result.def.version}"`);
-      if (result.status === 201) reply.header('location', `/v1/worlds/${world}/decision-definitions/${name}`);
-      return definitionView(result.def);
-    },
-  );
-
-  app.get(
-    '/v1/worlds/:world/decision-definitions/:name',
-    {
-      preHandler: app.authorize({ role: 'viewer' }),
-      schema: {
-        tags: ['decisions'],
-        summary: 'Read a decision definition',
-        params: Params,
-        headers: ReadHeaders,
-        response: { 200: DefinitionView, ...errors },
+        return saveDecisionDefinition(tx, { ...input, ...next });
       },
     },
-    async (request, reply) => {
-      const { world, name } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
-      const def = await getDecisionDefinition(app.pg, world, name);
-      if (!def) {
-        if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
-        throw new NotFound(`decision definition ${name} is not defined in ${world}`);
-      }
-      reply.header('etag', `"${def.version}"`);
-      await app.consistencyHeader(reply, world, watermark);
-      return definitionView(def);
+    get: { summary: 'Read a decision definition' },
+    list: {
+      summary: 'List the decision definitions of a world',
+      key: 'decisionDefinitions',
+      query: { rule: Type.Optional(Type.String({ pattern: NAME })) },
+      filter:
+        ({ rule }) =>
+        (d) =>
+          rule === undefined || d.rule === rule,
     },
-  );
-
-  app.get(
-    '/v1/worlds/:world/decision-definitions',
-    {
-      preHandler: app.authorize({ role: 'viewer' }),
-      schema: {
-        tags: ['decisions'],
-        summary: 'List the decision definitions of a world',
-        params: WorldParams,
-        headers: ReadHeaders,
-        querystring: Type.Object(
-          { rule: Type.Optional(Type.String({ pattern: NAME })) },
-          { additionalProperties: false },
-        ),
-        response: { 200: Type.Object({ decisionDefinitions: Type.Array(DefinitionView) }), ...errors },
-      },
+    delete: {
+      summary: 'Delete a decision definition (the decisions it made stay)',
+      remove: (tx, { world, name }) => deleteDecisionDefinition(tx, world, name),
     },
-    async (request, reply) => {
-      const { world } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
-      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
-      const defs = await listDecisionDefinitions(app.pg, world);
-      await app.consistencyHeader(reply, world, watermark);
-      const { rule } = request.query;
-      return { decisionDefinitions: defs.filter((d) => rule === undefined || d.rule === rule).map(definitionView) };
-    },
-  );
-
-  app.delete(
-    '/v1/worlds/:world/decision-definitions/:name',
-    {
-      preHandler: app.authorize({ role: 'editor' }),
-      schema: {
-        tags: ['decisions'],
-        summary: 'Delete a decision definition (the decisions it made stay)',
-        params: Params,
-        headers: WriteHeaders,
-        response: { 204: Type.Null(), ...errors },
-      },
-    },
-    async (request, reply) => {
-      const { world, name } = request.params;
-      const expected = ifMatch(request);
-      await inWorld(app.pg, world, async (tx) => {
-        const existing = await getDecisionDefinition(tx, world, name);
-        if (!existing) throw new NotFound(`decision definition ${name} is not defined in ${world}`);
-        checkIfMatch(expected, existing.version, `decision definition ${name}`);
-        await deleteDecisionDefinition(tx, world, name);
-        await bumpRevision(tx, world);
-      });
-      await app.consistencyHeader(reply, world);
-      reply.code(204);
-      return null;
-    },
-  );
+  });
 
   app.get(
     '/v1/worlds/:world/decisions',

@@ -1,24 +1,13 @@
-import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Conflict, canonicalJson, NotFound, Unprocessable, WORLD_ID } from '@onto/shared';
+import { canonicalJson, Unprocessable } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { compile, MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
 import { listDecisionDefinitions } from '../decisions/repository.js';
+import { definitionResource, RecomputeView } from '../definition-routes.js';
 import type { Engine } from '../engine/engine.js';
-import { bumpRevision } from '../engine/locks.js';
-import { finishRecomputes, type RecomputeProgress, recomputeOf, requestRecompute } from '../engine/recompute-jobs.js';
-import { invalidatedBy } from '../engine/world-model.js';
-import {
-  checkIfMatch,
-  errors,
-  ifMatch,
-  inWorld,
-  NAME,
-  notProvisioned,
-  provisioned,
-  ReadHeaders,
-  WriteHeaders,
-} from '../http.js';
+import type { RecomputeProgress } from '../engine/recompute-jobs.js';
+import { refuseToBreak } from '../engine/world-model.js';
+import { NAME } from '../http.js';
 import { listRules } from '../rules/repository.js';
 import {
   AGGREGATE_FUNCTIONS,
@@ -31,10 +20,6 @@ import {
 } from './model.js';
 import { deleteDerived, getDerived, listDerived, saveDerived } from './repository.js';
 
-const Params = Type.Object({
-  world: Type.String({ pattern: WORLD_ID }),
-  name: Type.String({ pattern: NAME, description: 'the derived property, unique in the world' }),
-});
 const Aggregate = Type.Object(
   {
     function: Type.Union(
@@ -76,12 +61,6 @@ const Body = Type.Object(
   { additionalProperties: false },
 );
 const FieldErrors = Type.Array(Type.Object({ path: Type.String(), message: Type.String() }));
-const Recompute = Type.Object({
-  pending: Type.Boolean(),
-  processed: Type.Integer(),
-  requestedAt: Type.String(),
-  finishedAt: Type.Union([Type.String(), Type.Null()]),
-});
 const View = Type.Object({
   name: Type.String(),
   objectType: Type.String(),
@@ -101,7 +80,7 @@ const View = Type.Object({
   validSince: Type.String(),
   createdAt: Type.String(),
   updatedAt: Type.String(),
-  recompute: Type.Optional(Type.Union([Recompute, Type.Null()])),
+  recompute: Type.Optional(Type.Union([RecomputeView, Type.Null()])),
 });
 
 const sameInput = (d: DerivedDefinition, input: DerivedInput) =>
@@ -142,57 +121,33 @@ function view(d: DerivedDefinition, recompute?: RecomputeProgress | null) {
 
 /** `PUT|GET|DELETE /v1/worlds/{world}/derived-properties/{name}` and the list. */
 export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
-  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-
-  app.put(
-    '/v1/worlds/:world/derived-properties/:name',
-    {
-      preHandler: app.authorize({ role: 'editor' }),
-      schema: {
-        tags: ['derived properties'],
-        summary: 'Define or change a derived property',
-        description:
-          'Checked against the replicated schema and the world’s other definitions: an unknown reference or a cycle is a 422 naming the path (/expression, /aggregates/<alias>/…); a change that would break definitions reading this one is a 409. Values are then computed for every existing object in bounded batches (see recompute). An identical PUT changes nothing. ETag: the definition version; If-Match makes the write conditional.',
-        params: Params,
-        headers: WriteHeaders,
-        body: Body,
-        response: { 200: View, 201: View, ...errors },
-      },
-    },
-    async (request, reply) => {
-      const { world, name } = request.params;
-      const expected = ifMatch(request);
-      await app.awaitConsistency(request, world);
-      const body = request.body;
-      const input: DerivedInput = {
+  definitionResource(fastify, engine, {
+    path: 'derived-properties',
+    what: 'derived property',
+    tag: 'derived properties',
+    View,
+    view,
+    table: { list: listDerived, get: getDerived },
+    recompute: { kind: 'derived', of: (d) => ({ objectType: d.objectType, dueInMs: d.maxStalenessMs }) },
+    put: {
+      summary: 'Define or change a derived property',
+      description:
+        'Checked against the replicated schema and the world’s other definitions: an unknown reference or a cycle is a 422 naming the path (/expression, /aggregates/<alias>/…); a change that would break definitions reading this one is a 409. Values are then computed for every existing object in bounded batches (see recompute). An identical PUT changes nothing. ETag: the definition version; If-Match makes the write conditional.',
+      body: Body,
+      input: (body): DerivedInput => ({
         objectType: body.objectType,
         expression: body.expression,
         aggregates: body.aggregates ?? {},
         maxStalenessMs: body.maxStalenessMs ?? DEFAULT_MAX_STALENESS_MS,
         description: body.description,
-      };
-      const result = await inWorld(app.pg, world, async (tx) => {
-        const all = await listDerived(tx, world);
-        const existing = all.find((d) => d.name === name);
-        checkIfMatch(expected, existing?.version, `derived property ${name}`);
-        if (existing?.state === 'valid' && sameInput(existing, input)) return { status: 200, def: existing };
-        const { version: schemaVersion, document } = await app.schemaReplica.current(tx, world);
+      }),
+      same: sameInput,
+      save: async (tx, { world, name, all, existing, input, document, next }) => {
         const others = all.filter((d) => d.name !== name);
         const states = new Map(others.map((d) => [d.name, { objectType: d.objectType, state: d.state }]));
         const checked = resolveDerived(name, input, { version: 0, validSince: '' }, document, states);
         if (!checked.resolved) throw new Unprocessable(`derived property ${name} cannot be defined`, checked.errors);
-        const candidate: DerivedDefinition = {
-          ...input,
-          worldId: world,
-          name,
-          version: (existing?.version ?? 0) + 1,
-          state: 'valid',
-          errors: [],
-          schemaVersion,
-          validSince: '',
-          createdAt: '',
-          updatedAt: '',
-        };
+        const candidate: DerivedDefinition = { ...input, ...next, validSince: '', createdAt: '', updatedAt: '' };
         // Cycles: every valid definition resolved as if this one were already in place.
         const together = [...others.filter((d) => d.state === 'valid'), candidate];
         const allStates = new Map(together.map((d) => [d.name, { objectType: d.objectType, state: 'valid' as const }]));
@@ -220,151 +175,47 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
         }
         const rules = await listRules(tx, world);
         const decisions = await listDecisionDefinitions(tx, world);
-        const broken = invalidatedBy(
+        refuseToBreak(
           document,
           { derived: all, rules, decisions },
           { derived: [...others, candidate], rules, decisions },
+          (broken) => `changing derived property ${name} would break what reads it: ${broken}`,
         );
-        if (broken.length > 0) {
-          throw new Conflict(`changing derived property ${name} would break what reads it: ${broken.join('; ')}`, {
-            invalidates: broken,
-          });
-        }
         if (existing && existing.objectType !== input.objectType) {
           await tx.query('DELETE FROM derived_values WHERE world_id = $1 AND name = $2', [world, name]);
         }
-        const def = await saveDerived(tx, {
-          ...input,
-          worldId: world,
-          name,
-          version: candidate.version,
-          state: 'valid',
-          errors: [],
-          schemaVersion,
-          invalidateValues: true,
-        });
-        await requestRecompute(tx, {
-          worldId: world,
-          kind: 'derived',
-          name,
-          definitionVersion: def.version,
-          objectType: def.objectType,
-          dueInMs: def.maxStalenessMs,
-        });
-        await bumpRevision(tx, world);
-        return { status: existing ? 200 : 201, def };
-      });
-      engine.worker.wake();
-      await app.consistencyHeader(reply, world);
-      reply.code(result.status).header('etag', `"${result.def.version}"`);
-      if (result.status === 201) reply.header('location', `/v1/worlds/${world}/derived-properties/${name}`);
-      return view(result.def, await recomputeOf(app.pg, world, 'derived', name));
-    },
-  );
-
-  app.get(
-    '/v1/worlds/:world/derived-properties/:name',
-    {
-      preHandler: app.authorize({ role: 'viewer' }),
-      schema: {
-        tags: ['derived properties'],
-        summary: 'Read a derived property’s definition and the progress of its recompute',
-        params: Params,
-        headers: ReadHeaders,
-        response: { 200: View, ...errors },
+        return saveDerived(tx, { ...input, ...next, invalidateValues: true });
       },
     },
-    async (request, reply) => {
-      const { world, name } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
-      const def = await getDerived(app.pg, world, name);
-      if (!def) {
-        if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
-        throw new NotFound(`derived property ${name} is not defined in ${world}`);
-      }
-      reply.header('etag', `"${def.version}"`);
-      await app.consistencyHeader(reply, world, watermark);
-      return view(def, await recomputeOf(app.pg, world, 'derived', name));
-    },
-  );
-
-  app.get(
-    '/v1/worlds/:world/derived-properties',
-    {
-      preHandler: app.authorize({ role: 'viewer' }),
-      schema: {
-        tags: ['derived properties'],
-        summary: 'List the derived properties of a world',
-        params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
-        headers: ReadHeaders,
-        querystring: Type.Object(
-          {
-            objectType: Type.Optional(Type.String({ pattern: NAME })),
-            state: Type.Optional(Type.Union([Type.Literal('valid'), Type.Literal('invalid')])),
-          },
-          { additionalProperties: false },
-        ),
-        response: { 200: Type.Object({ derivedProperties: Type.Array(View) }), ...errors },
+    get: { summary: 'Read a derived property’s definition and the progress of its recompute' },
+    list: {
+      summary: 'List the derived properties of a world',
+      key: 'derivedProperties',
+      query: {
+        objectType: Type.Optional(Type.String({ pattern: NAME })),
+        state: Type.Optional(Type.Union([Type.Literal('valid'), Type.Literal('invalid')])),
       },
+      filter:
+        ({ objectType, state }) =>
+        (d) =>
+          (objectType === undefined || d.objectType === objectType) && (state === undefined || d.state === state),
     },
-    async (request, reply) => {
-      const { world } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
-      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
-      const { objectType, state } = request.query;
-      const all = await listDerived(app.pg, world);
-      await app.consistencyHeader(reply, world, watermark);
-      return {
-        derivedProperties: all
-          .filter(
-            (d) =>
-              (objectType === undefined || d.objectType === objectType) && (state === undefined || d.state === state),
-          )
-          .map((d) => view(d)),
-      };
-    },
-  );
-
-  app.delete(
-    '/v1/worlds/:world/derived-properties/:name',
-    {
-      preHandler: app.authorize({ role: 'editor' }),
-      schema: {
-        tags: ['derived properties'],
-        summary: 'Delete a derived property and its values',
-        description: 'A 409 names the definitions that read it: delete or change those first.',
-        params: Params,
-        headers: WriteHeaders,
-        response: { 204: Type.Null(), ...errors },
-      },
-    },
-    async (request, reply) => {
-      const { world, name } = request.params;
-      const expected = ifMatch(request);
-      await inWorld(app.pg, world, async (tx) => {
-        const all = await listDerived(tx, world);
-        const existing = all.find((d) => d.name === name);
-        if (!existing) throw new NotFound(`derived property ${name} is not defined in ${world}`);
-        checkIfMatch(expected, existing.version, `derived property ${name}`);
-        const { document } = await app.schemaReplica.current(tx, world);
+    delete: {
+      summary: 'Delete a derived property and its values',
+      description: 'A 409 names the definitions that read it: delete or change those first.',
+      remove: async (tx, { world, name, all }) => {
+        const { document } = await fastify.schemaReplica.current(tx, world);
         const rules = await listRules(tx, world);
         const decisions = await listDecisionDefinitions(tx, world);
-        const broken = invalidatedBy(
+        refuseToBreak(
           document,
           { derived: all, rules, decisions },
           { derived: all.filter((d) => d.name !== name), rules, decisions },
+          (broken) => `derived property ${name} is read by: ${broken}`,
         );
-        if (broken.length > 0) {
-          throw new Conflict(`derived property ${name} is read by: ${broken.join('; ')}`, { invalidates: broken });
-        }
         await deleteDerived(tx, world, name);
-        await finishRecomputes(tx, world, 'derived', name);
-        await bumpRevision(tx, world);
-      });
-      engine.metrics.forget(world, name);
-      await app.consistencyHeader(reply, world);
-      reply.code(204);
-      return null;
+      },
+      afterCommit: (world, name) => engine.metrics.forget(world, name),
     },
-  );
+  });
 }

@@ -3,7 +3,14 @@
  * ordered and indexed by what they read. Cached per world and rebuilt when the world's
  * definition revision or schema version moves.
  */
-import type { FieldError, Queryable, SchemaDocument, SchemaReplica, Statement } from '@onto/shared';
+import {
+  Conflict,
+  type FieldError,
+  type Queryable,
+  type SchemaDocument,
+  type SchemaReplica,
+  type Statement,
+} from '@onto/shared';
 import type { DecisionDefinition, ResolvedDecision } from '../decisions/model.js';
 import { resolveDecision } from '../decisions/model.js';
 import { listDecisionDefinitions } from '../decisions/repository.js';
@@ -245,4 +252,15 @@ export function invalidatedBy(schema: SchemaDocument, before: Definitions, after
   compare('rule', was.rules, now.rules);
   compare('decision definition', was.decisions, now.decisions);
   return broken;
+}
+
+/** A 409 naming what the change would break (see invalidatedBy); `message` tells the change and its casualties. */
+export function refuseToBreak(
+  schema: SchemaDocument,
+  before: Definitions,
+  after: Definitions,
+  message: (broken: string) => string,
+): void {
+  const broken = invalidatedBy(schema, before, after);
+  if (broken.length > 0) throw new Conflict(message(broken.join('; ')), { invalidates: broken });
 }

@@ -1,0 +1,226 @@
+/**
+ * The HTTP skeleton of a per-world definition (derived properties, rules, decision definitions):
+ * `PUT|GET|DELETE /v1/worlds/{world}/<path>/{name}` and the list. Conditional writes, the
+ * consistency token, the world's transaction and the problem responses are the same for every
+ * kind; each kind says what its body is, how it is checked and saved, and how it is shown.
+ */
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { NotFound, type SchemaDocument, WORLD_ID } from '@onto/shared';
+import { type Static, type TObject, type TProperties, type TSchema, Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifySchema } from 'fastify';
+import type pg from 'pg';
+import type { Definition } from './definitions.js';
+import type { Engine } from './engine/engine.js';
+import { bumpRevision } from './engine/locks.js';
+import { finishRecomputes, type RecomputeProgress, recomputeOf, requestRecompute } from './engine/recompute-jobs.js';
+import {
+  checkIfMatch,
+  errors,
+  ifMatch,
+  inWorld,
+  NAME,
+  notProvisioned,
+  provisioned,
+  ReadHeaders,
+  WriteHeaders,
+} from './http.js';
+
+/** The world's definitions of the kind as a write finds them, and the one it is about. */
+export interface Found<D> {
+  world: string;
+  name: string;
+  all: D[];
+  existing: D | undefined;
+}
+
+/** What a PUT's `save` is given besides: the new version and the schema to check it against. */
+export interface Put<D, Input> extends Found<D> {
+  input: Input;
+  version: number;
+  document: SchemaDocument;
+  /** The new version's bookkeeping as it is saved: valid, without errors, checked at this schema. */
+  next: Pick<Definition, 'worldId' | 'name' | 'version' | 'errors' | 'schemaVersion'> & { state: 'valid' };
+}
+
+/** The progress of a definition's evaluation over existing objects, as PUT and GET show it. */
+export const RecomputeView = Type.Object({
+  pending: Type.Boolean(),
+  processed: Type.Integer(),
+  requestedAt: Type.String(),
+  finishedAt: Type.Union([Type.String(), Type.Null()]),
+});
+
+export interface DefinitionResource<D extends Definition, Body extends TObject, Input, Query extends TProperties> {
+  /** The path segment after the world, e.g. `rules`. */
+  path: string;
+  /** How messages and the name parameter call one, e.g. `derived property`. */
+  what: string;
+  tag: string;
+  View: TSchema;
+  view: (def: D, progress?: RecomputeProgress | null) => unknown;
+  table: {
+    list: (db: pg.Pool | pg.PoolClient, world: string) => Promise<D[]>;
+    get: (db: pg.Pool, world: string, name: string) => Promise<D | undefined>;
+  };
+  /**
+   * For kinds evaluated over every existing object: a PUT requests that (and wakes the worker),
+   * PUT and GET show its progress, a DELETE ends it.
+   */
+  recompute?: { kind: 'derived' | 'rule'; of: (def: D) => { objectType: string; dueInMs: number } };
+  put: {
+    summary: string;
+    description: string;
+    body: Body;
+    input: (body: Static<Body>) => Input;
+    /** A valid definition that a PUT would not change: it answers 200 and writes nothing. */
+    same: (def: D, input: Input) => boolean;
+    /** Checks the new version (422, 409) and stores it; runs in the world's transaction. */
+    save: (tx: pg.PoolClient, put: Put<D, Input>) => Promise<D>;
+  };
+  get: { summary: string };
+  list: {
+    summary: string;
+    /** The response's one property, e.g. `rules`. */
+    key: string;
+    /** The query parameters; no others are accepted. */
+    query: Query;
+    filter: (query: Static<TObject<Query>>) => (def: D) => boolean;
+  };
+  delete: {
+    summary: string;
+    description?: string;
+    /** Checks that nothing needs the definition (409) and removes it; runs in the world's transaction. */
+    remove: (tx: pg.PoolClient, found: Found<D> & { existing: D }) => Promise<void>;
+    /** After the delete committed. */
+    afterCommit?: (world: string, name: string) => void;
+  };
+}
+
+/** Registers the four routes of one kind of definition on `fastify`. */
+export function definitionResource<D extends Definition, Body extends TObject, Input, Query extends TProperties>(
+  fastify: FastifyInstance,
+  engine: Engine,
+  r: DefinitionResource<D, Body, Input, Query>,
+) {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const url = `/v1/worlds/:world/${r.path}/:name`;
+  const Params = Type.Object({
+    world: Type.String({ pattern: WORLD_ID }),
+    name: Type.String({ pattern: NAME, description: `the ${r.what}, unique in the world` }),
+  });
+  const show = async (world: string, def: D) =>
+    r.recompute ? r.view(def, await recomputeOf(app.pg, world, r.recompute.kind, def.name)) : r.view(def);
+  const options = <S extends FastifySchema>(role: 'viewer' | 'editor', schema: S) => ({
+    preHandler: app.authorize({ role }),
+    schema: { tags: [r.tag], ...schema },
+  });
+
+  app.put(
+    url,
+    options('editor', {
+      summary: r.put.summary,
+      description: r.put.description,
+      params: Params,
+      headers: WriteHeaders,
+      body: r.put.body,
+      response: { 200: r.View, 201: r.View, ...errors },
+    }),
+    async (request, reply) => {
+      const { world, name } = request.params;
+      const expected = ifMatch(request);
+      await app.awaitConsistency(request, world);
+      const input = r.put.input(request.body as Static<Body>);
+      const result = await inWorld(app.pg, world, async (tx): Promise<{ status: 200 | 201; def: D }> => {
+        const all = await r.table.list(tx, world);
+        const existing = all.find((d) => d.name === name);
+        checkIfMatch(expected, existing?.version, `${r.what} ${name}`);
+        if (existing?.state === 'valid' && r.put.same(existing, input)) return { status: 200, def: existing };
+        const { version: schemaVersion, document } = await app.schemaReplica.current(tx, world);
+        const version = (existing?.version ?? 0) + 1;
+        const next = { worldId: world, name, version, state: 'valid' as const, errors: [], schemaVersion };
+        const def = await r.put.save(tx, { world, name, all, existing, input, version, document, next });
+        if (r.recompute) {
+          const { kind, of } = r.recompute;
+          await requestRecompute(tx, { worldId: world, kind, name, definitionVersion: def.version, ...of(def) });
+        }
+        await bumpRevision(tx, world);
+        return { status: existing ? 200 : 201, def };
+      });
+      if (r.recompute) engine.worker.wake();
+      await app.consistencyHeader(reply, world);
+      reply.code(result.status).header('etag', `"${result.def.version}"`);
+      if (result.status === 201) reply.header('location', `/v1/worlds/${world}/${r.path}/${name}`);
+      return show(world, result.def);
+    },
+  );
+
+  app.get(
+    url,
+    options('viewer', {
+      summary: r.get.summary,
+      params: Params,
+      headers: ReadHeaders,
+      response: { 200: r.View, ...errors },
+    }),
+    async (request, reply) => {
+      const { world, name } = request.params;
+      const watermark = await app.awaitConsistency(request, world);
+      const def = await r.table.get(app.pg, world, name);
+      if (!def) {
+        if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+        throw new NotFound(`${r.what} ${name} is not defined in ${world}`);
+      }
+      reply.header('etag', `"${def.version}"`);
+      await app.consistencyHeader(reply, world, watermark);
+      return show(world, def);
+    },
+  );
+
+  app.get(
+    `/v1/worlds/:world/${r.path}`,
+    options('viewer', {
+      summary: r.list.summary,
+      params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
+      headers: ReadHeaders,
+      querystring: Type.Object(r.list.query, { additionalProperties: false }),
+      response: { 200: Type.Object({ [r.list.key]: Type.Array(r.View) }), ...errors },
+    }),
+    async (request, reply) => {
+      const { world } = request.params;
+      const watermark = await app.awaitConsistency(request, world);
+      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      const all = await r.table.list(app.pg, world);
+      await app.consistencyHeader(reply, world, watermark);
+      const wanted = r.list.filter(request.query as Static<TObject<Query>>);
+      return { [r.list.key]: all.filter(wanted).map((d) => r.view(d)) };
+    },
+  );
+
+  app.delete(
+    url,
+    options('editor', {
+      summary: r.delete.summary,
+      ...(r.delete.description === undefined ? {} : { description: r.delete.description }),
+      params: Params,
+      headers: WriteHeaders,
+      response: { 204: Type.Null(), ...errors },
+    }),
+    async (request, reply) => {
+      const { world, name } = request.params;
+      const expected = ifMatch(request);
+      await inWorld(app.pg, world, async (tx) => {
+        const all = await r.table.list(tx, world);
+        const existing = all.find((d) => d.name === name);
+        if (!existing) throw new NotFound(`${r.what} ${name} is not defined in ${world}`);
+        checkIfMatch(expected, existing.version, `${r.what} ${name}`);
+        await r.delete.remove(tx, { world, name, all, existing });
+        if (r.recompute) await finishRecomputes(tx, world, r.recompute.kind, name);
+        await bumpRevision(tx, world);
+      });
+      r.delete.afterCommit?.(world, name);
+      await app.consistencyHeader(reply, world);
+      reply.code(204);
+      return null;
+    },
+  );
+}
