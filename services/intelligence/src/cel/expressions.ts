@@ -23,7 +23,7 @@ import {
   plan,
 } from '@bufbuild/cel';
 import { strings } from '@bufbuild/cel/ext';
-import type { PropertyType } from '@onto/shared';
+import type { FieldError, ObjectType, PropertyType } from '@onto/shared';
 
 export const ROOTS = ['self', 'derived', 'agg', 'alert'] as const;
 export type Root = (typeof ROOTS)[number];
@@ -161,6 +161,22 @@ function collect(expr: Expr | undefined, roots: ReadonlySet<Root>, bound: Readon
 
 const cache = new Map<string, Compiled>();
 const MAX_CACHED = 10_000;
+
+/**
+ * A fault at `path` for each property an expression reads (`self.<p>`, or bare) that the object
+ * type does not have; none for a type not in the schema, which is a fault of its own.
+ */
+export function missingProperties(
+  refs: References,
+  type: ObjectType | undefined,
+  objectType: string,
+  path: string,
+): FieldError[] {
+  if (!type) return [];
+  return [...refs.self]
+    .filter((p) => !Object.hasOwn(type.properties, p))
+    .map((p) => ({ path, message: `${refs.bare.has(p) ? p : `self.${p}`}: ${objectType} has no property ${p}` }));
+}
 
 /**
  * Parses and plans `source`, refusing identifiers other than `roots` and functions CEL does not

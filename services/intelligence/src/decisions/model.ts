@@ -1,6 +1,6 @@
 /** Decision definitions as pure rules: what turns an alert into a proposed action. */
 import type { FieldError, SchemaDocument } from '@onto/shared';
-import { compile, type Program } from '../cel/expressions.js';
+import { compile, missingProperties, type Program } from '../cel/expressions.js';
 import type { Definition } from '../definitions.js';
 
 export const APPROVALS = ['automatic', 'manual'] as const;
@@ -91,15 +91,7 @@ export function resolveDecision(
       }
     }
     for (const objectType of objectTypes) {
-      const type = schema.objectTypes[objectType];
-      for (const p of compiled.refs.self) {
-        if (type && !Object.hasOwn(type.properties, p)) {
-          errors.push({
-            path: at,
-            message: `${compiled.refs.bare.has(p) ? p : `self.${p}`}: ${objectType} has no property ${p}`,
-          });
-        }
-      }
+      errors.push(...missingProperties(compiled.refs, schema.objectTypes[objectType], objectType, at));
       for (const d of compiled.refs.derived) {
         const def = derived.get(d);
         if (!def || def.objectType !== objectType || def.state !== 'valid') {

@@ -3,7 +3,7 @@
  * the replicated schema and the world's other definitions, and what it depends on.
  */
 import type { FieldError, ObjectType, PropertyType, SchemaDocument } from '@onto/shared';
-import { compile, type Program } from '../cel/expressions.js';
+import { compile, missingProperties, type Program } from '../cel/expressions.js';
 import type { Definition } from '../definitions.js';
 
 export const AGGREGATE_FUNCTIONS = ['count', 'sum', 'min', 'max', 'avg'] as const;
@@ -181,14 +181,7 @@ export function resolveDerived(
     errors.push({ path: '/expression', message: compiled.message });
     return { errors };
   }
-  for (const p of compiled.refs.self) {
-    if (type && !Object.hasOwn(type.properties, p)) {
-      errors.push({
-        path: '/expression',
-        message: `${compiled.refs.bare.has(p) ? p : `self.${p}`}: ${input.objectType} has no property ${p}`,
-      });
-    }
-  }
+  errors.push(...missingProperties(compiled.refs, type, input.objectType, '/expression'));
   for (const d of compiled.refs.derived) {
     const fault = derivedRef('/expression', d, input.objectType);
     if (fault) errors.push({ path: fault.path, message: `derived.${d}: ${fault.message}` });

@@ -1,6 +1,6 @@
 /** Rules as pure rules: what a rule says and how it is checked against the schema. */
 import type { FieldError, SchemaDocument } from '@onto/shared';
-import { compile, type Program } from '../cel/expressions.js';
+import { compile, missingProperties, type Program } from '../cel/expressions.js';
 import type { Definition } from '../definitions.js';
 
 export const SEVERITIES = ['info', 'warning', 'critical'] as const;
@@ -49,14 +49,7 @@ export function resolveRule(
     errors.push({ path: '/condition', message: compiled.message });
     return { errors };
   }
-  for (const p of compiled.refs.self) {
-    if (type && !Object.hasOwn(type.properties, p)) {
-      errors.push({
-        path: '/condition',
-        message: `${compiled.refs.bare.has(p) ? p : `self.${p}`}: ${input.objectType} has no property ${p}`,
-      });
-    }
-  }
+  errors.push(...missingProperties(compiled.refs, type, input.objectType, '/condition'));
   for (const d of compiled.refs.derived) {
     const def = derived.get(d);
     if (!def) errors.push({ path: '/condition', message: `derived.${d}: derived property ${d} is not defined` });
