@@ -74,6 +74,9 @@ describe('single-object writes committed in groups', () => {
     expect(stats.groups - before.groups, 'writes were committed in groups').toBeGreaterThan(0);
     expect(stats.grouped - before.grouped).toBeGreaterThan(stats.groups - before.groups);
     expect(stats.fellBack - before.fellBack).toBe(0);
+    const metrics = (await s.dataCall('GET', '/metrics')).body;
+    expect(metrics).toContain(`onto_data_write_groups_total{service="data"} ${stats.groups}`);
+    expect(metrics).toContain(`onto_data_grouped_writes_total{service="data"} ${stats.grouped}`);
 
     for (const [i, r] of created.entries()) {
       expect(r.statusCode, r.body).toBe(201);

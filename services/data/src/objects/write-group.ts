@@ -8,6 +8,7 @@ import {
   type Statement,
 } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
+import { Counter } from 'prom-client';
 import { WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
 import { type ContextRow, contextOf, type HeadWrite } from './repository.js';
 import { type ObjectWrite, type ObjectWritten, planObjectWrite, type WritePlan } from './write.js';
@@ -119,7 +120,35 @@ export class WriteGroups {
   constructor(
     private readonly app: FastifyInstance,
     private readonly options: WriteGroupOptions,
-  ) {}
+  ) {
+    const stats = this.stats;
+    const counter = (name: string, help: string, value: () => number) =>
+      new Counter({
+        name,
+        help,
+        registers: [app.metrics],
+        collect() {
+          this.reset();
+          this.inc(value());
+        },
+      });
+    counter(
+      'onto_data_write_groups_total',
+      'Transactions that committed several single-object writes',
+      () => stats.groups,
+    );
+    counter('onto_data_grouped_writes_total', 'Single-object writes committed in a group', () => stats.grouped);
+    counter(
+      'onto_data_writes_alone_total',
+      'Single-object writes that ran in a transaction of their own',
+      () => stats.alone,
+    );
+    counter(
+      'onto_data_write_group_fallbacks_total',
+      'Groups that failed as a whole and whose writes ran again alone',
+      () => stats.fellBack,
+    );
+  }
 
   /** Writes waiting for a group. */
   get queued(): number {
