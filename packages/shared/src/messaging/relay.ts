@@ -58,12 +58,13 @@ const LANE_LOCK_SPACE = 0x6f6e746f;
  * transaction, which spans publish and acknowledgement: while one relay publishes a lane, no
  * other can, so per-key order holds with any number of relays. The rows are read by a second
  * statement, whose snapshot is taken after the locks: it sees what the lane's previous holder
- * committed, so nothing already sent is claimed again and no row lock is needed.
+ * committed, so nothing already sent is claimed again and no row lock is needed. That statement
+ * finds the lanes among the session's own advisory locks, so it travels with BEGIN and the locks:
+ * one round trip per claim.
  */
 async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number): Promise<ClaimedRow[]> {
-  // BEGIN and the lane locks in one round trip. Marking sent need not wait for the WAL flush: if
-  // PostgreSQL loses the mark in a crash the rows are published again, which consumers absorb;
-  // an event is never lost by it.
+  // Marking sent need not wait for the WAL flush: if PostgreSQL loses the mark in a crash the
+  // rows are published again, which consumers absorb; an event is never lost by it.
   const results = await queryTogether(client, [
     { text: 'BEGIN' },
     { text: 'SET LOCAL synchronous_commit = off' },
@@ -74,22 +75,27 @@ async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number)
            CROSS JOIN LATERAL (SELECT id FROM outbox_pending WHERE lane = l.lane ORDER BY id LIMIT 1) first
           ORDER BY first.id
        )
-       SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $2`,
+       SELECT count(*)::int AS n FROM (SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $2) locked`,
       values: [LANE_LOCK_SPACE, maxLanes, OUTBOX_LANES],
     },
+    {
+      // The lanes this transaction locked, oldest pending row first (a lock on two int4 keys shows
+      // in pg_locks as classid = key 1, objid = key 2, objsubid = 2).
+      text: `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
+         FROM unnest(ARRAY(
+                SELECT l.objid::int FROM pg_locks l
+                 WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted
+                   AND l.classid = $1::oid AND l.objsubid = 2
+                 ORDER BY (SELECT id FROM outbox_pending WHERE lane = l.objid::int ORDER BY id LIMIT 1)
+              )) WITH ORDINALITY AS mine(lane, n)
+         CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $2) p
+         JOIN outbox o ON o.id = p.id
+        ORDER BY mine.n, o.id
+        LIMIT $2`,
+      values: [LANE_LOCK_SPACE, batchSize],
+    },
   ]);
-  const lanes = (results[2]?.rows ?? []).map((r) => r.lane as number);
-  if (lanes.length === 0) return [];
-  const { rows } = await client.query<ClaimedRow>(
-    `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
-       FROM unnest($1::smallint[]) WITH ORDINALITY AS mine(lane, n)
-       CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $2) p
-       JOIN outbox o ON o.id = p.id
-      ORDER BY mine.n, o.id
-      LIMIT $2`,
-    [lanes, batchSize],
-  );
-  return rows;
+  return (results[3]?.rows ?? []) as unknown as ClaimedRow[];
 }
 
 interface ClaimedRow extends PendingRow {
