@@ -159,6 +159,10 @@ export class OutboxRelay {
   private loops: Promise<void>[] = [];
   private listener: pg.PoolClient | undefined;
   private wakers = new Set<() => void>();
+  /** Loops backing off after a failed publish: new rows do not cut their wait short, stop() does. */
+  private backingOff = new Set<() => void>();
+  /** Counts the signals that rows were committed: a loop whose batch overlapped one claims again. */
+  private signals = 0;
   private unsubscribe: () => void = () => {};
   private pruneTimer: NodeJS.Timeout | undefined;
   private readonly published: Counter;
@@ -269,7 +273,7 @@ export class OutboxRelay {
     });
     this.stopped.catch(() => {});
     await this.listen();
-    this.unsubscribe = onLocalOutboxWrite(() => this.wakeAll());
+    this.unsubscribe = onLocalOutboxWrite(() => this.wakeOne());
     this.loops = Array.from({ length: this.opts.concurrency }, (_, i) => this.loop(i));
     this.pruneTimer = setInterval(() => {
       this.prune().catch((err) => this.opts.logger.warn({ err }, 'outbox prune failed'));
@@ -322,36 +326,53 @@ export class OutboxRelay {
     const log = this.opts.logger.child({ component: 'outbox-relay', loop: index });
     let failures = 0;
     while (this.running) {
+      const signalled = this.signals;
       try {
         const n = await this.publishBatch(index);
         failures = 0;
-        if (n === this.batchSize) continue; // more is waiting
+        if (n === this.batchSize) {
+          this.wakeOne(); // more is waiting: another loop may take lanes this one could not
+          continue;
+        }
+        // Rows committed while this batch ran wait for nobody else if every loop was busy.
+        if (this.signals !== signalled) continue;
       } catch (err) {
         failures++;
         const delay = Math.min(this.opts.backoffInitialMs * 2 ** (failures - 1), this.opts.backoffMaxMs);
         log.warn({ err, failures, retryInMs: delay }, 'outbox publish failed; rows stay pending');
-        await this.sleep(delay);
+        await this.sleep(delay, this.backingOff);
         continue;
       }
       await this.sleep(this.opts.pollIntervalMs);
     }
   }
 
-  private sleep(ms: number): Promise<void> {
+  /** Sleeps until the timer, stop() or, if `wakers` is the signal set, new rows. */
+  private sleep(ms: number, wakers = this.wakers): Promise<void> {
     if (!this.running) return Promise.resolve();
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
-        this.wakers.delete(done);
+        wakers.delete(done);
         resolve();
       };
       const timer = setTimeout(done, ms);
-      this.wakers.add(done);
+      wakers.add(done);
     });
   }
 
+  /**
+   * New rows: one sleeping loop claims them (waking every loop made all but one claim nothing). A
+   * loop busy meanwhile claims again when its batch is done, and a loop that found a full batch
+   * wakes another, so a backlog still gets every loop.
+   */
+  private wakeOne() {
+    this.signals++;
+    for (const wake of this.wakers) return wake();
+  }
+
   private wakeAll() {
-    for (const wake of [...this.wakers]) wake();
+    for (const wake of [...this.wakers, ...this.backingOff]) wake();
   }
 
   private async listen(): Promise<void> {
@@ -359,7 +380,7 @@ export class OutboxRelay {
       const client = await this.opts.pool.connect();
       // A notification this process sent is one its relays were already woken for, locally.
       client.on('notification', (n) => {
-        if (n.payload !== OUTBOX_SIGNAL_SENDER) this.wakeAll();
+        if (n.payload !== OUTBOX_SIGNAL_SENDER) this.wakeOne();
       });
       client.on('error', (err) => {
         // The poll keeps the relay going; listen again once PostgreSQL answers.
