@@ -35,18 +35,26 @@ export async function pendingRows(db: Queryable, limit: number): Promise<Pending
   return rows;
 }
 
+/**
+ * Marks rows sent: takes them out of the pending set (`USING` and `WHERE` say which) and records
+ * the ones it took in one outbox_sent row, with the time. Answers how many it took.
+ */
+function markSent(using: string, where: string): string {
+  return `WITH done AS (
+       DELETE FROM outbox_pending p USING ${using} WHERE ${where} RETURNING p.id
+     ), sent AS (
+       INSERT INTO outbox_sent (ids) SELECT array_agg(id) FROM done HAVING count(*) > 0 RETURNING ids
+     )
+     SELECT coalesce(sum(cardinality(ids)), 0)::int AS n FROM sent`;
+}
+
 /** Marks rows sent; rows already sent are left as they are, so acknowledging twice is a no-op. */
 export async function acknowledge(db: Queryable, ids: number[]): Promise<number> {
-  const { rowCount } = await db.query(
-    `WITH done AS (
-       DELETE FROM outbox_pending p USING outbox o
-        WHERE o.id = ANY($1::bigint[]) AND p.lane = o.lane AND p.id = o.id
-       RETURNING p.id
-     )
-     UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done)`,
+  const { rows } = await db.query<{ n: number }>(
+    markSent('outbox o', 'o.id = ANY($1::bigint[]) AND p.lane = o.lane AND p.id = o.id'),
     [ids],
   );
-  return rowCount ?? 0;
+  return rows[0]?.n ?? 0;
 }
 
 // Namespace of the lane advisory locks (the bytes of "onto").
@@ -102,17 +110,11 @@ interface ClaimedRow extends PendingRow {
   lane: number;
 }
 
-/** Marks claimed rows sent (out of the pending set, `sent_at` set in the history) and commits, in one round trip. */
+/** Marks claimed rows sent (out of the pending set, one outbox_sent row) and commits, in one round trip. */
 async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[]): Promise<void> {
   await queryTogether(client, [
     {
-      text: `WITH done AS (
-         DELETE FROM outbox_pending p
-          USING unnest($1::smallint[], $2::bigint[]) AS s(lane, id)
-          WHERE p.lane = s.lane AND p.id = s.id
-         RETURNING p.id
-       )
-       UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done)`,
+      text: markSent('unnest($1::smallint[], $2::bigint[]) AS s(lane, id)', 'p.lane = s.lane AND p.id = s.id'),
       values: [rows.map((r) => r.lane), rows.map((r) => r.id)],
     },
     { text: 'COMMIT' },
@@ -304,21 +306,23 @@ export class OutboxRelay {
     }
   }
 
-  /** Deletes rows sent longer ago than the retention, in bounded chunks. */
+  /** Deletes rows sent longer ago than the retention, with their sent marks, 50 batches at a time. */
   async prune(): Promise<number> {
     let total = 0;
     for (;;) {
-      const { rowCount } = await this.opts.pool.query(
-        // created_at <= sent_at, so the BRIN index on created_at narrows the scan to old pages.
-        `DELETE FROM outbox WHERE id IN (
-           SELECT id FROM outbox
-            WHERE created_at < now() - make_interval(secs => $1::float8 / 1000)
-              AND sent_at < now() - make_interval(secs => $1::float8 / 1000)
-            LIMIT 5000)`,
+      const { rows } = await this.opts.pool.query<{ batches: number; pruned: number }>(
+        `WITH old AS (
+           DELETE FROM outbox_sent WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM outbox_sent WHERE sent_at < now() - make_interval(secs => $1::float8 / 1000) LIMIT 50))
+           RETURNING ids
+         ), gone AS (
+           DELETE FROM outbox WHERE id IN (SELECT unnest(ids) FROM old) RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM old)::int AS batches, (SELECT count(*) FROM gone)::int AS pruned`,
         [this.opts.retentionMs],
       );
-      total += rowCount ?? 0;
-      if ((rowCount ?? 0) < 5000) return total;
+      total += rows[0]?.pruned ?? 0;
+      if ((rows[0]?.batches ?? 0) < 50) return total;
     }
   }
 
