@@ -215,8 +215,8 @@ try {
   const dataDb = new pg.Client(stack.dataDb.url);
   await dataDb.connect();
   const { rows: outbox } = await dataDb.query<{ event_id: string; key: string; created: Date; sent: Date }>(
-    `SELECT event_id::text, partition_key AS key, created_at AS created, sent_at AS sent FROM outbox
-      WHERE topic LIKE '%onto.changes.objects' AND sent_at IS NOT NULL`,
+    `SELECT event_id::text, partition_key AS key, created_at AS created, sent_at AS sent
+       FROM outbox JOIN outbox_sent_rows USING (id) WHERE topic LIKE '%onto.changes.objects'`,
   );
   await dataDb.end();
   const { rows: inbox } = await db.query<{ event_id: string; at: Date }>(

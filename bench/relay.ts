@@ -107,7 +107,7 @@ try {
   const relayRate = rows / relaySeconds;
 
   // --- 2b. the same drain with a producer that does nothing: what PostgreSQL alone allows
-  await pool.query('UPDATE outbox SET sent_at = NULL');
+  await pool.query('TRUNCATE outbox_sent');
   await pool.query('INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM outbox');
   const nullRelay = new OutboxRelay({
     pool,

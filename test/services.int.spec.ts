@@ -105,9 +105,10 @@ describe.each(SERVICES)('$name service outbox', (service) => {
       });
       await consumer.disconnect();
       expect(JSON.parse(received)).toMatchObject({ event_id: event.event_id, payload: { from: service.name } });
-      const { rows } = await built.app.pg.query('SELECT sent_at IS NOT NULL AS sent FROM outbox WHERE event_id = $1', [
-        event.event_id,
-      ]);
+      const { rows } = await built.app.pg.query(
+        'SELECT s.sent_at IS NOT NULL AS sent FROM outbox LEFT JOIN outbox_sent_rows s USING (id) WHERE event_id = $1',
+        [event.event_id],
+      );
       expect(rows).toEqual([{ sent: true }]);
     } finally {
       await built.close();

@@ -19,7 +19,7 @@ describe('transactional outbox', () => {
     await fx?.close();
   });
   beforeEach(async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, orders');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent, orders');
   });
 
   async function placeOrder(id: string, amount: number, fault?: () => void) {
@@ -116,9 +116,10 @@ describe('transactional outbox', () => {
     await enqueue(fx.pool, orderEvent('a', 1), fx.prefix);
     const [row] = await pendingRows(fx.pool, 1);
     expect(await acknowledge(fx.pool, [row?.id ?? 0])).toBe(1);
-    const sentAt = (await fx.pool.query('SELECT sent_at FROM outbox')).rows[0]?.sent_at;
+    const sentAt = (await fx.pool.query('SELECT sent_at FROM outbox_sent_rows')).rows;
+    expect(sentAt).toHaveLength(1);
     expect(await acknowledge(fx.pool, [row?.id ?? 0])).toBe(0);
-    expect((await fx.pool.query('SELECT sent_at FROM outbox')).rows[0]?.sent_at).toEqual(sentAt);
+    expect((await fx.pool.query('SELECT sent_at FROM outbox_sent_rows')).rows).toEqual(sentAt);
     expect(await pendingRows(fx.pool, 10)).toEqual([]);
   });
 
@@ -148,7 +149,9 @@ describe('transactional outbox', () => {
     faulty.failNext(1);
     const relay = new OutboxRelay({ pool: fx.pool, producer: faulty, logger: testLogger, batchSize: 10 });
     await expect(relay.publishBatch()).rejects.toThrow('injected: broker unavailable');
-    const { rows } = await fx.pool.query('SELECT attempts, last_error, sent_at FROM outbox ORDER BY id');
+    const { rows } = await fx.pool.query(
+      'SELECT attempts, last_error, s.sent_at FROM outbox LEFT JOIN outbox_sent_rows s USING (id) ORDER BY id',
+    );
     expect(rows).toEqual([
       { attempts: 1, last_error: 'injected: broker unavailable', sent_at: null },
       { attempts: 1, last_error: 'injected: broker unavailable', sent_at: null },
@@ -177,17 +180,18 @@ describe('transactional outbox', () => {
 
   it('prunes sent rows older than the retention, and only those', async () => {
     await enqueue(fx.pool, [orderEvent('old', 1), orderEvent('new', 1), orderEvent('pending', 1)], fx.prefix);
-    const sent = await pendingRows(fx.pool, 2);
-    await acknowledge(
-      fx.pool,
-      sent.map((r) => r.id),
-    );
-    await fx.pool.query(
-      `UPDATE outbox SET created_at = now() - interval '3 days', sent_at = now() - interval '2 days' WHERE partition_key LIKE '%old'`,
-    );
+    const [old, recent] = await pendingRows(fx.pool, 2);
+    expect(await acknowledge(fx.pool, [old?.id ?? 0])).toBe(1);
+    expect(await acknowledge(fx.pool, [recent?.id ?? 0])).toBe(1);
+    await fx.pool.query(`UPDATE outbox SET created_at = now() - interval '3 days' WHERE id = $1`, [old?.id]);
+    await fx.pool.query(`UPDATE outbox_sent SET sent_at = now() - interval '2 days' WHERE $1::bigint = ANY(ids)`, [
+      old?.id,
+    ]);
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, retentionMs: 24 * 3600_000 });
     expect(await relay.prune()).toBe(1);
     const { rows } = await fx.pool.query<{ partition_key: string }>('SELECT partition_key FROM outbox ORDER BY id');
     expect(rows.map((r) => r.partition_key)).toEqual(['w1/order/new', 'w1/order/pending']);
+    const marks = await fx.pool.query('SELECT id FROM outbox_sent_rows');
+    expect(marks.rows).toEqual([{ id: recent?.id }]);
   });
 });

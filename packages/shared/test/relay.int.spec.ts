@@ -23,7 +23,7 @@ describe('outbox relay', () => {
   });
 
   it('delivered twice, effect once: the relay dies after the broker acknowledged, before marking sent', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, effects, inbox');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent, effects, inbox');
     const messages = [orderEvent('twice', 1), orderEvent('twice', 2), orderEvent('once', 1)];
     await enqueue(fx.pool, messages, fx.prefix);
     const crashing = new OutboxRelay({
@@ -62,7 +62,7 @@ describe('outbox relay', () => {
       await new Promise((r) => setTimeout(r, 500));
       const counts = await effectCounts(fx.pool);
       expect(ids.map((id) => counts.get(id))).toEqual([1, 1, 1]);
-      const { rows } = await fx.pool.query('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NOT NULL');
+      const { rows } = await fx.pool.query('SELECT count(*)::int AS n FROM outbox_sent_rows');
       expect(rows[0]?.n).toBe(3);
     } finally {
       await consumer.stop();
@@ -70,7 +70,7 @@ describe('outbox relay', () => {
   });
 
   it('two relay processes at once keep per-key order on every partition', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
     const keys = Array.from({ length: 24 }, (_, i) => `order-${i}`);
     const versions = 60;
     const relays = [0, 1].map(() =>
@@ -127,7 +127,7 @@ describe('outbox relay', () => {
   }, 120_000); // two processes start (tsx) and drain on a loaded CI machine
 
   it('a relay killed with SIGKILL in the middle of a batch loses nothing', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
     const messages = Array.from({ length: 600 }, (_, i) =>
       orderEvent(`kill-${i % 30}`, Math.floor(i / 30) + 1, { world: 'kill' }),
     );
@@ -159,7 +159,7 @@ describe('outbox relay', () => {
   });
 
   it('wakes at once when a transaction of this process enqueues, without waiting for its poll', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 60_000 });
     await relay.start();
     try {
@@ -174,7 +174,7 @@ describe('outbox relay', () => {
   });
 
   it('wakes a relay in another process by NOTIFY, sent after the commit', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
     const other = spawnFixture('relay-process', {
       DATABASE_URL: fx.db.url,
       KAFKA_BROKERS: fx.endpoints.kafkaBrokers,
@@ -194,7 +194,7 @@ describe('outbox relay', () => {
   });
 
   it('falls back to polling when a notification is lost', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 300 });
     await relay.start();
     try {
@@ -213,7 +213,7 @@ describe('outbox relay', () => {
   });
 
   it('reports backlog, oldest pending age, published and failures as metrics', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending');
+    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
     const { Registry } = await import('prom-client');
     const registry = new Registry();
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, registry });

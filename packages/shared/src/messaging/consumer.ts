@@ -98,7 +98,8 @@ interface Recorded {
   parked: string[];
   known: string[];
   blocked: string[];
-  inserted: string[];
+  /** The events of the batch with no inbox row inserted: usually none, so little to send and parse. */
+  notInserted: string[];
 }
 
 interface Decoded {
@@ -427,16 +428,21 @@ export class InboxConsumer {
           ORDER BY b.n
          ON CONFLICT (consumer, event_id) DO NOTHING
          RETURNING event_id
+       ), skipped AS MATERIALIZED (
+         -- Only an event that got no inbox row can have been seen or parked before: the inbox and
+         -- inbox_deferred are probed for these, usually none, rather than for the whole batch.
+         SELECT b.event_id FROM batch b WHERE NOT EXISTS (SELECT 1 FROM inserted i WHERE i.event_id = b.event_id)
        )
        SELECT
-         ARRAY(SELECT event_id::text FROM inbox WHERE consumer = $1 AND event_id = ANY($2::uuid[])) AS seen,
-         ARRAY(SELECT event_id::text FROM inbox_deferred WHERE consumer = $1 AND event_id = ANY($2::uuid[])) AS parked,
+         ARRAY(SELECT i.event_id::text FROM skipped s JOIN inbox i ON i.consumer = $1 AND i.event_id = s.event_id) AS seen,
+         ARRAY(SELECT d.event_id::text FROM skipped s
+                 JOIN inbox_deferred d ON d.consumer = $1 AND d.event_id = s.event_id) AS parked,
          ARRAY(SELECT caused_by::text FROM known) AS known,
          ARRAY(SELECT DISTINCT d.topic || chr(31) || d.partition_key FROM inbox_deferred d
                  JOIN (SELECT DISTINCT topic, partition_key FROM batch) k
                    ON d.topic = k.topic AND d.partition_key = k.partition_key
                 WHERE d.consumer = $1) AS blocked,
-         ARRAY(SELECT event_id::text FROM inserted) AS inserted`,
+         ARRAY(SELECT event_id::text FROM skipped) AS "notInserted"`,
       values: [
         this.opts.name,
         events.map((e) => e.event.event_id),
@@ -459,7 +465,8 @@ export class InboxConsumer {
     const seen = new Set([...recorded.seen, ...recorded.parked]);
     const known = new Set(recorded.known);
     const blocked = new Set(recorded.blocked);
-    const inserted = new Set(recorded.inserted);
+    const notInserted = new Set(recorded.notInserted);
+    const inserted = { has: (id: string) => !notInserted.has(id) };
     const toApply: ReceivedEvent[] = [];
     const toPark: ReceivedEvent[] = [];
     let duplicates = 0;

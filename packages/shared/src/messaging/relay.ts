@@ -35,18 +35,26 @@ export async function pendingRows(db: Queryable, limit: number): Promise<Pending
   return rows;
 }
 
+/**
+ * Marks rows sent: takes them out of the pending set (`USING` and `WHERE` say which) and records
+ * the ones it took in one outbox_sent row, with the time. Answers how many it took.
+ */
+function markSent(using: string, where: string): string {
+  return `WITH done AS (
+       DELETE FROM outbox_pending p USING ${using} WHERE ${where} RETURNING p.id
+     ), sent AS (
+       INSERT INTO outbox_sent (ids) SELECT array_agg(id) FROM done HAVING count(*) > 0 RETURNING ids
+     )
+     SELECT coalesce(sum(cardinality(ids)), 0)::int AS n FROM sent`;
+}
+
 /** Marks rows sent; rows already sent are left as they are, so acknowledging twice is a no-op. */
 export async function acknowledge(db: Queryable, ids: number[]): Promise<number> {
-  const { rowCount } = await db.query(
-    `WITH done AS (
-       DELETE FROM outbox_pending p USING outbox o
-        WHERE o.id = ANY($1::bigint[]) AND p.lane = o.lane AND p.id = o.id
-       RETURNING p.id
-     )
-     UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done)`,
+  const { rows } = await db.query<{ n: number }>(
+    markSent('outbox o', 'o.id = ANY($1::bigint[]) AND p.lane = o.lane AND p.id = o.id'),
     [ids],
   );
-  return rowCount ?? 0;
+  return rows[0]?.n ?? 0;
 }
 
 // Namespace of the lane advisory locks (the bytes of "onto").
@@ -58,12 +66,13 @@ const LANE_LOCK_SPACE = 0x6f6e746f;
  * transaction, which spans publish and acknowledgement: while one relay publishes a lane, no
  * other can, so per-key order holds with any number of relays. The rows are read by a second
  * statement, whose snapshot is taken after the locks: it sees what the lane's previous holder
- * committed, so nothing already sent is claimed again and no row lock is needed.
+ * committed, so nothing already sent is claimed again and no row lock is needed. That statement
+ * finds the lanes among the session's own advisory locks, so it travels with BEGIN and the locks:
+ * one round trip per claim.
  */
 async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number): Promise<ClaimedRow[]> {
-  // BEGIN and the lane locks in one round trip. Marking sent need not wait for the WAL flush: if
-  // PostgreSQL loses the mark in a crash the rows are published again, which consumers absorb;
-  // an event is never lost by it.
+  // Marking sent need not wait for the WAL flush: if PostgreSQL loses the mark in a crash the
+  // rows are published again, which consumers absorb; an event is never lost by it.
   const results = await queryTogether(client, [
     { text: 'BEGIN' },
     { text: 'SET LOCAL synchronous_commit = off' },
@@ -74,39 +83,38 @@ async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number)
            CROSS JOIN LATERAL (SELECT id FROM outbox_pending WHERE lane = l.lane ORDER BY id LIMIT 1) first
           ORDER BY first.id
        )
-       SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $2`,
+       SELECT count(*)::int AS n FROM (SELECT lane FROM oldest WHERE pg_try_advisory_xact_lock($1, lane) LIMIT $2) locked`,
       values: [LANE_LOCK_SPACE, maxLanes, OUTBOX_LANES],
     },
+    {
+      // The lanes this transaction locked, oldest pending row first (a lock on two int4 keys shows
+      // in pg_locks as classid = key 1, objid = key 2, objsubid = 2).
+      text: `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
+         FROM unnest(ARRAY(
+                SELECT l.objid::int FROM pg_locks l
+                 WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted
+                   AND l.classid = $1::oid AND l.objsubid = 2
+                 ORDER BY (SELECT id FROM outbox_pending WHERE lane = l.objid::int ORDER BY id LIMIT 1)
+              )) WITH ORDINALITY AS mine(lane, n)
+         CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $2) p
+         JOIN outbox o ON o.id = p.id
+        ORDER BY mine.n, o.id
+        LIMIT $2`,
+      values: [LANE_LOCK_SPACE, batchSize],
+    },
   ]);
-  const lanes = (results[2]?.rows ?? []).map((r) => r.lane as number);
-  if (lanes.length === 0) return [];
-  const { rows } = await client.query<ClaimedRow>(
-    `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
-       FROM unnest($1::smallint[]) WITH ORDINALITY AS mine(lane, n)
-       CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $2) p
-       JOIN outbox o ON o.id = p.id
-      ORDER BY mine.n, o.id
-      LIMIT $2`,
-    [lanes, batchSize],
-  );
-  return rows;
+  return (results[3]?.rows ?? []) as unknown as ClaimedRow[];
 }
 
 interface ClaimedRow extends PendingRow {
   lane: number;
 }
 
-/** Marks claimed rows sent (out of the pending set, `sent_at` set in the history) and commits, in one round trip. */
+/** Marks claimed rows sent (out of the pending set, one outbox_sent row) and commits, in one round trip. */
 async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[]): Promise<void> {
   await queryTogether(client, [
     {
-      text: `WITH done AS (
-         DELETE FROM outbox_pending p
-          USING unnest($1::smallint[], $2::bigint[]) AS s(lane, id)
-          WHERE p.lane = s.lane AND p.id = s.id
-         RETURNING p.id
-       )
-       UPDATE outbox SET sent_at = now() WHERE id IN (SELECT id FROM done)`,
+      text: markSent('unnest($1::smallint[], $2::bigint[]) AS s(lane, id)', 'p.lane = s.lane AND p.id = s.id'),
       values: [rows.map((r) => r.lane), rows.map((r) => r.id)],
     },
     { text: 'COMMIT' },
@@ -153,6 +161,10 @@ export class OutboxRelay {
   private loops: Promise<void>[] = [];
   private listener: pg.PoolClient | undefined;
   private wakers = new Set<() => void>();
+  /** Loops backing off after a failed publish: new rows do not cut their wait short, stop() does. */
+  private backingOff = new Set<() => void>();
+  /** Counts the signals that rows were committed: a loop whose batch overlapped one claims again. */
+  private signals = 0;
   private unsubscribe: () => void = () => {};
   private pruneTimer: NodeJS.Timeout | undefined;
   private readonly published: Counter;
@@ -263,7 +275,7 @@ export class OutboxRelay {
     });
     this.stopped.catch(() => {});
     await this.listen();
-    this.unsubscribe = onLocalOutboxWrite(() => this.wakeAll());
+    this.unsubscribe = onLocalOutboxWrite(() => this.wakeOne());
     this.loops = Array.from({ length: this.opts.concurrency }, (_, i) => this.loop(i));
     this.pruneTimer = setInterval(() => {
       this.prune().catch((err) => this.opts.logger.warn({ err }, 'outbox prune failed'));
@@ -294,21 +306,23 @@ export class OutboxRelay {
     }
   }
 
-  /** Deletes rows sent longer ago than the retention, in bounded chunks. */
+  /** Deletes rows sent longer ago than the retention, with their sent marks, 50 batches at a time. */
   async prune(): Promise<number> {
     let total = 0;
     for (;;) {
-      const { rowCount } = await this.opts.pool.query(
-        // created_at <= sent_at, so the BRIN index on created_at narrows the scan to old pages.
-        `DELETE FROM outbox WHERE id IN (
-           SELECT id FROM outbox
-            WHERE created_at < now() - make_interval(secs => $1::float8 / 1000)
-              AND sent_at < now() - make_interval(secs => $1::float8 / 1000)
-            LIMIT 5000)`,
+      const { rows } = await this.opts.pool.query<{ batches: number; pruned: number }>(
+        `WITH old AS (
+           DELETE FROM outbox_sent WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM outbox_sent WHERE sent_at < now() - make_interval(secs => $1::float8 / 1000) LIMIT 50))
+           RETURNING ids
+         ), gone AS (
+           DELETE FROM outbox WHERE id IN (SELECT unnest(ids) FROM old) RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM old)::int AS batches, (SELECT count(*) FROM gone)::int AS pruned`,
         [this.opts.retentionMs],
       );
-      total += rowCount ?? 0;
-      if ((rowCount ?? 0) < 5000) return total;
+      total += rows[0]?.pruned ?? 0;
+      if ((rows[0]?.batches ?? 0) < 50) return total;
     }
   }
 
@@ -316,36 +330,53 @@ export class OutboxRelay {
     const log = this.opts.logger.child({ component: 'outbox-relay', loop: index });
     let failures = 0;
     while (this.running) {
+      const signalled = this.signals;
       try {
         const n = await this.publishBatch(index);
         failures = 0;
-        if (n === this.batchSize) continue; // more is waiting
+        if (n === this.batchSize) {
+          this.wakeOne(); // more is waiting: another loop may take lanes this one could not
+          continue;
+        }
+        // Rows committed while this batch ran wait for nobody else if every loop was busy.
+        if (this.signals !== signalled) continue;
       } catch (err) {
         failures++;
         const delay = Math.min(this.opts.backoffInitialMs * 2 ** (failures - 1), this.opts.backoffMaxMs);
         log.warn({ err, failures, retryInMs: delay }, 'outbox publish failed; rows stay pending');
-        await this.sleep(delay);
+        await this.sleep(delay, this.backingOff);
         continue;
       }
       await this.sleep(this.opts.pollIntervalMs);
     }
   }
 
-  private sleep(ms: number): Promise<void> {
+  /** Sleeps until the timer, stop() or, if `wakers` is the signal set, new rows. */
+  private sleep(ms: number, wakers = this.wakers): Promise<void> {
     if (!this.running) return Promise.resolve();
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
-        this.wakers.delete(done);
+        wakers.delete(done);
         resolve();
       };
       const timer = setTimeout(done, ms);
-      this.wakers.add(done);
+      wakers.add(done);
     });
   }
 
+  /**
+   * New rows: one sleeping loop claims them (waking every loop made all but one claim nothing). A
+   * loop busy meanwhile claims again when its batch is done, and a loop that found a full batch
+   * wakes another, so a backlog still gets every loop.
+   */
+  private wakeOne() {
+    this.signals++;
+    for (const wake of this.wakers) return wake();
+  }
+
   private wakeAll() {
-    for (const wake of [...this.wakers]) wake();
+    for (const wake of [...this.wakers, ...this.backingOff]) wake();
   }
 
   private async listen(): Promise<void> {
@@ -353,7 +384,7 @@ export class OutboxRelay {
       const client = await this.opts.pool.connect();
       // A notification this process sent is one its relays were already woken for, locally.
       client.on('notification', (n) => {
-        if (n.payload !== OUTBOX_SIGNAL_SENDER) this.wakeAll();
+        if (n.payload !== OUTBOX_SIGNAL_SENDER) this.wakeOne();
       });
       client.on('error', (err) => {
         // The poll keeps the relay going; listen again once PostgreSQL answers.
