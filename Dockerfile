@@ -8,6 +8,7 @@ WORKDIR /app
 # Dependencies first, from the manifests alone, so that code changes reuse this layer.
 FROM base AS deps
 COPY pnpm-lock.yaml pnpm-workspace.yaml package.json ./
+COPY patches patches
 COPY packages/shared/package.json packages/shared/
 COPY services/control/package.json services/control/
 COPY services/data/package.json services/data/
@@ -24,6 +25,7 @@ RUN pnpm exec tsc -b packages/shared services/control services/data services/int
 FROM base AS runtime
 ENV NODE_ENV=production
 COPY --from=deps /app/pnpm-lock.yaml /app/pnpm-workspace.yaml /app/package.json ./
+COPY --from=deps /app/patches patches
 COPY --from=deps /app/packages/shared/package.json packages/shared/
 COPY --from=deps /app/services/control/package.json services/control/
 COPY --from=deps /app/services/data/package.json services/data/
