@@ -9,9 +9,9 @@ export const ConfigSchema = Type.Composite([
     WRITE_GROUPS_IN_FLIGHT: Type.Integer({
       minimum: 1,
       maximum: 64,
-      default: 4,
+      default: 2,
       description:
-        'single-object writes (PUT, PATCH) in transactions at once; writes arriving meanwhile are committed together, as one group each (docs/adr/0015)',
+        'single-object writes (PUT, PATCH) in transactions at once; writes arriving meanwhile are committed together, as one group each (docs/adr/0015). About the number of cores PostgreSQL can give to data',
     }),
     WRITE_GROUP_MAX: Type.Integer({
       minimum: 1,

@@ -101,7 +101,7 @@ declare module 'fastify' {
 
 export default fp(
   async (fastify: FastifyInstance, opts: { groups?: WriteGroupOptions }) => {
-    fastify.decorate('objectWrites', new WriteGroups(fastify, opts.groups ?? { inFlight: 4, maxGroup: 64 }));
+    fastify.decorate('objectWrites', new WriteGroups(fastify, opts.groups ?? { inFlight: 2, maxGroup: 64 }));
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     app.addContentTypeParser(
       'application/merge-patch+json',
