@@ -51,21 +51,19 @@ export interface GroupStats {
 }
 
 const keyOf = (w: ObjectWrite) => `${w.worldId}\u0000${w.typeName}\u0000${w.pk}`;
-const byKey = (a: Member, b: Member) => {
-  const x = keyOf(a.w);
-  const y = keyOf(b.w);
-  return x < y ? -1 : x > y ? 1 : 0;
-};
 
 /**
- * The heads of several objects (any worlds, any types), locked in the order given — callers sort
- * them, so that two groups never wait on each other's rows — with each world's provisioning and
- * schema version: contextSql for many keys. Rows come back in input order (`n`).
+ * The heads of several objects (any worlds, any types), locked in the database's order of
+ * (world, type, pk) — the order in which bulk writes lock theirs (ORDER BY pk), so that neither
+ * two groups nor a group and a bulk write wait on each other's rows in a cycle — with each
+ * world's provisioning and schema version: contextSql for many keys. Rows come back in input
+ * order (`n`).
  */
 const CONTEXTS = `SELECT i.n, EXISTS (SELECT 1 FROM worlds WHERE id = i.world_id) AS provisioned,
         (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = i.world_id) AS schema_version,
         h.version, h.seq, h.deleted, h.properties, h.updated_at
-   FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS i(world_id, type, pk, n)
+   FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(world_id, type, pk, n)
+          ORDER BY world_id, type, pk) AS i
    LEFT JOIN LATERAL (
      SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
        FROM object_heads WHERE world_id = i.world_id AND type = i.type AND pk = i.pk
@@ -199,7 +197,6 @@ export class WriteGroups {
   }
 
   private async together(members: Member[]): Promise<void> {
-    members.sort(byKey);
     const outcomes = new Map<Member, { ok: ObjectWritten } | { error: unknown }>();
     try {
       await this.commitGroup(members, outcomes);
