@@ -34,9 +34,16 @@ export async function startService(name: 'control' | 'data' | 'intelligence', en
   }
   return {
     url,
+    /** SIGKILL: the process dies wherever it is, as in a crash. */
+    kill: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGKILL');
+      }),
     stop: () =>
       new Promise<void>((resolve) => {
-        if (child.exitCode !== null) return resolve();
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once('exit', () => resolve());
         child.kill('SIGTERM');
       }),
