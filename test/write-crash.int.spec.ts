@@ -100,12 +100,22 @@ describe.runIf(built)('data killed while it commits writes in groups', () => {
         DATABASE_URL: stack.dataDb.url,
       });
       const [pk, version] = [...answered][0] as [string, number];
-      const again = await fetch(`${restarted.url}/v1/worlds/${W}/objects/Item/${pk}`, {
-        method: 'PUT',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${stack.token}` },
-        body: JSON.stringify({ properties: { id: pk, name: `item ${pk}`, amount: -1, status: 'open' } }),
-      });
-      expect(again.status).toBe(200);
+      // Until its identity replica has caught up with control it answers 503 + Retry-After, as
+      // documented: the killed process's consumer keeps the identity partition until its session
+      // times out (10 s, ADR 6).
+      let again: Response;
+      let refusal = '';
+      for (let tries = 0; ; tries++) {
+        again = await fetch(`${restarted.url}/v1/worlds/${W}/objects/Item/${pk}`, {
+          method: 'PUT',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${stack.token}` },
+          body: JSON.stringify({ properties: { id: pk, name: `item ${pk}`, amount: -1, status: 'open' } }),
+        });
+        if (again.status !== 503 || tries >= 160) break;
+        refusal = await again.text();
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      expect(again.status, refusal).toBe(200);
       expect(((await again.json()) as { version: number }).version).toBe((head.get(pk) ?? version) + 1);
     } finally {
       await db.end().catch(() => {});

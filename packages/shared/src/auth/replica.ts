@@ -36,6 +36,9 @@ export interface IdentityReplicaOptions {
   registry?: Registry;
 }
 
+/** The identity consumer's session timeout: how long a crashed member keeps the partition. */
+const IDENTITY_SESSION_TIMEOUT_MS = 10_000;
+
 interface Snapshot {
   watermark_ms: number | null;
   revision: number;
@@ -294,6 +297,10 @@ export class IdentityReplica implements KeyRing, RevocationView {
         logger: this.opts.logger,
         ...(this.opts.registry ? { registry: this.opts.registry } : {}),
         partitionsConsumedConcurrently: 1,
+        // While a crashed instance's member still holds the partition, no instance of the service
+        // applies heartbeats and every request fails closed: let the broker give the partition up
+        // after 10 s of silence, not kafkajs's default 30 s.
+        sessionTimeoutMs: IDENTITY_SESSION_TIMEOUT_MS,
       });
       try {
         await consumer.start();
