@@ -14,7 +14,7 @@
  * write or a relay batch sends (docs/adr/0013). See `statementName`.
  */
 import pg from 'pg';
-import { afterCommit, afterRollback } from '../messaging/outbox-signal.js';
+import { onTransactionClient } from './transaction.js';
 
 export interface Statement {
   text: string;
@@ -140,23 +140,15 @@ export interface TransactionOutcome<T> {
  * travel with COMMIT. Otherwise as `inTransaction`: rolled back when anything throws, the client
  * released either way, relays woken once committed outbox rows exist.
  */
-export async function inTransactionTogether<T>(
+export function inTransactionTogether<T>(
   pool: pg.Pool,
   first: readonly Statement[],
   work: (tx: pg.PoolClient, first: pg.QueryResult<Row>[]) => Promise<TransactionOutcome<T>>,
 ): Promise<T> {
-  const client = await pool.connect();
-  try {
+  return onTransactionClient(pool, async (client) => {
     const [, ...head] = await queryTogether(client, [{ text: 'BEGIN' }, ...first]);
     const outcome = await work(client, head);
     await queryTogether(client, [...(outcome.last ?? []), { text: 'COMMIT' }]);
-    afterCommit(client, pool);
     return outcome.value;
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {});
-    afterRollback(client);
-    throw error;
-  } finally {
-    client.release();
-  }
+  });
 }

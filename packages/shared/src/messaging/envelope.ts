@@ -48,12 +48,15 @@ export const WORLD_ID = '^[a-z][a-z0-9-]{0,62}$';
 const ISO_INSTANT = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}:\\d{2})$';
 const EventId = Type.String({ pattern: UUID_V7.source });
 
+/** The longest partition key an event may carry. */
+export const EVENT_KEY_MAX = 1024;
+
 export const EventEnvelopeSchema = Type.Object(
   {
     event_id: EventId,
     type: Type.Union(Object.keys(EVENT_TYPES).map((t) => Type.Literal(t as EventType))),
     world_id: Type.Union([Type.String({ pattern: WORLD_ID }), Type.Literal('*')]),
-    key: Type.String({ minLength: 1, maxLength: 1024 }),
+    key: Type.String({ minLength: 1, maxLength: EVENT_KEY_MAX }),
     version: Type.Integer({ minimum: 0 }),
     caused_by: Type.Union([EventId, Type.Null()]),
     causal_order: Type.Integer({ minimum: 0 }),

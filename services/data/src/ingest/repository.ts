@@ -1,5 +1,14 @@
 import { once } from 'node:events';
-import { canonicalJson, laneOf, markOutboxWritten, outboxRows, StaleWriteError, TOPICS, uuidv7 } from '@onto/shared';
+import {
+  canonicalJson,
+  EVENT_KEY_MAX,
+  laneOf,
+  markOutboxWritten,
+  outboxRows,
+  StaleWriteError,
+  TOPICS,
+  uuidv7,
+} from '@onto/shared';
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { type ChangeField, type Origin, objectChange, objectChangeTemplate } from '../events.js';
@@ -36,8 +45,6 @@ const WORK_MEM = '64MB';
 const UNIQUE_VIOLATION = '23505';
 const stale = (w: BulkWriter) =>
   new StaleWriteError(`objects of ${w.worldId}/${w.type} were written concurrently with a bulk write`);
-/** The longest partition key an event may carry (EventEnvelopeSchema). */
-const MAX_KEY = 1024;
 
 // A field of COPY's text format: backslash, tab, newline and carriage return escaped.
 const COPY_SPECIAL = /[\\\t\n\r]/;
@@ -69,14 +76,13 @@ export async function stageRows(tx: pg.PoolClient, w: BulkWriter, rows: Iterable
      ) ON COMMIT DROP`,
   );
   const stream = tx.query(copyFrom('COPY bulk_rows (pk, pk_json, props, event_id, key, lane) FROM STDIN'));
-  const prefix = TOPICS['onto.changes.objects'].key({ worldId: w.worldId, objectType: w.type, pk: '' });
   let staged = 0;
   let chunk = '';
   try {
     for (const row of rows) {
-      const key = prefix + encodeURIComponent(row.pk);
+      const key = TOPICS['onto.changes.objects'].key({ worldId: w.worldId, objectType: w.type, pk: row.pk });
       // A key too long for an event: refused as objectChange refuses it.
-      if (key.length > MAX_KEY) objectChange({ ...w, ...NEW, pk: row.pk }, w.origin);
+      if (key.length > EVENT_KEY_MAX) objectChange({ ...w, ...NEW, pk: row.pk }, w.origin);
       chunk += `${copyField(row.pk)}\t${copyField(JSON.stringify(row.pk))}\t${copyField(row.json)}\t${uuidv7()}\t${key}\t${laneOf(key)}\n`;
       staged++;
       if (chunk.length >= COPY_CHUNK) {

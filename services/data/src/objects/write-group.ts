@@ -202,10 +202,11 @@ export class WriteGroups {
       await this.commitGroup(members, outcomes);
       this.stats.groups++;
       this.stats.grouped += members.length;
-    } catch {
+    } catch (err) {
       // The group as a whole failed (nothing of it committed): what it refused stays refused,
       // every other write runs again alone, with the single write's own retries.
       this.stats.fellBack++;
+      this.app.log.warn({ err, writes: members.length }, 'a group of writes failed as a whole; running them alone');
       await Promise.all(
         members.map(async (m) => {
           const outcome = outcomes.get(m);
