@@ -35,7 +35,9 @@ export {
   type InboxConsumerOptions,
   isInfrastructureError,
   type PrepareEffects,
+  pruneInbox,
   type ReceivedEvent,
+  uuidv7Floor,
 } from './messaging/consumer.js';
 export { consumersPlugin, type ServiceConsumerOptions } from './messaging/consumers-plugin.js';
 export * from './messaging/envelope.js';

@@ -84,7 +84,45 @@ export interface InboxConsumerOptions {
   rebalanceTimeoutMs?: number;
   /** Bounds a fetch, and so a batch, per partition. */
   maxBytesPerPartition?: number;
+  /**
+   * How long an event is remembered in the inbox (default 7 days, Kafka's default retention and
+   * the Redis markers' TTL): the window in which a redelivery is recognised. Keep it at least as
+   * long as the consumed topics' retention, or a consumer group reset to the earliest offset
+   * would apply events whose rows were pruned a second time.
+   */
+  retentionMs?: number;
+  /** How often inbox rows older than the retention are pruned (default every 10 minutes). */
+  pruneIntervalMs?: number;
   faults?: ConsumerFaults;
+}
+
+/** The smallest UUIDv7 of a millisecond: every id drawn at or after it sorts after it. */
+export function uuidv7Floor(ms: number): string {
+  const hex = Math.max(0, Math.floor(ms)).toString(16).padStart(12, '0');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-7000-8000-000000000000`;
+}
+
+/**
+ * Deletes a consumer's inbox rows of events older than the retention, `chunk` rows per statement
+ * until none is left; answers how many. Event ids are UUIDv7, so "older" is a range of the
+ * primary key, read in its order; a row is only taken when it was also processed before the
+ * retention, so an event from a producer whose clock ran behind is still kept its full window.
+ */
+export async function pruneInbox(pool: pg.Pool, consumer: string, retentionMs: number, chunk = 5000): Promise<number> {
+  const floor = uuidv7Floor(Date.now() - retentionMs);
+  let total = 0;
+  for (;;) {
+    const { rowCount } = await pool.query(
+      `DELETE FROM inbox WHERE consumer = $1 AND event_id IN (
+         SELECT event_id FROM inbox
+          WHERE consumer = $1 AND event_id < $2::uuid
+            AND processed_at < now() - make_interval(secs => $3::double precision / 1000)
+          ORDER BY event_id LIMIT $4 FOR UPDATE SKIP LOCKED)`,
+      [consumer, floor, retentionMs, chunk],
+    );
+    total += rowCount ?? 0;
+    if ((rowCount ?? 0) < chunk) return total;
+  }
 }
 
 /** A batch held a duplicate or an event to park: its prepared statements must not count. */
@@ -159,6 +197,7 @@ export class InboxConsumer {
   private readonly retryDelayMs: number;
   private readonly deferral: Required<DeferralPolicy>;
   private deferralTimer: NodeJS.Timeout | undefined;
+  private pruneTimer: NodeJS.Timeout | undefined;
   private deferralRunning: Promise<void> | undefined;
   /**
    * This process may have parked events: true from the start (another process may have left
@@ -264,11 +303,23 @@ export class InboxConsumer {
       else this.kickDeferred();
     }, this.deferral.initialDelayMs);
     this.deferralTimer.unref();
+    this.pruneTimer = setInterval(() => {
+      this.prune().catch((err) => this.log.warn({ err }, 'inbox prune failed'));
+    }, this.opts.pruneIntervalMs ?? 600_000);
+    this.pruneTimer.unref();
+  }
+
+  /** Prunes this consumer's inbox rows older than the retention (see pruneInbox). */
+  async prune(): Promise<number> {
+    const n = await pruneInbox(this.opts.pool, this.opts.name, this.opts.retentionMs ?? 7 * 24 * 3600_000);
+    if (n > 0) this.log.info({ pruned: n }, 'inbox rows past retention pruned');
+    return n;
   }
 
   async stop(): Promise<void> {
     this.running = false;
     clearInterval(this.deferralTimer);
+    clearInterval(this.pruneTimer);
     await this.deferralRunning;
     await this.consumer?.disconnect();
     await this.dlqProducer?.disconnect();
