@@ -89,6 +89,40 @@ describe('the kafkajs patch', () => {
   });
 });
 
+describe('the patched CRC32-C', () => {
+  const crc32C = require('kafkajs/src/protocol/recordBatch/crc32C') as (b: Buffer) => number;
+  /** The textbook bytewise CRC32-C, the reference the patched slicing-by-8 must match. */
+  const reference = (buffer: Buffer) => {
+    let crc = -1;
+    for (const byte of buffer) {
+      crc ^= byte;
+      for (let k = 0; k < 8; k++) crc = crc & 1 ? (crc >>> 1) ^ 0x82f63b78 : crc >>> 1;
+    }
+    return (crc ^ -1) >>> 0;
+  };
+
+  it('gives the standard check value', () => {
+    expect(crc32C(Buffer.from('123456789'))).toBe(0xe3069283);
+    expect(crc32C(Buffer.alloc(0))).toBe(0);
+  });
+
+  it('matches the bytewise reference on every length and alignment', () => {
+    let seed = 42;
+    const bytes = Buffer.alloc(5000);
+    for (let i = 0; i < bytes.length; i++) {
+      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      bytes[i] = seed >>> 16;
+    }
+    for (let start = 0; start < 8; start++) {
+      for (let length = 0; length < 70; length++) {
+        const slice = bytes.subarray(start, start + length);
+        expect(crc32C(slice)).toBe(reference(slice));
+      }
+    }
+    expect(crc32C(bytes)).toBe(reference(bytes));
+  });
+});
+
 /** The record without its length prefix, as the batch decoder hands it to the record decoder. */
 function recordBody(encoded: Buffer): Buffer {
   return new Decoder(encoded).readVarIntBytes();
