@@ -89,6 +89,116 @@ describe('the kafkajs patch', () => {
   });
 });
 
+describe('the patched Encoder (a rope: large pieces kept by reference)', () => {
+  type Enc = {
+    writeInt32(n: number): Enc;
+    writeInt8(n: number): Enc;
+    writeString(s: string): Enc;
+    writeBytes(b: Buffer | string | null): Enc;
+    writeBuffer(b: Buffer): Enc;
+    writeEncoder(e: Enc): Enc;
+    writeArray(a: unknown[], type?: string): Enc;
+    writeVarIntArray(a: unknown[], type?: string): Enc;
+    size(): number;
+    buffer: Buffer;
+  };
+  const Encoder = require('kafkajs/src/protocol/encoder') as new (size?: number) => Enc;
+  const bytes = (n: number, fill: number) => Buffer.alloc(n, fill);
+
+  it('writes the same bytes as a flat buffer would, whatever mix of small and large pieces', () => {
+    const expected: Buffer[] = [];
+    const int32 = (n: number) => {
+      const b = Buffer.alloc(4);
+      b.writeInt32BE(n);
+      return b;
+    };
+    const inner = new Encoder().writeInt8(7).writeBuffer(bytes(20_000, 1)).writeString('tail');
+    const innerBytes = Buffer.concat([Buffer.from([7]), bytes(20_000, 1), Buffer.from([0, 4]), Buffer.from('tail')]);
+    const small = new Encoder().writeInt32(42);
+    const outer = new Encoder(4)
+      .writeInt32(1)
+      .writeBytes(bytes(9000, 2))
+      .writeEncoder(inner)
+      .writeBytes(bytes(10, 3))
+      .writeArray([small, inner], 'object')
+      .writeBytes('text')
+      .writeBuffer(bytes(70_000, 4));
+    expected.push(int32(1), int32(9000), bytes(9000, 2), innerBytes, int32(10), bytes(10, 3));
+    expected.push(int32(2), int32(42), innerBytes, int32(4), Buffer.from('text'), bytes(70_000, 4));
+    const flat = Buffer.concat(expected);
+    expect(outer.size()).toBe(flat.length);
+    expect(outer.buffer.equals(flat)).toBe(true);
+    // Asking again gives the same bytes, and writing on after a join keeps them.
+    expect(outer.buffer.equals(flat)).toBe(true);
+    outer.writeInt8(9).writeBuffer(bytes(8192, 5));
+    expect(outer.buffer.equals(Buffer.concat([flat, Buffer.from([9]), bytes(8192, 5)]))).toBe(true);
+    // The inner encoder, taken by reference, is unchanged by what its holder wrote.
+    expect(inner.buffer.equals(innerBytes)).toBe(true);
+  });
+
+  it('writes a produce request for large and small batches that decodes back to its records', async () => {
+    const request = require('kafkajs/src/protocol/requests/produce/v3/request') as (args: unknown) => {
+      encode(): Promise<Enc>;
+    };
+    const Decoder = require('kafkajs/src/protocol/decoder') as new (
+      b: Buffer,
+    ) => {
+      buffer: Buffer;
+      offset: number;
+      readString(): string | null;
+      readInt16(): number;
+      readInt32(): number;
+    };
+    const RecordBatchDecoder = require('kafkajs/src/protocol/recordBatch/v0/decoder') as (
+      d: unknown,
+    ) => Promise<{ records: { key: Buffer; value: Buffer }[] }>;
+    const crc32C = require('kafkajs/src/protocol/recordBatch/crc32C') as (b: Buffer) => number;
+    const messages = (n: number, size: number) =>
+      Array.from({ length: n }, (_, i) => ({ key: `k${i}`, value: `${i}:`.padEnd(size, 'v') }));
+    const topicData = [
+      {
+        topic: 't1',
+        partitions: [
+          { partition: 0, firstSequence: 0, messages: messages(300, 400) },
+          { partition: 1, firstSequence: 0, messages: messages(2, 10) },
+        ],
+      },
+      { topic: 't2', partitions: [{ partition: 5, firstSequence: 0, messages: messages(1, 30_000) }] },
+    ];
+    const encoded = await request({ acks: -1, timeout: 1000, topicData }).encode();
+    const d = new Decoder(encoded.buffer);
+    expect(d.readString()).toBeNull(); // transactional id
+    expect(d.readInt16()).toBe(-1); // acks
+    expect(d.readInt32()).toBe(1000); // timeout
+    const decodedTopics = [];
+    for (let t = d.readInt32(); t > 0; t--) {
+      const topic = d.readString();
+      const partitions = [];
+      for (let p = d.readInt32(); p > 0; p--) {
+        const partition = d.readInt32();
+        const size = d.readInt32();
+        const batchBytes = d.buffer.subarray(d.offset, d.offset + size);
+        d.offset += size;
+        // The CRC-32C covers the batch from its attributes (byte 21) to its end.
+        expect(crc32C(batchBytes.subarray(21))).toBe(batchBytes.readUInt32BE(17));
+        const batch = await RecordBatchDecoder(new Decoder(batchBytes));
+        partitions.push({ partition, values: batch.records.map((r) => [String(r.key), String(r.value)]) });
+      }
+      decodedTopics.push({ topic, partitions });
+    }
+    expect(d.offset).toBe(encoded.buffer.length);
+    expect(decodedTopics).toEqual(
+      topicData.map((t) => ({
+        topic: t.topic,
+        partitions: t.partitions.map((p) => ({
+          partition: p.partition,
+          values: p.messages.map((m) => [m.key, m.value]),
+        })),
+      })),
+    );
+  });
+});
+
 describe('the patched CRC32-C', () => {
   const crc32C = require('kafkajs/src/protocol/recordBatch/crc32C') as (b: Buffer) => number;
   /** The textbook bytewise CRC32-C, the reference the patched slicing-by-8 must match. */
