@@ -370,6 +370,23 @@ describe('inbox consumer', () => {
       { key: 'b', total: 300, version: 3 },
     ]);
   });
+
+  it('keeps the newest row per composite key within one call, and tells ("ab","c") from ("a","bc")', async () => {
+    await fx.pool.query('CREATE TABLE IF NOT EXISTS pairs (a text, b text, n int, version int, PRIMARY KEY (a, b))');
+    const row = (a: string, b: string, version: number) => ({ a, b, n: version * 10, version });
+    const written = await upsertIfNewer(fx.pool, 'pairs', ['a', 'b'], 'version', [
+      row('ab', 'c', 1),
+      row('a', 'bc', 2),
+      row('ab', 'c', 3),
+      row('a', 'bc', 1),
+    ]);
+    expect(written).toBe(2);
+    const { rows: state } = await fx.pool.query('SELECT a, b, n, version FROM pairs ORDER BY a, b');
+    expect(state).toEqual([
+      { a: 'a', b: 'bc', n: 20, version: 2 },
+      { a: 'ab', b: 'c', n: 30, version: 3 },
+    ]);
+  });
 });
 
 function freePort(): Promise<number> {

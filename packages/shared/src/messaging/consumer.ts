@@ -453,10 +453,16 @@ export class InboxConsumer {
    * in this batch). All parts read the statement's one snapshot: `seen` is what was there before.
    */
   private recordStatement(events: ReceivedEvent[]): Statement {
+    // A batch is one partition's: its topic and partition are sent once, not once per event.
+    const { topic, partition } = (events[0] as ReceivedEvent).message;
+    if (events.some((e) => e.message.partition !== partition || e.message.topic !== topic)) {
+      throw new Error('an inbox batch holds the events of one topic partition');
+    }
     return {
       text: `WITH batch AS (
-         SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::uuid[])
-           WITH ORDINALITY AS u(event_id, event_type, topic, part, off, partition_key, caused_by, n)
+         SELECT u.event_id, u.event_type, $4::text AS topic, $5::int AS part, u.off, u.partition_key, u.caused_by, u.n
+           FROM unnest($2::uuid[], $3::text[], $6::bigint[], $7::text[], $8::uuid[])
+           WITH ORDINALITY AS u(event_id, event_type, off, partition_key, caused_by, n)
        ), known AS (
          -- One index probe per cause (LATERAL … LIMIT 1 cannot become a hashed subplan, which
          -- read the consumer's whole inbox once per batch: 0.5 s a batch at 200,000 rows).
@@ -499,8 +505,8 @@ export class InboxConsumer {
         this.opts.name,
         arrayLiteral(events.map((e) => e.event.event_id)),
         arrayLiteral(events.map((e) => e.event.type)),
-        arrayLiteral(events.map((e) => e.message.topic)),
-        arrayLiteral(events.map((e) => e.message.partition)),
+        topic,
+        partition,
         arrayLiteral(events.map((e) => e.message.offset)),
         arrayLiteral(events.map(partitionKey)),
         arrayLiteral(events.map((e) => e.event.caused_by)),

@@ -20,8 +20,15 @@ export async function upsertIfNewer(
 ): Promise<number> {
   if (rows.length === 0) return 0;
   const newest = new Map<string, VersionedRow>();
+  // A key column has one type in the table, so its values' text tells keys apart (JSON for
+  // objects, so that two of them do not both read "[object Object]").
+  const text = (v: unknown) => (typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v));
+  const keyOf =
+    keyColumns.length === 1
+      ? (row: VersionedRow) => text(row[keyColumns[0] as string])
+      : (row: VersionedRow) => keyColumns.map((c) => text(row[c])).join('\u0000');
   for (const row of rows) {
-    const key = JSON.stringify(keyColumns.map((c) => row[c]));
+    const key = keyOf(row);
     const prior = newest.get(key);
     if (!prior || Number(row[versionColumn]) > Number(prior[versionColumn])) newest.set(key, row);
   }
