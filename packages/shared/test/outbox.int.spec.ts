@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Producer } from '../src/kafka/broker.js';
 import { TOPICS } from '../src/kafka/topics.js';
-import { enqueue, OutboxConflictError } from '../src/messaging/outbox.js';
+import { enqueue, laneOf, OutboxConflictError } from '../src/messaging/outbox.js';
 import { acknowledge, OutboxRelay, pendingRows } from '../src/messaging/relay.js';
 import { testBroker, testLogger } from '../src/testing/index.js';
 import { faultyProducer, kernelFixture, orderEvent, readTopic } from './kernel.js';
@@ -158,6 +158,69 @@ describe('transactional outbox', () => {
     ]);
     expect(await relay.publishBatch()).toBe(2);
     expect(await pendingRows(fx.pool, 10)).toEqual([]);
+  });
+
+  it('claims the lanes with the oldest pending rows first, each in id order, skipping a lane another relay holds', async () => {
+    // Keys of four different lanes; rows enqueued so that lane order by oldest row is c, a, d, b.
+    const keys: string[] = [];
+    const lanes = new Set<number>();
+    for (let i = 0; keys.length < 4; i++) {
+      const m = orderEvent(`lane-${i}`, 1);
+      const lane = laneOf(m.key);
+      if (!lanes.has(lane)) {
+        lanes.add(lane);
+        keys.push(`lane-${i}`);
+      }
+    }
+    const [a, b, c, d] = keys as [string, string, string, string];
+    for (const [key, version] of [
+      [c, 1],
+      [a, 1],
+      [c, 2],
+      [d, 1],
+      [b, 1],
+      [a, 2],
+    ] as const) {
+      await enqueue(fx.pool, orderEvent(key, version), fx.prefix);
+    }
+    // Another relay holds d's lane for the whole test.
+    const holder = await fx.pool.connect();
+    await holder.query('BEGIN');
+    await holder.query('SELECT pg_advisory_xact_lock($1, $2)', [0x6f6e746f, laneOf(orderEvent(d, 1).key)]);
+    try {
+      const sent: string[][] = [];
+      const recording: Producer = {
+        send: async (batches) => {
+          sent.push(
+            batches.flatMap((t) =>
+              t.messages.map(
+                (m) => `${JSON.parse(String(m.value)).payload.key}@${JSON.parse(String(m.value)).version}`,
+              ),
+            ),
+          );
+          return [];
+        },
+        disconnect: async () => {},
+      };
+      const relay = new OutboxRelay({
+        pool: fx.pool,
+        producer: recording,
+        logger: testLogger,
+        batchSize: 3,
+        maxLanesPerClaim: 2,
+      });
+      expect(await relay.publishBatch()).toBe(3); // lanes c and a: c's rows, then a's first
+      expect(await relay.publishBatch()).toBe(2); // b (its row is older than a's second), then a; d is held
+      expect(await relay.publishBatch()).toBe(0);
+      expect(sent).toEqual([
+        [`${c}@1`, `${c}@2`, `${a}@1`],
+        [`${b}@1`, `${a}@2`],
+      ]);
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    expect((await pendingRows(fx.pool, 10)).map((r) => JSON.parse(r.body).payload.key)).toEqual([d]);
   });
 
   it('publishes every pending row to its topic with its key, body and headers', async () => {
