@@ -6,6 +6,9 @@
  * Prints the rates and the ratios relay/raw (goal ≥ 0.5) and consumer/relay (goal ≥ 1.0).
  *
  *   ./onto bench relay [rows]      (default 200000)
+ *
+ * RELAY_CONCURRENCY (claim loops, 2), RELAY_PRODUCERS (2) and CONSUMER_CONCURRENCY (partitions
+ * consumed at once, 6) vary the set-up; on the 2-core VM none of them moved the rates.
  */
 import { fileURLToPath } from 'node:url';
 import {
@@ -150,7 +153,7 @@ try {
     broker,
     pool,
     logger: testLogger,
-    partitionsConsumedConcurrently: 6,
+    partitionsConsumedConcurrently: Number(process.env.CONSUMER_CONCURRENCY ?? 6),
     apply: async (tx, events) => {
       if (firstEffect === 0) firstEffect = performance.now();
       handed += events.length;
