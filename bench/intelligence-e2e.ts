@@ -23,7 +23,11 @@ import { benchStack, call } from './lib/stack.js';
 const seconds = Number(process.argv[2] ?? 20);
 const rate = Number(process.argv[3] ?? 1000);
 const objects = 1_000_000; // each measured write its own object: none is superseded
-const steps = (process.env.BENCH_STEPS ?? '1000,2000,3000,4000,6000,8000').split(',').map(Number);
+// BENCH_STEPS="" skips the search for the highest steady rate.
+const steps = (process.env.BENCH_STEPS ?? '1000,2000,3000,4000,6000,8000')
+  .split(',')
+  .filter((s) => s.trim() !== '')
+  .map(Number);
 
 const stack = await benchStack({ intelligence: true, dataEnv: { DB_POOL_MAX: '16' } });
 const { data, intelligence, intelligenceDb, token } = stack;
@@ -243,11 +247,13 @@ try {
   console.log(`p99 ratio ${ratio.toFixed(2)} × Kafka's (goal ≤ 3)`);
 
   // --- the highest steady rate: bulk writes of 50 objects at rising rates
-  console.log('');
-  console.log(
-    '| offered objects/s | written/s | applied by intelligence within 2 s of the step end | p99 visible ms |',
-  );
-  console.log('|---:|---:|---:|---:|');
+  if (steps.length > 0) {
+    console.log('');
+    console.log(
+      '| offered objects/s | written/s | applied by intelligence within 2 s of the step end | p99 visible ms |',
+    );
+    console.log('|---:|---:|---:|---:|');
+  }
   let best = 0;
   let round = 0;
   for (const target of steps) {
@@ -312,7 +318,9 @@ try {
     if (!steady) break;
     best = target;
   }
-  console.log(`highest steady rate: ${best ? `${fmt(best)} objects/s` : 'below the first step'}`);
+  if (steps.length > 0) {
+    console.log(`highest steady rate: ${best ? `${fmt(best)} objects/s` : 'below the first step'}`);
+  }
   await db.end();
 } catch (error) {
   console.error(error);
