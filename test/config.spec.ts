@@ -14,7 +14,18 @@ describe.each(SERVICES)('$name configuration', (service) => {
       string,
       unknown
     >;
-    expect(config).toMatchObject({ PORT: 8080, LOG_LEVEL: 'debug', HOST: '0.0.0.0', SHUTDOWN_TIMEOUT_MS: 10_000 });
+    expect(config).toMatchObject({
+      PORT: 8080,
+      LOG_LEVEL: 'debug',
+      HOST: '0.0.0.0',
+      SHUTDOWN_TIMEOUT_MS: 10_000,
+      OUTBOX_BATCH_SIZE: 500,
+      OUTBOX_RETENTION_HOURS: 24,
+      INBOX_RETENTION_HOURS: 168,
+    });
+    expect(loadConfig(service.schema, { ...valid, INBOX_RETENTION_HOURS: '720' })).toMatchObject({
+      INBOX_RETENTION_HOURS: 720,
+    });
     expect((loadConfig(service.schema, valid) as { PORT: number }).PORT).toBe(service.port);
   });
 
@@ -27,6 +38,9 @@ describe.each(SERVICES)('$name configuration', (service) => {
     ['PORT', { PORT: '80.5' }],
     ['LOG_LEVEL', { LOG_LEVEL: 'loud' }],
     ['SHUTDOWN_TIMEOUT_MS', { SHUTDOWN_TIMEOUT_MS: 'soon' }],
+    ['OUTBOX_BATCH_SIZE', { OUTBOX_BATCH_SIZE: '1001' }],
+    ['OUTBOX_RETENTION_HOURS', { OUTBOX_RETENTION_HOURS: '1.5' }],
+    ['INBOX_RETENTION_HOURS', { INBOX_RETENTION_HOURS: '0' }],
   ])('refuses a bad %s, naming it', (name, override) => {
     const attempt = () => loadConfig(service.schema, { ...valid, ...override });
     expect(attempt).toThrow(ConfigError);

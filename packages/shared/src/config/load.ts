@@ -84,6 +84,19 @@ export function serviceConfigSchema(defaultPort: number) {
     SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600_000, default: 10_000 }),
     DB_POOL_MAX: Type.Integer({ minimum: 1, maximum: 1000, default: 20 }),
     OUTBOX_BATCH_SIZE: Type.Integer({ minimum: 1, maximum: 1000, default: 500 }),
+    OUTBOX_RETENTION_HOURS: Type.Integer({
+      minimum: 1,
+      maximum: 8760,
+      default: 24,
+      description: 'How long sent outbox rows are kept before they are pruned',
+    }),
+    INBOX_RETENTION_HOURS: Type.Integer({
+      minimum: 1,
+      maximum: 8760,
+      default: 168,
+      description:
+        "How long the inbox remembers a handled event (the window in which a redelivery is recognised); at least the consumed topics' retention",
+    }),
   });
 }
 

@@ -23,6 +23,8 @@ export interface BaseServiceConfig {
   ONTO_TOPIC_PREFIX: string;
   DB_POOL_MAX: number;
   OUTBOX_BATCH_SIZE: number;
+  OUTBOX_RETENTION_HOURS: number;
+  INBOX_RETENTION_HOURS: number;
 }
 
 export interface PlatformOptions {
@@ -110,8 +112,11 @@ export const platformPlugin = fp(
       clientId: opts.config.KAFKA_CLIENT_ID ?? `onto-${opts.service}`,
       topicPrefix: opts.config.ONTO_TOPIC_PREFIX,
     });
-    await app.register(outboxPlugin, { batchSize: opts.config.OUTBOX_BATCH_SIZE });
-    await app.register(consumersPlugin);
+    await app.register(outboxPlugin, {
+      batchSize: opts.config.OUTBOX_BATCH_SIZE,
+      retentionMs: opts.config.OUTBOX_RETENTION_HOURS * 3600_000,
+    });
+    await app.register(consumersPlugin, { retentionMs: opts.config.INBOX_RETENTION_HOURS * 3600_000 });
   },
   { name: 'onto-platform' },
 );

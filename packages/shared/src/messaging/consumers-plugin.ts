@@ -25,8 +25,13 @@ declare module 'fastify' {
  * The service's inbox consumers: started once the app is ready — in the background, retrying
  * while Kafka is away, so that a service boots without it — and stopped on close.
  */
+export interface ConsumersPluginOptions {
+  /** The inbox retention of every consumer that does not set its own (see InboxConsumerOptions). */
+  retentionMs?: number;
+}
+
 export const consumersPlugin = fp(
-  async (app: FastifyInstance) => {
+  async (app: FastifyInstance, opts: ConsumersPluginOptions) => {
     const consumers: InboxConsumer[] = [];
     const groups: { group: string; topics: string[] }[] = [];
     let closing = false;
@@ -53,6 +58,7 @@ export const consumersPlugin = fp(
     });
     app.decorate('addConsumer', (options: ServiceConsumerOptions) => {
       const consumer = new InboxConsumer({
+        ...(opts.retentionMs === undefined ? {} : { retentionMs: opts.retentionMs }),
         ...options,
         // The prefix namespaces the group too, so that test runs or tenants sharing a broker
         // never join each other's groups.
