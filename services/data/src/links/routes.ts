@@ -1,15 +1,16 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { BadRequest, decodeCursor, encodeCursor, NotFound, WORLD_ID } from '@onto/shared';
-import { Type } from '@sinclair/typebox';
-import type { FastifyInstance } from 'fastify';
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import type pg from 'pg';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { LIMITS } from '../objects/model.js';
 import { objectContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { traverse } from './repository.js';
-import { putLink, removeLink } from './write.js';
+import { type LinkChange, putLink, removeLink } from './write.js';
 
 const Problem = { $ref: 'Problem#' };
 const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 412: Problem, 503: Problem };
@@ -39,6 +40,35 @@ export default fp(
   async (fastify: FastifyInstance) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
+    /**
+     * A write of one link (PUT or DELETE): its keys checked, its preconditions and causal parent
+     * read, the world's schema awaited, then `write` in the world's transaction.
+     */
+    async function writeLink<R>(
+      request: FastifyRequest,
+      params: Static<typeof LinkParams>,
+      write: (app: FastifyInstance, tx: pg.PoolClient, change: LinkChange) => Promise<R>,
+    ): Promise<R> {
+      const { world, linkType: name, fromPk, toPk } = params;
+      keyParam('fromPk', fromPk);
+      keyParam('toPk', toPk);
+      const origin = originOf(request);
+      const conditions = preconditionsOf(request);
+      await app.awaitConsistency(request, world);
+      const what = `link ${name} ${fromPk} → ${toPk}`;
+      return inWorldTransaction(app.pg, world, (tx) =>
+        write(app, tx, {
+          worldId: world,
+          linkType: name,
+          fromPk,
+          toPk,
+          origin,
+          topicPrefix: app.topicPrefix,
+          check: (head) => checkPreconditions(conditions, head, what),
+        }),
+      );
+    }
+
     app.put(
       '/v1/worlds/:world/links/:linkType/:fromPk/:toPk',
       {
@@ -54,27 +84,10 @@ export default fp(
         },
       },
       async (request, reply) => {
-        const { world, linkType: name, fromPk, toPk } = request.params;
-        keyParam('fromPk', fromPk);
-        keyParam('toPk', toPk);
-        const origin = originOf(request);
-        const conditions = preconditionsOf(request);
-        await app.awaitConsistency(request, world);
-        const what = `link ${name} ${fromPk} → ${toPk}`;
-        const result = await inWorldTransaction(app.pg, world, (tx) =>
-          putLink(app, tx, {
-            worldId: world,
-            linkType: name,
-            fromPk,
-            toPk,
-            origin,
-            topicPrefix: app.topicPrefix,
-            check: (head) => checkPreconditions(conditions, head, what),
-          }),
-        );
+        const result = await writeLink(request, request.params, putLink);
         written(reply, result.version, result.seq);
         reply.code(result.status);
-        return { linkType: name, from: result.from, to: result.to, version: result.version };
+        return { linkType: request.params.linkType, from: result.from, to: result.to, version: result.version };
       },
     );
 
@@ -91,24 +104,7 @@ export default fp(
         },
       },
       async (request, reply) => {
-        const { world, linkType: name, fromPk, toPk } = request.params;
-        keyParam('fromPk', fromPk);
-        keyParam('toPk', toPk);
-        const origin = originOf(request);
-        const conditions = preconditionsOf(request);
-        await app.awaitConsistency(request, world);
-        const what = `link ${name} ${fromPk} → ${toPk}`;
-        const result = await inWorldTransaction(app.pg, world, (tx) =>
-          removeLink(app, tx, {
-            worldId: world,
-            linkType: name,
-            fromPk,
-            toPk,
-            origin,
-            topicPrefix: app.topicPrefix,
-            check: (head) => checkPreconditions(conditions, head, what),
-          }),
-        );
+        const result = await writeLink(request, request.params, removeLink);
         written(reply, result.version, result.seq);
         reply.code(204);
         return null;
