@@ -4,8 +4,8 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
 import { definitionResource } from '../definition-routes.js';
-import { listDerived } from '../derived/repository.js';
 import type { Engine } from '../engine/engine.js';
+import { definitionsOf } from '../engine/world-model.js';
 import {
   actorOf,
   decodeCursor,
@@ -17,7 +17,6 @@ import {
   ReadHeaders,
 } from '../http.js';
 import { ALERT_TYPE } from '../rules/model.js';
-import { listRules } from '../rules/repository.js';
 import { DECISION_COLUMNS, type Decision, decideManually } from './make.js';
 import { APPROVALS, DECISION_STATUSES, type DecisionDefinition, type DecisionInput, resolveDecision } from './model.js';
 import {
@@ -127,9 +126,8 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
       body: Body,
       input: (body): DecisionInput => ({ ...body }),
       same,
-      save: async (tx, { world, name, input, version, document, next }) => {
-        const derived = await listDerived(tx, world);
-        const rules = await listRules(tx, world);
+      save: async (tx, { world, name, all, input, version, document, next }) => {
+        const { derived, rules } = await definitionsOf(tx, world, { decisions: all });
         const checked = resolveDecision(
           name,
           input,

@@ -2,13 +2,11 @@ import { canonicalJson, Unprocessable } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { compile, MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
-import { listDecisionDefinitions } from '../decisions/repository.js';
 import { definitionResource, RecomputeView } from '../definition-routes.js';
 import type { Engine } from '../engine/engine.js';
 import type { RecomputeProgress } from '../engine/recompute-jobs.js';
-import { refuseToBreak } from '../engine/world-model.js';
+import { definitionsOf, refuseToBreak } from '../engine/world-model.js';
 import { NAME } from '../http.js';
-import { listRules } from '../rules/repository.js';
 import {
   AGGREGATE_FUNCTIONS,
   DEFAULT_MAX_STALENESS_MS,
@@ -173,8 +171,7 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
             },
           ]);
         }
-        const rules = await listRules(tx, world);
-        const decisions = await listDecisionDefinitions(tx, world);
+        const { rules, decisions } = await definitionsOf(tx, world, { derived: all });
         refuseToBreak(
           document,
           { derived: all, rules, decisions },
@@ -205,8 +202,7 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
       description: 'A 409 names the definitions that read it: delete or change those first.',
       remove: async (tx, { world, name, all }) => {
         const { document } = await fastify.schemaReplica.current(tx, world);
-        const rules = await listRules(tx, world);
-        const decisions = await listDecisionDefinitions(tx, world);
+        const { rules, decisions } = await definitionsOf(tx, world, { derived: all });
         refuseToBreak(
           document,
           { derived: all, rules, decisions },

@@ -13,14 +13,14 @@ import {
 } from '@onto/shared';
 import type { FastifyBaseLogger } from 'fastify';
 import { compile } from '../cel/expressions.js';
-import { listDecisionDefinitions, saveDecisionDefinition } from '../decisions/repository.js';
+import { saveDecisionDefinition } from '../decisions/repository.js';
 import { schemaFootprint } from '../derived/model.js';
-import { listDerived, saveDerived } from '../derived/repository.js';
+import { saveDerived } from '../derived/repository.js';
 import type { Rule } from '../rules/model.js';
-import { listRules, saveRule } from '../rules/repository.js';
+import { saveRule } from '../rules/repository.js';
 import { bumpRevision, lockWorlds } from './locks.js';
 import { finishRecomputes, requestRecompute } from './recompute-jobs.js';
-import { resolveWorld } from './world-model.js';
+import { definitionsOf, resolveWorld } from './world-model.js';
 
 function ruleFootprint(rule: Rule, schema: SchemaDocument): string {
   const compiled = compile(rule.condition, ['self', 'derived']);
@@ -45,10 +45,7 @@ export async function revalidateWorld(
   worldId: string,
 ): Promise<RevalidationReport> {
   const { version, document } = await replica.current(tx, worldId);
-  // One client: its queries one after the other.
-  const derived = await listDerived(tx, worldId);
-  const rules = await listRules(tx, worldId);
-  const decisions = await listDecisionDefinitions(tx, worldId);
+  const { derived, rules, decisions } = await definitionsOf(tx, worldId);
   const report: RevalidationReport = { invalidated: [], revalidated: [], recomputed: [] };
   if (derived.length + rules.length + decisions.length === 0) return report;
   const resolution = resolveWorld(document, derived, rules, decisions);

@@ -208,12 +208,9 @@ export class ModelCache {
     const schemaVersion = rows[0]?.schema_version ?? 0;
     const hit = this.models.get(worldId);
     if (hit && hit.revision === revision && hit.schemaVersion === schemaVersion) return hit;
-    // One client: its queries one after the other.
-    const derived = await listDerived(db, worldId);
-    const rules = await listRules(db, worldId);
-    const decisions = await listDecisionDefinitions(db, worldId);
+    const definitions = await definitionsOf(db, worldId);
     const schema = await this.replica.document(db, worldId, schemaVersion);
-    const model = buildModel(worldId, revision, schemaVersion, schema, { derived, rules, decisions });
+    const model = buildModel(worldId, revision, schemaVersion, schema, definitions);
     this.models.delete(worldId);
     this.models.set(worldId, model);
     if (this.models.size > this.maxCached) this.models.delete(this.models.keys().next().value as string);
@@ -225,6 +222,19 @@ export interface Definitions {
   derived: DerivedDefinition[];
   rules: Rule[];
   decisions: DecisionDefinition[];
+}
+
+/** A world's definitions of every kind; the kinds in `known` are not read again. */
+export async function definitionsOf(
+  db: Queryable,
+  worldId: string,
+  known: Partial<Definitions> = {},
+): Promise<Definitions> {
+  // One client: its queries one after the other.
+  const derived = known.derived ?? (await listDerived(db, worldId));
+  const rules = known.rules ?? (await listRules(db, worldId));
+  const decisions = known.decisions ?? (await listDecisionDefinitions(db, worldId));
+  return { derived, rules, decisions };
 }
 
 /**

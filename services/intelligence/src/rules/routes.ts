@@ -3,12 +3,10 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
-import { listDecisionDefinitions } from '../decisions/repository.js';
 import { definitionResource, RecomputeView } from '../definition-routes.js';
-import { listDerived } from '../derived/repository.js';
 import type { Engine } from '../engine/engine.js';
 import type { RecomputeProgress } from '../engine/recompute-jobs.js';
-import { refuseToBreak } from '../engine/world-model.js';
+import { definitionsOf, refuseToBreak } from '../engine/world-model.js';
 import { NAME } from '../http.js';
 import { type ClearReason, clearAlerts } from './alerts.js';
 import { ALERT_TYPE, type Rule, type RuleInput, resolveRule, SEVERITIES } from './model.js';
@@ -103,11 +101,10 @@ export async function ruleRoutes(fastify: FastifyInstance, engine: Engine) {
         existing.severity === input.severity &&
         (existing.description ?? null) === (input.description ?? null),
       save: async (tx, { world, name, all: rules, existing, input, version, document, next }) => {
-        const derived = await listDerived(tx, world);
+        const { derived, decisions } = await definitionsOf(tx, world, { rules });
         const states = new Map(derived.map((d) => [d.name, { objectType: d.objectType, state: d.state }]));
         const checked = resolveRule(name, input, version, document, states);
         if (!checked.resolved) throw new Unprocessable(`rule ${name} cannot be defined`, checked.errors);
-        const decisions = await listDecisionDefinitions(tx, world);
         const candidate: Rule = { ...input, ...next, createdAt: '', updatedAt: '' };
         refuseToBreak(
           document,
@@ -145,8 +142,7 @@ export async function ruleRoutes(fastify: FastifyInstance, engine: Engine) {
       description: 'A 409 names the decision definitions that decide on it.',
       remove: async (tx, { world, name, all: rules }) => {
         const { document } = await fastify.schemaReplica.current(tx, world);
-        const derived = await listDerived(tx, world);
-        const decisions = await listDecisionDefinitions(tx, world);
+        const { derived, decisions } = await definitionsOf(tx, world, { rules });
         refuseToBreak(
           document,
           { derived, rules, decisions },
