@@ -62,6 +62,43 @@ describe('statements in one round trip', () => {
     }
   });
 
+  it('sends flat arrays of scalars as literals and every other array as pg would, with the same meaning', async () => {
+    const awkward = ['', 'NULL', 'a,b', '{x}', ' pad ', 'quote "', 'back\\slash', 'ünï ✓', null];
+    const when = new Date('2026-11-29T12:34:56.789Z');
+    const client = await pool.connect();
+    try {
+      const [answer] = await queryTogether(client, [
+        {
+          text: 'SELECT $1::text[] AS texts, $2::bigint[]::text[] AS big, $3::int[] AS ints, $4::timestamptz[] AS times, $5::int[] AS nested',
+          values: [
+            awkward,
+            [9007199254740993n, '-5'],
+            [1, undefined, -2],
+            [when],
+            [
+              [1, 2],
+              [3, 4],
+            ],
+          ],
+        },
+      ]);
+      expect(answer?.rows).toEqual([
+        {
+          texts: awkward,
+          big: ['9007199254740993', '-5'],
+          ints: [1, null, -2],
+          times: [when],
+          nested: [
+            [1, 2],
+            [3, 4],
+          ],
+        },
+      ]);
+    } finally {
+      client.release();
+    }
+  });
+
   it('stops at the first failure: nothing after it runs, the transaction is aborted, the client stays usable', async () => {
     await pool.query('TRUNCATE balances');
     const client = await pool.connect();

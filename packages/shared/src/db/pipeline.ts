@@ -14,6 +14,7 @@
  * write or a relay batch sends (docs/adr/0013). See `statementName`.
  */
 import pg from 'pg';
+import { arrayLiteral } from './array-literal.js';
 import { onTransactionClient } from './transaction.js';
 
 export interface Statement {
@@ -36,6 +37,13 @@ interface Wire {
 // pg's own conversion of parameters (arrays, dates, buffers, JSON), as its Query uses it.
 const prepareValue = (pg as unknown as { utils: { prepareValue: (value: unknown) => string | Buffer | null } }).utils
   .prepareValue;
+
+const isScalar = (v: unknown) =>
+  v === null || v === undefined || typeof v === 'string' || typeof v === 'number' || typeof v === 'bigint';
+
+/** pg's conversion of a value, except a flat array of strings, numbers and nulls: see arrayLiteral. */
+const toWire = (value: unknown) =>
+  Array.isArray(value) && value.every(isScalar) ? arrayLiteral(value) : prepareValue(value);
 
 /** How often a text is seen unnamed before it is prepared: one-off texts are not worth a name. */
 const PREPARE_AFTER = 3;
@@ -86,7 +94,7 @@ export function queryTogether(client: pg.ClientBase, statements: readonly Statem
   return new Promise((resolve, reject) => {
     // Converted before anything is written: a value that cannot be sent fails the call here,
     // not halfway through a sequence the server would then wait on forever.
-    const values = statements.map((s) => (s.values ?? []).map(prepareValue));
+    const values = statements.map((s) => (s.values ?? []).map(toWire));
     const names = statements.map((s) => statementName(s.text));
     const parsed: string[] = [];
     let prepared: Set<string> | undefined;

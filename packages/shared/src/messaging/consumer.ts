@@ -2,7 +2,6 @@ import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { arrayLiteral } from '../db/array-literal.js';
 import { inTransactionTogether, queryTogether, type Statement, type TransactionOutcome } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
 import type { Broker, Consumer, Headers, IncomingBatch, IncomingMessage, Producer } from '../kafka/broker.js';
@@ -503,13 +502,13 @@ export class InboxConsumer {
          ARRAY(SELECT event_id::text FROM skipped) AS "notInserted"`,
       values: [
         this.opts.name,
-        arrayLiteral(events.map((e) => e.event.event_id)),
-        arrayLiteral(events.map((e) => e.event.type)),
+        events.map((e) => e.event.event_id),
+        events.map((e) => e.event.type),
         topic,
         partition,
-        arrayLiteral(events.map((e) => e.message.offset)),
-        arrayLiteral(events.map(partitionKey)),
-        arrayLiteral(events.map((e) => e.event.caused_by)),
+        events.map((e) => e.message.offset),
+        events.map(partitionKey),
+        events.map((e) => e.event.caused_by),
       ],
     };
   }

@@ -1,7 +1,6 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { arrayLiteral } from '../db/array-literal.js';
 import { queryTogether } from '../db/pipeline.js';
 import { withTimeout } from '../http/health.js';
 import type { Producer } from '../kafka/broker.js';
@@ -118,7 +117,7 @@ async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[]): Pro
   await queryTogether(client, [
     {
       text: markSent('unnest($1::smallint[], $2::bigint[]) AS s(lane, id)', 'p.lane = s.lane AND p.id = s.id'),
-      values: [arrayLiteral(rows.map((r) => r.lane)), arrayLiteral(rows.map((r) => r.id))],
+      values: [rows.map((r) => r.lane), rows.map((r) => r.id)],
     },
     { text: 'COMMIT' },
   ]);
