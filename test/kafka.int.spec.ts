@@ -58,4 +58,100 @@ describe('Kafka round trip through the local broker', () => {
       expect(mine.map((m) => m.headers.round)).toEqual([...Array(rounds).keys()].map(String));
     }
   });
+
+  /** A topic whose records each travel in a record batch of their own, so that a fetch of 200 bytes holds a few. */
+  async function topicOfSmallBatches(partitions: number, perPartition: number) {
+    const name = `batches.${randomBytes(4).toString('hex')}`;
+    const admin = await broker.admin();
+    await admin.ensureTopics([{ name, partitions }]);
+    await admin.disconnect();
+    const producer = await broker.producer();
+    for (let i = 0; i < perPartition; i++) {
+      for (let p = 0; p < partitions; p++) {
+        await producer.send([{ topic: name, messages: [{ key: `k${p}`, value: String(i), partition: p }] }]);
+      }
+    }
+    await producer.disconnect();
+    return name;
+  }
+
+  it('hands a partition its batches one at a time and in order; a failed batch comes again from its first uncommitted record', async () => {
+    const name = await topicOfSmallBatches(1, 40);
+    const consumer = await broker.consumer({
+      groupId: `g-${name}`,
+      topics: [name],
+      maxBytesPerPartition: 200,
+      maxWaitTimeMs: 50,
+    });
+    const handled: number[][] = [];
+    let active = 0;
+    let mostActive = 0;
+    let failedFrom: number | undefined;
+    const all = new Promise<void>((resolve) => {
+      void consumer.run(async (batch) => {
+        active++;
+        mostActive = Math.max(mostActive, active);
+        try {
+          await new Promise((r) => setTimeout(r, 20)); // the next batch is fetched meanwhile
+          const offsets = batch.messages.map((m) => Number(m.offset));
+          handled.push(offsets);
+          if (failedFrom === undefined && offsets.length >= 2 && (offsets[0] as number) >= 5) {
+            failedFrom = (offsets[0] as number) + 1;
+            await batch.commit(batch.messages[0] as IncomingMessage); // its first record done, then a fault
+            throw new Error('injected: the handler fails after its first record');
+          }
+          if (offsets.includes(39)) resolve();
+        } finally {
+          active--;
+        }
+      });
+    });
+    await all;
+    await consumer.disconnect();
+
+    expect(failedFrom).toBeDefined();
+    expect(mostActive).toBe(1);
+    expect(handled.length).toBeGreaterThan(3); // small fetches: several batches
+    const failedAt = handled.findIndex((offsets) => offsets.includes(failedFrom as number));
+    // Nothing after the failed batch was handled before it came again, from its first uncommitted record.
+    expect(handled[failedAt + 1]?.[0]).toBe(failedFrom);
+    const done = handled.flatMap((offsets, i) => (i === failedAt ? offsets.slice(0, 1) : offsets));
+    expect(done).toEqual([...Array(40).keys()]);
+    const reader = await broker.consumer({ groupId: `g-${name}`, topics: [name] });
+    expect((await reader.committedOffsets(name)).get(0)).toBe('40');
+    await reader.disconnect();
+    const admin = await broker.admin();
+    await admin.deleteTopics([name]);
+    await admin.disconnect();
+  });
+
+  it('handles at most partitionsConsumedConcurrently batches at once, over all partitions', async () => {
+    const name = await topicOfSmallBatches(6, 5);
+    const consumer = await broker.consumer({
+      groupId: `g-${name}`,
+      topics: [name],
+      maxBytesPerPartition: 200,
+      maxWaitTimeMs: 50,
+      partitionsConsumedConcurrently: 2,
+    });
+    let active = 0;
+    let mostActive = 0;
+    let seen = 0;
+    const all = new Promise<void>((resolve) => {
+      void consumer.run(async (batch) => {
+        active++;
+        mostActive = Math.max(mostActive, active);
+        await new Promise((r) => setTimeout(r, 30));
+        active--;
+        seen += batch.messages.length;
+        if (seen >= 30) resolve();
+      });
+    });
+    await all;
+    await consumer.disconnect();
+    expect(mostActive).toBe(2);
+    const admin = await broker.admin();
+    await admin.deleteTopics([name]);
+    await admin.disconnect();
+  });
 });

@@ -70,8 +70,11 @@ export interface ConsumerOptions {
 
 export interface Consumer {
   /**
-   * Starts consuming; `handle` gets each batch in partition order. Offsets are committed only
-   * through `batch.commit` or, when `handle` resolves, for the whole batch.
+   * Starts consuming; `handle` gets each batch in partition order, one batch of a partition at a
+   * time, at most `partitionsConsumedConcurrently` batches at once, while the next batches are
+   * fetched. Offsets are committed only through `batch.commit` or, when `handle` resolves, for the
+   * whole batch. When `handle` throws, the partition is consumed again from its first record not
+   * committed.
    */
   run(handle: (batch: IncomingBatch) => Promise<void>): Promise<void>;
   stop(): Promise<void>;

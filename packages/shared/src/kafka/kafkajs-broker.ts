@@ -128,13 +128,30 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
         pending.set(`${partition}\u001f${topic}`, { topic, partition, offset });
         inFlight ??= sendOffsets();
       };
+      // A partition's batch is handled while the next one is fetched: eachBatch hands the batch
+      // over, resolves its offsets for fetching (not for committing) and returns, so that kafkajs
+      // fetches on instead of waiting for every partition's batch before the next fetch (most of
+      // the inbox consumer's idle time). The next batch of the partition waits in eachBatch for
+      // the previous one: batches of a partition are still handled one at a time, in order, and at
+      // most one more is held. A handler that fails moves the partition back to its first
+      // uncommitted message (seek), so that nothing after it is handled first.
+      const handling = new Map<string, Promise<void>>();
+      const slots = semaphore(opts.partitionsConsumedConcurrently ?? 1);
+      let closing = false;
       return {
         async run(handle) {
           await consumer.run({
             autoCommit: false,
             eachBatchAutoResolve: false,
             partitionsConsumedConcurrently: opts.partitionsConsumedConcurrently ?? 1,
-            eachBatch: async ({ batch, heartbeat, isRunning, isStale, resolveOffset, commitOffsetsIfNecessary }) => {
+            eachBatch: async ({ batch, heartbeat, isRunning, isStale, resolveOffset }) => {
+              const tp = `${batch.partition}\u001f${batch.topic}`;
+              await handling.get(tp);
+              // Stale: the previous batch failed and moved the partition back; this one comes again.
+              if (closing || !isRunning() || isStale()) {
+                if (closing) await sleep(50); // refetched until stop, which is soon
+                return;
+              }
               const messages: IncomingMessage[] = batch.messages.map((m) => ({
                 topic: batch.topic,
                 partition: batch.partition,
@@ -144,32 +161,72 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
                 headers: decodeHeaders(m.headers),
                 timestamp: m.timestamp,
               }));
+              const last = messages.at(-1);
+              if (!last) return;
               let committed: string | undefined;
               const commit = async (message: IncomingMessage) => {
-                resolveOffset(message.offset);
                 commitSoon(batch.topic, batch.partition, (BigInt(message.offset) + 1n).toString());
                 committed = message.offset;
               };
-              await handle({
-                topic: batch.topic,
-                partition: batch.partition,
-                messages,
-                heartbeat,
-                commit,
-                isRunning,
-                isStale,
+              // Stopping ends the handler's retries; what it finished is still committed.
+              const running = () => isRunning() && !closing;
+              const work = (async () => {
+                await slots.acquire();
+                try {
+                  await handle({
+                    topic: batch.topic,
+                    partition: batch.partition,
+                    messages,
+                    heartbeat,
+                    commit,
+                    isRunning: running,
+                    isStale,
+                  });
+                  if (committed !== last.offset && isRunning() && !isStale()) await commit(last);
+                } catch (err) {
+                  if (!running()) return; // stopping: whoever consumes next starts at the last commit
+                  const from =
+                    committed === undefined
+                      ? (messages[0] as IncomingMessage).offset
+                      : (BigInt(committed) + 1n).toString();
+                  options.logger.error(
+                    { err, topic: batch.topic, partition: batch.partition, from },
+                    'batch handler failed; consuming the partition again from its first uncommitted message',
+                  );
+                  await sleep(1000);
+                  try {
+                    consumer.seek({ topic: batch.topic, partition: batch.partition, offset: from });
+                  } catch (error) {
+                    // Stopped meanwhile: the next consumer starts at the last commit anyway.
+                    options.logger.debug({ err: error }, 'seek after a failed batch not taken');
+                  }
+                } finally {
+                  slots.release();
+                }
+              })();
+              handling.set(tp, work);
+              void work.finally(() => {
+                if (handling.get(tp) === work) handling.delete(tp);
               });
-              const last = messages.at(-1);
-              if (last && committed !== last.offset && isRunning() && !isStale()) await commit(last);
-              await commitOffsetsIfNecessary();
+              resolveOffset(last.offset);
             },
           });
         },
         async stop() {
+          closing = true;
+          await settled(
+            Promise.all(handling.values()).then(() => {}),
+            10_000,
+          );
           await settled(inFlight);
           await consumer.stop();
         },
         async disconnect() {
+          closing = true;
+          await settled(
+            Promise.all(handling.values()).then(() => {}),
+            10_000,
+          );
           await settled(inFlight);
           await consumer.disconnect();
           if (adminConnected) await admin.disconnect();
@@ -243,6 +300,28 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
         },
         disconnect: () => admin.disconnect(),
       };
+    },
+  };
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** At most `permits` holders at once; the others wait in arrival order. */
+function semaphore(permits: number) {
+  const waiting: (() => void)[] = [];
+  let free = permits;
+  return {
+    acquire(): Promise<void> {
+      if (free > 0) {
+        free--;
+        return Promise.resolve();
+      }
+      return new Promise((resolve) => waiting.push(resolve));
+    },
+    release(): void {
+      const next = waiting.shift();
+      if (next) next();
+      else free++;
     },
   };
 }
