@@ -94,7 +94,9 @@ async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number)
       values: [LANE_LOCK_SPACE, maxLanes, OUTBOX_LANES],
     },
     {
-      // The lanes this transaction locked, oldest pending row first.
+      // The lanes this transaction locked, oldest pending row first. Each lane is read from its
+      // head, not from the first row the statement above saw: a row below that one may have
+      // committed in between, and be the earlier event of a key whose later event is now visible.
       text: `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
          FROM unnest(string_to_array(nullif(current_setting('onto.relay_lanes', true), ''), ',')::int[])
               WITH ORDINALITY AS mine(lane, n)
