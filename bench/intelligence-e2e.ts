@@ -65,8 +65,14 @@ function watcher(db: pg.Client) {
     while (!stopped) {
       if (waiting.size > 0) {
         const { rows } = await db.query<{ pk: string; seq: string; at: Date }>(
-          `SELECT pk, source_seq AS seq, clock_timestamp() AS at FROM derived_values
-            WHERE world_id = 'bench' AND object_type = 'Item' AND pk = ANY($1::text[]) AND name = 'doubled'`,
+          // One primary-key probe per awaited object. As \`pk = ANY($1)\` the planner, with no
+          // statistics on the fresh table, read every value of the world and filtered: 40 ms a
+          // poll at 20,000 objects, a core's worth of the database for the watcher alone.
+          `SELECT w.pk, d.source_seq AS seq, clock_timestamp() AS at FROM unnest($1::text[]) AS w(pk)
+            CROSS JOIN LATERAL (
+              SELECT source_seq FROM derived_values d
+               WHERE d.world_id = 'bench' AND d.object_type = 'Item' AND d.pk = w.pk AND d.name = 'doubled'
+               LIMIT 1) d`,
           [[...waiting.keys()]],
         );
         const now = performance.now();
