@@ -152,15 +152,9 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
                 if (closing) await sleep(50); // refetched until stop, which is soon
                 return;
               }
-              const messages: IncomingMessage[] = batch.messages.map((m) => ({
-                topic: batch.topic,
-                partition: batch.partition,
-                offset: m.offset,
-                key: m.key ? m.key.toString('utf8') : null,
-                value: m.value,
-                headers: decodeHeaders(m.headers),
-                timestamp: m.timestamp,
-              }));
+              const messages: IncomingMessage[] = batch.messages.map(
+                (m) => new Incoming(batch.topic, batch.partition, m.offset, m.key, m.value, m.headers, m.timestamp),
+              );
               const last = messages.at(-1);
               if (!last) return;
               let committed: string | undefined;
@@ -334,9 +328,37 @@ async function settled(work: Promise<void> | undefined, boundMs = 2000): Promise
   clearTimeout(timer);
 }
 
-function decodeHeaders(
-  headers: Record<string, Buffer | string | (Buffer | string)[] | undefined> | undefined,
-): Headers {
+type RawHeaders = Record<string, Buffer | string | (Buffer | string)[] | undefined> | undefined;
+
+/** A record as a handler sees it. Its headers are decoded when first read: most handlers never do. */
+class Incoming implements IncomingMessage {
+  readonly key: string | null;
+  private decoded: Headers | undefined;
+  constructor(
+    readonly topic: string,
+    readonly partition: number,
+    readonly offset: string,
+    key: Buffer | null,
+    readonly value: Buffer | null,
+    private readonly raw: RawHeaders,
+    readonly timestamp: string,
+  ) {
+    this.key = key ? key.toString('utf8') : null;
+  }
+
+  get headers(): Headers {
+    this.decoded ??= decodeHeaders(this.raw);
+    return this.decoded;
+  }
+
+  /** JSON carries the headers, as it would a plain record's (a spread copy does not: read them first). */
+  toJSON() {
+    const { topic, partition, offset, key, value, headers, timestamp } = this;
+    return { topic, partition, offset, key, value, headers, timestamp };
+  }
+}
+
+function decodeHeaders(headers: RawHeaders): Headers {
   const out: Headers = {};
   for (const [k, v] of Object.entries(headers ?? {})) {
     if (v === undefined) continue;
