@@ -8,7 +8,8 @@
  *   ./onto bench relay [rows]      (default 200000)
  *
  * RELAY_CONCURRENCY (claim loops, 2), RELAY_PRODUCERS (2) and CONSUMER_CONCURRENCY (partitions
- * consumed at once, 6) vary the set-up; on the 2-core VM none of them moved the rates.
+ * consumed at once, 6) vary the set-up; on the 2-core VM three or four loops were within the
+ * noise of two (67-72k rows/s with two, 67-82k with three or four, three runs each).
  */
 import { fileURLToPath } from 'node:url';
 import {

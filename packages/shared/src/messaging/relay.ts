@@ -140,7 +140,11 @@ export interface OutboxRelayOptions {
   batchSize?: number;
   /** Claim loops run at once in this process; each holds its own lanes. */
   concurrency?: number;
-  /** Most lanes one claim takes, so that concurrent loops and relays share the work. */
+  /**
+   * Most lanes one claim takes, so that concurrent loops and relays share the work; by default
+   * the lanes divided by the loops. (Half the lanes each left a third loop none while the other
+   * two published: with three loops the relay drained at half the rate of two.)
+   */
   maxLanesPerClaim?: number;
   pollIntervalMs?: number;
   retentionMs?: number;
@@ -180,7 +184,7 @@ export class OutboxRelay {
     this.batchSize = checkBatchSize(options.batchSize ?? 500);
     this.opts = {
       concurrency: 2,
-      maxLanesPerClaim: Math.ceil(OUTBOX_LANES / 2),
+      maxLanesPerClaim: Math.ceil(OUTBOX_LANES / (options.concurrency ?? 2)),
       pollIntervalMs: 1000,
       retentionMs: 24 * 3600_000,
       pruneIntervalMs: 60_000,
