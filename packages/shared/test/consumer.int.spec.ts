@@ -183,7 +183,10 @@ describe('inbox consumer', () => {
   }, async () => {
     const topic = await freshTopic();
     const messages = Array.from({ length: 900 }, (_, i) => orderEvent(`kill-${i % 45}`, Math.floor(i / 45) + 1));
-    await publish(topic, messages);
+    // Ten at a time: a fetch returns whole record batches whatever its byte bound, and one send
+    // of 900 made one record batch per partition, so three batches held everything and the kill
+    // could land after all of them.
+    for (let i = 0; i < messages.length; i += 10) await publish(topic, messages.slice(i, i + 10));
     const env = {
       DATABASE_URL: fx.db.url,
       REDIS_URL: fx.endpoints.redisUrl,
