@@ -154,4 +154,26 @@ describe('Kafka round trip through the local broker', () => {
     await admin.deleteTopics([name]);
     await admin.disconnect();
   });
+
+  it('on stop, lets the batch in hand finish and commits it before leaving the group', async () => {
+    const name = await topicOfSmallBatches(1, 3);
+    const consumer = await broker.consumer({ groupId: `g-${name}`, topics: [name], maxWaitTimeMs: 50 });
+    let finished = 0;
+    const started = new Promise<void>((resolve) => {
+      void consumer.run(async (batch) => {
+        resolve();
+        await new Promise((r) => setTimeout(r, 300)); // still working when stop() is called
+        finished += batch.messages.length;
+      });
+    });
+    await started;
+    await consumer.disconnect();
+    expect(finished).toBeGreaterThan(0);
+    const reader = await broker.consumer({ groupId: `g-${name}`, topics: [name] });
+    expect(Number((await reader.committedOffsets(name)).get(0))).toBe(finished);
+    await reader.disconnect();
+    const admin = await broker.admin();
+    await admin.deleteTopics([name]);
+    await admin.disconnect();
+  });
 });
