@@ -142,12 +142,6 @@ interface Recorded {
   inserted: number;
 }
 
-interface Decoded {
-  message: IncomingMessage;
-  event?: EventEnvelope;
-  invalid?: Error;
-}
-
 type Outcome = 'applied' | 'duplicate' | 'parked' | 'dead_lettered';
 
 const INFRASTRUCTURE_CODES = new Set([
@@ -332,22 +326,21 @@ export class InboxConsumer {
 
   /** Handles one batch of one partition; public so that tests can drive it directly. */
   async handleBatch(batch: IncomingBatch): Promise<void> {
-    const decoded: Decoded[] = batch.messages.map((message) => {
+    const valid: ReceivedEvent[] = [];
+    const invalid: { message: IncomingMessage; error: Error }[] = [];
+    for (const message of batch.messages) {
       try {
-        return { message, event: parseEvent(message.value) };
+        valid.push({ event: parseEvent(message.value), message });
       } catch (error) {
-        return { message, invalid: error as Error };
+        invalid.push({ message, error: error as Error });
       }
-    });
-    const valid = decoded.filter((d): d is Decoded & { event: EventEnvelope } => d.event !== undefined);
+    }
     const done = await this.cache.claim(valid.map((d) => d.event.event_id));
     if (done.size > 0) {
       this.duplicates.inc({ consumer: this.opts.name, detected_by: 'redis' }, done.size);
       this.count('duplicate', done.size);
     }
-    const todo: ReceivedEvent[] = valid
-      .filter((d) => !done.has(d.event.event_id))
-      .map((d) => ({ event: d.event, message: d.message }));
+    const todo = done.size > 0 ? valid.filter((d) => !done.has(d.event.event_id)) : valid;
 
     if (todo.length > 0) {
       await this.untilSettled(batch, async () => {
@@ -362,8 +355,8 @@ export class InboxConsumer {
         }
       });
     }
-    for (const bad of decoded.filter((d) => d.invalid)) {
-      await this.untilSettled(batch, () => this.deadLetter(bad.message, bad.invalid as Error, null));
+    for (const bad of invalid) {
+      await this.untilSettled(batch, () => this.deadLetter(bad.message, bad.error, null));
     }
     const last = batch.messages.at(-1);
     if (last && batch.isRunning() && !batch.isStale()) await batch.commit(last);

@@ -26,7 +26,11 @@ export async function upsertIfNewer(
   const keyOf =
     keyColumns.length === 1
       ? (row: VersionedRow) => text(row[keyColumns[0] as string])
-      : (row: VersionedRow) => keyColumns.map((c) => text(row[c])).join('\u0000');
+      : (row: VersionedRow) => {
+          let key = text(row[keyColumns[0] as string]);
+          for (let i = 1; i < keyColumns.length; i++) key += `\u0000${text(row[keyColumns[i] as string])}`;
+          return key;
+        };
   for (const row of rows) {
     const key = keyOf(row);
     const prior = newest.get(key);
