@@ -39,7 +39,8 @@ function* records(): Generator<RecordInput> {
       i++;
       yield {
         offsetDelta: [0, 1, 63, 64, 127, 128, 8191, 8192, 1_000_000][i % 9],
-        timestampDelta: [0, 1, -1, 64, -65, 123_456_789][i % 6],
+        // 2^40 and -2^35 take the decoder's Long path, the others its Number path (at most 28 bits).
+        timestampDelta: [0, 1, -1, 64, -65, 123_456_789, 2 ** 40, -(2 ** 35)][i % 8],
         key,
         value,
         headers:
@@ -66,27 +67,35 @@ describe('the kafkajs patch', () => {
     expect(n).toBeGreaterThan(30);
   });
 
-  it('decodes what it encodes, offsets and timestamps exact beyond 2^53', () => {
-    const firstOffset = '9007199254740993'; // 2^53 + 1: not a double
-    const firstTimestamp = '1767225600000';
-    for (const record of records()) {
-      const encoded = encode(record).buffer;
-      const decoded = decodeRecord(new Decoder(recordBody(encoded)), {
-        firstOffset,
-        firstTimestamp,
-        magicByte: 2,
-      });
-      expect(decoded.offset).toBe((BigInt(firstOffset) + BigInt(record.offsetDelta ?? 0)).toString());
-      expect(decoded.timestamp).toBe((BigInt(firstTimestamp) + BigInt(record.timestampDelta ?? 0)).toString());
-      const bytes = (v: unknown) => (v == null ? null : Buffer.isBuffer(v) ? v : Buffer.from(String(v)));
-      expect(decoded.key).toEqual(bytes(record.key));
-      expect(decoded.value).toEqual(bytes(record.value));
-      const headers = Object.fromEntries(
-        Object.entries(record.headers ?? {}).map(([k, v]) => [k, Array.isArray(v) ? v.map((x) => bytes(x)) : bytes(v)]),
-      );
-      expect(decoded.headers).toEqual(headers);
-    }
-  });
+  it.each([
+    ['9007199254740993', '1767225600000'], // offsets past 2^53 + 1: not a double
+    ['123456789', '1767225600000'], // both exact as Numbers
+    ['42', '9007199254740993'], // a timestamp past 2^53
+  ])(
+    'decodes what it encodes, offsets and timestamps exact (first offset %s, first timestamp %s)',
+    (firstOffset, firstTimestamp) => {
+      for (const record of records()) {
+        const encoded = encode(record).buffer;
+        const decoded = decodeRecord(new Decoder(recordBody(encoded)), {
+          firstOffset,
+          firstTimestamp,
+          magicByte: 2,
+        });
+        expect(decoded.offset).toBe((BigInt(firstOffset) + BigInt(record.offsetDelta ?? 0)).toString());
+        expect(decoded.timestamp).toBe((BigInt(firstTimestamp) + BigInt(record.timestampDelta ?? 0)).toString());
+        const bytes = (v: unknown) => (v == null ? null : Buffer.isBuffer(v) ? v : Buffer.from(String(v)));
+        expect(decoded.key).toEqual(bytes(record.key));
+        expect(decoded.value).toEqual(bytes(record.value));
+        const headers = Object.fromEntries(
+          Object.entries(record.headers ?? {}).map(([k, v]) => [
+            k,
+            Array.isArray(v) ? v.map((x) => bytes(x)) : bytes(v),
+          ]),
+        );
+        expect(decoded.headers).toEqual(headers);
+      }
+    },
+  );
 });
 
 describe('the patched Encoder (a rope: large pieces kept by reference)', () => {
