@@ -7,6 +7,7 @@ describe('Kafka round trip through the local broker', () => {
   const { kafkaBrokers } = testEndpoints();
   const broker = testBroker(kafkaBrokers);
   const topic = `roundtrip.${randomBytes(4).toString('hex')}`;
+  const created = [topic];
 
   beforeAll(async () => {
     const admin = await broker.admin();
@@ -15,7 +16,7 @@ describe('Kafka round trip through the local broker', () => {
   });
   afterAll(async () => {
     const admin = await broker.admin();
-    await admin.deleteTopics([topic]);
+    await admin.deleteTopics(created);
     await admin.disconnect();
   });
 
@@ -62,6 +63,7 @@ describe('Kafka round trip through the local broker', () => {
   /** A topic whose records each travel in a record batch of their own, so that a fetch of 200 bytes holds a few. */
   async function topicOfSmallBatches(partitions: number, perPartition: number) {
     const name = `batches.${randomBytes(4).toString('hex')}`;
+    created.push(name);
     const admin = await broker.admin();
     await admin.ensureTopics([{ name, partitions }]);
     await admin.disconnect();
@@ -73,6 +75,16 @@ describe('Kafka round trip through the local broker', () => {
     }
     await producer.disconnect();
     return name;
+  }
+
+  /** The offset group `g-<topic>` committed on the topic's partition 0. */
+  async function committedOffset(name: string) {
+    const reader = await broker.consumer({ groupId: `g-${name}`, topics: [name] });
+    try {
+      return (await reader.committedOffsets(name)).get(0);
+    } finally {
+      await reader.disconnect();
+    }
   }
 
   it('hands a partition its batches one at a time and in order; a failed batch comes again from its first uncommitted record', async () => {
@@ -117,12 +129,7 @@ describe('Kafka round trip through the local broker', () => {
     expect(handled[failedAt + 1]?.[0]).toBe(failedFrom);
     const done = handled.flatMap((offsets, i) => (i === failedAt ? offsets.slice(0, 1) : offsets));
     expect(done).toEqual([...Array(40).keys()]);
-    const reader = await broker.consumer({ groupId: `g-${name}`, topics: [name] });
-    expect((await reader.committedOffsets(name)).get(0)).toBe('40');
-    await reader.disconnect();
-    const admin = await broker.admin();
-    await admin.deleteTopics([name]);
-    await admin.disconnect();
+    expect(await committedOffset(name)).toBe('40');
   });
 
   it('handles at most partitionsConsumedConcurrently batches at once, over all partitions', async () => {
@@ -150,9 +157,6 @@ describe('Kafka round trip through the local broker', () => {
     await all;
     await consumer.disconnect();
     expect(mostActive).toBe(2);
-    const admin = await broker.admin();
-    await admin.deleteTopics([name]);
-    await admin.disconnect();
   });
 
   it('on stop, lets the batch in hand finish and commits it before leaving the group', async () => {
@@ -169,11 +173,6 @@ describe('Kafka round trip through the local broker', () => {
     await started;
     await consumer.disconnect();
     expect(finished).toBeGreaterThan(0);
-    const reader = await broker.consumer({ groupId: `g-${name}`, topics: [name] });
-    expect(Number((await reader.committedOffsets(name)).get(0))).toBe(finished);
-    await reader.disconnect();
-    const admin = await broker.admin();
-    await admin.deleteTopics([name]);
-    await admin.disconnect();
+    expect(Number(await committedOffset(name))).toBe(finished);
   });
 });

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { CompressionTypes, type ICustomPartitioner, Kafka, type logCreator, logLevel, Partitioners } from 'kafkajs';
 import type { Logger } from 'pino';
 import type { Admin, Broker, Consumer, ConsumerOptions, Headers, IncomingMessage, Producer } from './broker.js';
@@ -138,6 +139,15 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
       const handling = new Map<string, Promise<void>>();
       const slots = semaphore(opts.partitionsConsumedConcurrently ?? 1);
       let closing = false;
+      /** Before leaving the group: no new batch, the running ones finished (bounded), their offsets sent. */
+      const drain = async () => {
+        closing = true;
+        await settled(
+          Promise.all(handling.values()).then(() => {}),
+          10_000,
+        );
+        await settled(inFlight);
+      };
       return {
         async run(handle) {
           await consumer.run({
@@ -207,21 +217,11 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
           });
         },
         async stop() {
-          closing = true;
-          await settled(
-            Promise.all(handling.values()).then(() => {}),
-            10_000,
-          );
-          await settled(inFlight);
+          await drain();
           await consumer.stop();
         },
         async disconnect() {
-          closing = true;
-          await settled(
-            Promise.all(handling.values()).then(() => {}),
-            10_000,
-          );
-          await settled(inFlight);
+          await drain();
           await consumer.disconnect();
           if (adminConnected) await admin.disconnect();
         },
@@ -297,8 +297,6 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
     },
   };
 }
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** At most `permits` holders at once; the others wait in arrival order. */
 function semaphore(permits: number) {

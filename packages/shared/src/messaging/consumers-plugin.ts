@@ -21,15 +21,15 @@ declare module 'fastify' {
   }
 }
 
-/**
- * The service's inbox consumers: started once the app is ready — in the background, retrying
- * while Kafka is away, so that a service boots without it — and stopped on close.
- */
 export interface ConsumersPluginOptions {
   /** The inbox retention of every consumer that does not set its own (see InboxConsumerOptions). */
   retentionMs?: number;
 }
 
+/**
+ * The service's inbox consumers: started once the app is ready — in the background, retrying
+ * while Kafka is away, so that a service boots without it — and stopped on close.
+ */
 export const consumersPlugin = fp(
   async (app: FastifyInstance, opts: ConsumersPluginOptions) => {
     const consumers: InboxConsumer[] = [];

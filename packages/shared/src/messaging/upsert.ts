@@ -23,14 +23,11 @@ export async function upsertIfNewer(
   // A key column has one type in the table, so its values' text tells keys apart (JSON for
   // objects, so that two of them do not both read "[object Object]").
   const text = (v: unknown) => (typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v));
-  const keyOf =
-    keyColumns.length === 1
-      ? (row: VersionedRow) => text(row[keyColumns[0] as string])
-      : (row: VersionedRow) => {
-          let key = text(row[keyColumns[0] as string]);
-          for (let i = 1; i < keyColumns.length; i++) key += `\u0000${text(row[keyColumns[i] as string])}`;
-          return key;
-        };
+  const keyOf = (row: VersionedRow) => {
+    let key = text(row[keyColumns[0] as string]);
+    for (let i = 1; i < keyColumns.length; i++) key += `\u0000${text(row[keyColumns[i] as string])}`;
+    return key;
+  };
   for (const row of rows) {
     const key = keyOf(row);
     const prior = newest.get(key);
