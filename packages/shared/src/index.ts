@@ -10,6 +10,7 @@ export {
 export * from './auth/tokens.js';
 export * from './auth/types.js';
 export { ConfigError, loadConfig, replicaConfigSchema, serviceConfigSchema } from './config/load.js';
+export { copyField, copyLines } from './db/copy.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { inTransactionTogether, queryTogether, type Statement, type TransactionOutcome } from './db/pipeline.js';
 export { postgresPlugin } from './db/postgres.js';

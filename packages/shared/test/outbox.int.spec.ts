@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Producer } from '../src/kafka/broker.js';
-import { TOPICS } from '../src/kafka/topics.js';
-import { enqueue, laneOf, OutboxConflictError } from '../src/messaging/outbox.js';
+import { physicalTopic, TOPICS } from '../src/kafka/topics.js';
+import { type BundledEvent, enqueue, enqueueBundles, laneOf, OutboxConflictError } from '../src/messaging/outbox.js';
 import { acknowledge, OutboxRelay, pendingRows } from '../src/messaging/relay.js';
+import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { testBroker, testLogger } from '../src/testing/index.js';
 import { faultyProducer, kernelFixture, orderEvent, readTopic } from './kernel.js';
 
@@ -239,6 +240,113 @@ describe('transactional outbox', () => {
     expect(new Set(p1.map((r) => r.partition)).size).toBe(1);
     expect(p1.map((r) => JSON.parse(String(r.value)).version)).toEqual([1, 2]);
     for (const r of mine) expect(r.headers['onto-event-id']).toBe(JSON.parse(String(r.value)).event_id);
+  });
+
+  /** Bundled events of order keys: bodies {"payload":{"key":…},"version":…} from a two-part template. */
+  const PARTS = ['{"payload":{"key":', '},"version":', '}'];
+  const bundled = (key: string, version: number): BundledEvent => {
+    const m = orderEvent(key, version);
+    return { eventId: uuidv7(), key: m.key, lane: laneOf(m.key), values: [JSON.stringify(key), String(version)] };
+  };
+  async function addBundles(events: BundledEvent[], headers = '{}') {
+    const client = await fx.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const topic = physicalTopic(fx.prefix, 'onto.changes.objects');
+      const n = await enqueueBundles(client, { topic, headers, parts: PARTS }, events);
+      await client.query('COMMIT');
+      return n;
+    } finally {
+      client.release();
+    }
+  }
+  /** Order keys whose events fall in `lane`, or in one lane other than `not`. */
+  function keysOfLane(count: number, prefix: string, lane?: number, not?: number): string[] {
+    const found: string[] = [];
+    let want = lane;
+    for (let i = 0; found.length < count; i++) {
+      const l = laneOf(orderEvent(`${prefix}${i}`, 1).key);
+      if (want === undefined && l !== not) want = l;
+      if (l === want) found.push(`${prefix}${i}`);
+    }
+    return found;
+  }
+
+  it('publishes a bundle as a record per event, in its lane between the rows around it; a claim counts its events', async () => {
+    const x = 'bx';
+    const lane = laneOf(orderEvent(x, 1).key);
+    const same = keysOfLane(5, 'same-', lane);
+    const other = keysOfLane(3, 'other-', undefined, lane);
+    await enqueue(fx.pool, orderEvent(x, 1), fx.prefix);
+    // One bundle in x's lane (x's second version and five more keys), one in another lane.
+    const events = [bundled(x, 2), ...same.map((k) => bundled(k, 1)), ...other.map((k) => bundled(k, 1))];
+    expect(await addBundles(events, '{"x-request-id":"bulk-1"}')).toBe(2);
+    await enqueue(fx.pool, orderEvent(x, 3), fx.prefix);
+
+    const sent: { key: string; id: string; request: string | undefined; body: string }[][] = [];
+    const recording: Producer = {
+      send: async (batches) => {
+        sent.push(
+          batches.flatMap((t) =>
+            t.messages.map((m) => ({
+              key: String(m.key),
+              id: String(m.headers?.['onto-event-id']),
+              request: m.headers?.['x-request-id'] as string | undefined,
+              body: String(m.value),
+            })),
+          ),
+        );
+        return [];
+      },
+      disconnect: async () => {},
+    };
+    const relay = new OutboxRelay({ pool: fx.pool, producer: recording, logger: testLogger, batchSize: 4 });
+    // x's row, then its lane's bundle (1 event before it, fewer than 4): 7 events; x's third waits.
+    expect(await relay.publishBatch()).toBe(7);
+    // The other lane's bundle (older), then x's third: 4 events.
+    expect(await relay.publishBatch()).toBe(4);
+    expect(await relay.publishBatch()).toBe(0);
+    const label = (b: string) => {
+      const body = JSON.parse(b) as { payload: { key: string }; version: number };
+      return `${body.payload.key}@${body.version}`;
+    };
+    expect(sent.map((batch) => batch.map((m) => label(m.body)))).toEqual([
+      [`${x}@1`, `${x}@2`, ...same.map((k) => `${k}@1`)],
+      [...other.map((k) => `${k}@1`), `${x}@3`],
+    ]);
+    // Each bundled record: its own key, its event id, the bundle's headers; the body as the view shows it.
+    const records = sent.flat().filter((m) => m.request === 'bulk-1');
+    expect(records.map((m) => m.id).sort()).toEqual(events.map((e) => e.eventId).sort());
+    for (const e of events) expect(records.find((m) => m.id === e.eventId)?.key).toBe(e.key);
+    const { rows: view } = await fx.pool.query<{ event_id: string; partition_key: string; body: string }>(
+      'SELECT event_id::text, partition_key, body FROM outbox_events WHERE headers @> \'{"x-request-id":"bulk-1"}\'',
+    );
+    expect(
+      view
+        .map((v) => ({ key: v.partition_key, id: v.event_id, request: 'bulk-1', body: v.body }))
+        .sort((a, b) => a.id.localeCompare(b.id)),
+    ).toEqual([...records].sort((a, b) => a.id.localeCompare(b.id)));
+  });
+
+  it('sends a bundle through the broker: each event a record with its key, body and event id', async () => {
+    const keys = keysOfLane(3, 'kb-');
+    const events = keys.map((k) => bundled(k, 1));
+    await addBundles(events, '{"x-request-id":"bulk-2"}');
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, batchSize: 100 });
+    expect(await relay.drain()).toBe(3);
+    const records = await readTopic(testBroker(fx.endpoints.kafkaBrokers), fx.topic('onto.changes.objects'), 3);
+    const mine = records.filter((r) => r.headers['x-request-id'] === 'bulk-2');
+    // Different keys may land in different partitions: compared by key.
+    const byKey = (a: unknown[], b: unknown[]) => String(a[0]).localeCompare(String(b[0]));
+    expect(mine.map((r) => [r.key, r.headers['onto-event-id'], JSON.parse(String(r.value))]).sort(byKey)).toEqual(
+      events.map((e, i) => [e.key, e.eventId, { payload: { key: keys[i] }, version: 1 }]).sort(byKey),
+    );
+  });
+
+  it('refuses a bundled event with the wrong number of values, writing nothing', async () => {
+    const bad = { ...bundled('bad', 1), values: ['"bad"'] };
+    await expect(addBundles([bundled('good', 1), bad])).rejects.toThrow(/has 1 values, not 2/);
+    expect(await count('outbox')).toBe(0);
   });
 
   it('prunes sent rows older than the retention, and only those', async () => {

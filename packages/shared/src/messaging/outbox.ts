@@ -1,8 +1,11 @@
+import type pg from 'pg';
+import { copyField, copyLines } from '../db/copy.js';
 import type { Headers } from '../kafka/broker.js';
 import { type PartitionKey, physicalTopic } from '../kafka/topics.js';
 import { canonicalJson } from './canonical-json.js';
 import { EVENT_TYPES, type EventEnvelope, type EventType, validateEvent } from './envelope.js';
 import { markOutboxWritten } from './outbox-signal.js';
+import { uuidv7 } from './uuidv7.js';
 
 /** Anything that runs a parameterised query: a pool, a client, a transaction's client. */
 export interface Queryable {
@@ -109,6 +112,89 @@ export function outboxInsert(rows: OutboxRow[]): { text: string; values: unknown
       rows.map((r) => r.headers),
     ],
   };
+}
+
+/** Most events in one bundle row (migrations/008): the relay publishes a bundle in one send. */
+export const BUNDLE_MAX = 256;
+
+/**
+ * An event bound for a bundle: its body is the bundle's template filled with `values`,
+ * `parts[0] values[0] parts[1] … values[n-1] parts[n]`. Its producer checked it (as outboxRows
+ * checks) and spelled every value as JSON text, which holds no tab and no newline.
+ */
+export interface BundledEvent {
+  eventId: string;
+  key: string;
+  lane: number;
+  values: string[];
+}
+
+/** A bundle's events, fields escaped for COPY, joined by an escaped tab (a literal one in the row). */
+const TAB = '\\t';
+const NEWLINE = '\\n';
+
+/**
+ * Adds events of one topic that share a body template to the outbox as bundles (migrations/008),
+ * in the caller's transaction: grouped by lane, at most BUNDLE_MAX to a row, in the order given
+ * within a lane, with the same headers. A bundle's body is the template's parts as a JSON array on
+ * its first line, then a line per event: event id, key and values, tab-separated; the relay fills
+ * the template. A write of many events then costs a row per bundle rather than two per event,
+ * and the template's bytes once per bundle. The rows go in by COPY and are queued; every bundle
+ * gets its own event id. With `escaped`, the values are already escaped by copyField (a producer
+ * that copies the same text into its own tables escapes it once). Answers how many bundles.
+ */
+export async function enqueueBundles(
+  tx: pg.ClientBase,
+  bundle: { topic: string; headers: string; parts: string[]; escaped?: boolean },
+  events: Iterable<BundledEvent>,
+): Promise<number> {
+  const fields = bundle.parts.length - 1;
+  const field = bundle.escaped ? (v: string) => v : copyField;
+  // Per lane, its bundles: the first event's key (the row's partition_key) and the COPY text of its lines.
+  const lanes = new Map<number, { key: string; text: string; n: number }[]>();
+  for (const e of events) {
+    if (/[\t\n]/.test(e.key)) throw new TypeError(`a bundled key holds a tab or newline: ${JSON.stringify(e.key)}`);
+    if (e.values.length !== fields)
+      throw new TypeError(`event ${e.eventId} has ${e.values.length} values, not ${fields}`);
+    let bundles = lanes.get(e.lane);
+    if (!bundles) {
+      bundles = [];
+      lanes.set(e.lane, bundles);
+    }
+    let last = bundles[bundles.length - 1];
+    if (!last || last.n === BUNDLE_MAX) {
+      last = { key: e.key, text: '', n: 0 };
+      bundles.push(last);
+    }
+    let line = `${NEWLINE}${e.eventId}${TAB}${copyField(e.key)}`;
+    for (const v of e.values) line += TAB + field(v);
+    last.text += line;
+    last.n++;
+  }
+  const ids: string[] = [];
+  const parts = copyField(JSON.stringify(bundle.parts));
+  const head = `\t${copyField(bundle.topic)}\t`;
+  const tail = `\t${copyField(bundle.headers)}\t`;
+  await copyLines(
+    tx,
+    'outbox (event_id, topic, partition_key, lane, body, headers, bundle)',
+    (function* () {
+      for (const [lane, bundles] of lanes) {
+        for (const b of bundles) {
+          const id = uuidv7();
+          ids.push(id);
+          yield `${id}${head}${copyField(b.key)}\t${lane}\t${parts}${b.text}${tail}${b.n}\n`;
+        }
+      }
+    })(),
+  );
+  if (ids.length === 0) return 0;
+  await tx.query(
+    'INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM outbox WHERE event_id = ANY($1::uuid[]) ORDER BY id',
+    [ids],
+  );
+  markOutboxWritten(tx);
+  return ids.length;
 }
 
 /**

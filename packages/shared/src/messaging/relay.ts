@@ -14,6 +14,8 @@ export interface PendingRow {
   partition_key: string;
   body: string;
   headers: Record<string, string>;
+  /** Events in the row when it is a bundle (migrations/008), else null: the row is one event. */
+  bundle: number | null;
 }
 
 /** A batch size is an integer from 1 to 1000: bounded so that recovery never loads everything. */
@@ -27,7 +29,7 @@ export function checkBatchSize(value: unknown): number {
 /** The oldest pending rows, in id order, at most `limit`. */
 export async function pendingRows(db: Queryable, limit: number): Promise<PendingRow[]> {
   const { rows } = await db.query<PendingRow & Record<string, unknown>>(
-    `SELECT o.id, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
+    `SELECT o.id, o.event_id::text, o.topic, o.partition_key, o.body, o.headers, o.bundle
        FROM outbox_pending p JOIN outbox o ON o.id = p.id
       ORDER BY p.id LIMIT $1`,
     [checkBatchSize(limit)],
@@ -99,13 +101,22 @@ async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number)
       // The lanes this transaction locked, oldest pending row first. Each lane is read from its
       // head, not from the first row the statement above saw: a row below that one may have
       // committed in between, and be the earlier event of a key whose later event is now visible.
-      text: `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers
-         FROM unnest(string_to_array(nullif(current_setting('onto.relay_lanes', true), ''), ',')::int[])
-              WITH ORDINALITY AS mine(lane, n)
-         CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $1) p
-         JOIN outbox o ON o.id = p.id
-        ORDER BY mine.n, o.id
-        LIMIT $1`,
+      // A bundle counts as its events: of the first batchSize rows, those are taken before which
+      // fewer than batchSize events come, so a claim holds at most batchSize + BUNDLE_MAX - 1
+      // events, and always its first row. Bodies of rows left out are never detoasted.
+      text: `SELECT id, lane, event_id, topic, partition_key, body, headers, bundle FROM (
+         SELECT c.*, sum(coalesce(c.bundle, 1)) OVER (ORDER BY c.n, c.id) - coalesce(c.bundle, 1) AS before FROM (
+           SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers, o.bundle, mine.n
+             FROM unnest(string_to_array(nullif(current_setting('onto.relay_lanes', true), ''), ',')::int[])
+                  WITH ORDINALITY AS mine(lane, n)
+             CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $1) p
+             JOIN outbox o ON o.id = p.id
+            ORDER BY mine.n, o.id
+            LIMIT $1
+         ) c
+       ) w
+        WHERE before < $1
+        ORDER BY n, id`,
       values: [batchSize],
     },
   ]);
@@ -197,7 +208,7 @@ export class OutboxRelay {
     const pool = options.pool;
     this.published = new Counter({
       name: 'onto_outbox_published_total',
-      help: 'Outbox rows published and acknowledged by the broker',
+      help: 'Outbox events published and acknowledged by the broker',
       registers,
     });
     this.failures = new Counter({
@@ -207,10 +218,12 @@ export class OutboxRelay {
     });
     new Gauge({
       name: 'onto_outbox_backlog',
-      help: 'Outbox rows not yet sent',
+      help: 'Outbox events not yet sent (a bundle counts as its events)',
       registers,
       async collect() {
-        const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending');
+        const { rows } = await pool.query<{ n: number }>(
+          'SELECT coalesce(sum(coalesce(o.bundle, 1)), 0)::int AS n FROM outbox_pending p JOIN outbox o ON o.id = p.id',
+        );
         this.set(rows[0]?.n ?? 0);
       },
     });
@@ -230,7 +243,7 @@ export class OutboxRelay {
     });
   }
 
-  /** Claims, publishes and acknowledges one batch; returns how many rows it published. */
+  /** Claims, publishes and acknowledges one batch; returns how many events it published. */
   async publishBatch(loop = 0): Promise<number> {
     const producers = this.opts.producer;
     const producer = Array.isArray(producers) ? (producers[loop % producers.length] as Producer) : producers;
@@ -247,8 +260,9 @@ export class OutboxRelay {
       await Promise.race([producer.send(groupByTopic(rows)), this.stopped]);
       await this.opts.faults?.afterPublish?.(rows);
       await markSentAndCommit(client, rows);
-      this.published.inc(rows.length);
-      return rows.length;
+      const events = rows.reduce((n, r) => n + (r.bundle ?? 1), 0);
+      this.published.inc(events);
+      return events;
     } catch (error) {
       await client.query('ROLLBACK').catch(() => {});
       if (rows.length > 0 && !this.stopping) {
@@ -344,7 +358,7 @@ export class OutboxRelay {
       try {
         const n = await this.publishBatch(index);
         failures = 0;
-        if (n === this.batchSize) {
+        if (n >= this.batchSize) {
           this.wakeOne(); // more is waiting: another loop may take lanes this one could not
           continue;
         }
@@ -417,12 +431,38 @@ export class OutboxRelay {
   }
 }
 
-function groupByTopic(rows: PendingRow[]) {
-  const byTopic = new Map<string, { key: string; value: string; headers: Record<string, string> }[]>();
+type Message = { key: string; value: string; headers: Record<string, string> };
+
+/** The records of claimed rows by topic, in row order; a bundle's events in theirs. */
+export function groupByTopic(rows: PendingRow[]) {
+  const byTopic = new Map<string, Message[]>();
   for (const row of rows) {
-    const list = byTopic.get(row.topic) ?? [];
-    list.push({ key: row.partition_key, value: row.body, headers: { ...row.headers, 'onto-event-id': row.event_id } });
-    byTopic.set(row.topic, list);
+    let list = byTopic.get(row.topic);
+    if (!list) {
+      list = [];
+      byTopic.set(row.topic, list);
+    }
+    if (row.bundle === null || row.bundle === undefined) {
+      list.push({
+        key: row.partition_key,
+        value: row.body,
+        headers: { ...row.headers, 'onto-event-id': row.event_id },
+      });
+      continue;
+    }
+    // The template's parts on the first line, then an event per line: id, key, values.
+    const lines = row.body.split('\n');
+    const parts = JSON.parse(lines[0] as string) as string[];
+    let found = 0;
+    for (let l = 1; l < lines.length; l++) {
+      const fields = (lines[l] as string).split('\t');
+      if (fields.length !== parts.length + 1) throw new Error(`outbox bundle ${row.id} is malformed at line ${l + 1}`);
+      let value = parts[0] as string;
+      for (let i = 1; i < parts.length; i++) value += (fields[i + 1] as string) + parts[i];
+      list.push({ key: fields[1] as string, value, headers: { ...row.headers, 'onto-event-id': fields[0] as string } });
+      found++;
+    }
+    if (found !== row.bundle) throw new Error(`outbox bundle ${row.id} holds ${found} events, not ${row.bundle}`);
   }
   return [...byTopic].map(([topic, messages]) => ({ topic, messages }));
 }
