@@ -27,7 +27,9 @@ describe('bulk ingest', () => {
   const heads = () => count(`SELECT count(*)::int AS n FROM object_heads WHERE world_id = $1`);
   const history = () => count(`SELECT count(*)::int AS n FROM object_history WHERE world_id = $1`);
   const outbox = () =>
-    count(`SELECT count(*)::int AS n FROM outbox WHERE partition_key LIKE $1 || '/Item/%' AND topic LIKE '%objects'`);
+    count(
+      `SELECT count(*)::int AS n FROM outbox_events WHERE partition_key LIKE $1 || '/Item/%' AND topic LIKE '%objects'`,
+    );
 
   beforeAll(async () => {
     s = await dataStack();
@@ -126,14 +128,14 @@ describe('bulk ingest', () => {
     expect(o1.json()).toMatchObject({ version: 2, properties: { id: 'o1', qty: 1001 } });
     expect(await outbox()).toBe(10_002);
     const { rows: ev } = await s.data.app.pg.query<{ body: { type: string; payload: { before: unknown } } }>(
-      `SELECT body::jsonb AS body FROM outbox WHERE partition_key = $1`,
+      `SELECT body::jsonb AS body FROM outbox_events WHERE partition_key = $1`,
       [`${W}/Item/o1`],
     );
     expect(ev.map((r) => r.body.type).sort()).toEqual(['object.created', 'object.updated']);
 
     // Each body is the canonical JSON of the event objectChange makes, as a PUT's event is.
     const { rows: raw } = await s.data.app.pg.query<{ body: string; lane: number; headers: unknown }>(
-      `SELECT body, lane, headers FROM outbox WHERE partition_key = ANY($1) ORDER BY id`,
+      `SELECT body, lane, headers FROM outbox_events WHERE partition_key = ANY($1) ORDER BY id`,
       [[`${W}/Item/o1`, `${W}/Item/new`]],
     );
     expect(raw).toHaveLength(3);
@@ -182,7 +184,7 @@ describe('bulk ingest', () => {
     expect(b.statusCode, b.body).toBe(200);
     const { rows: shared } = await s.data.app.pg.query<{ version: number; n: number; events: number }>(
       `SELECT h.version::int, (SELECT count(*)::int FROM object_history x WHERE x.world_id = h.world_id AND x.pk = h.pk) AS n,
-              (SELECT count(*)::int FROM outbox WHERE partition_key = $1 || '/Item/' || h.pk) AS events
+              (SELECT count(*)::int FROM outbox_events WHERE partition_key = $1 || '/Item/' || h.pk) AS events
          FROM object_heads h WHERE h.world_id = $1 AND h.pk = 'c1500'`,
       [W],
     );

@@ -7,7 +7,7 @@ import { checkObject, pointer } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
-import { type BulkRow, stageRows, writeStaged } from './repository.js';
+import { type BulkRow, writeBulk } from './repository.js';
 
 export const BULK = {
   /** Objects in one request; more is a 413. */
@@ -84,8 +84,7 @@ export function rowsOf(
 
 /**
  * Checks every row as PUT would, and refuses a primary key given twice; all faults, by line, into
- * `errors`. Yields the checked rows as it goes, until the first fault: they can be staged while
- * the rest is checked.
+ * `errors`. Yields the checked rows as it goes, until the first fault.
  */
 export function* checkRows(
   type: ObjectType,
@@ -197,7 +196,7 @@ export default async function bulk(fastify: FastifyInstance) {
           origin,
           topicPrefix: app.topicPrefix,
         };
-        const staged = await stageRows(tx, w, checkRows(type, rows, faults));
+        const checked = [...checkRows(type, rows, faults)];
         if (faults.length > 0) {
           faults.sort((a, b) => a.line - b.line);
           throw new LineErrors(
@@ -205,7 +204,7 @@ export default async function bulk(fastify: FastifyInstance) {
             faults,
           );
         }
-        return writeStaged(tx, w, staged);
+        return writeBulk(tx, w, checked);
       });
       if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);
       return result;

@@ -1,0 +1,131 @@
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { testBroker, testEndpoints } from '@onto/shared/testing';
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { startService } from '../bench/lib/services.js';
+import { benchStack, Item } from '../bench/lib/stack.js';
+
+// data runs as a real process from its compiled server (./onto test builds it first), so that it
+// can be killed with SIGKILL while a bulk write is at a chosen statement.
+const built = existsSync(fileURLToPath(new URL('../services/data/dist/server.js', import.meta.url)));
+const W = 'bulkcrash';
+const N = 20_000;
+
+describe.runIf(built)('data killed in the middle of a bulk write', () => {
+  it('leaves nothing of the write at any step; the retry writes it whole and every event reaches Kafka', async () => {
+    const stack = await benchStack();
+    const endpoints = testEndpoints();
+    const env = {
+      REDIS_URL: endpoints.redisUrl,
+      KAFKA_BROKERS: endpoints.kafkaBrokers,
+      ONTO_TOPIC_PREFIX: stack.topics.prefix,
+      DATABASE_URL: stack.dataDb.url,
+    };
+    let data: { url: string; kill: () => Promise<void>; stop: () => Promise<void> } = stack.data;
+    const db = new pg.Client(stack.dataDb.url);
+    await db.connect();
+    const post = (url: string, body: string) =>
+      fetch(`${url}/v1/worlds/${W}/bulk/Item`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-ndjson', authorization: `Bearer ${stack.token}` },
+        body,
+      });
+    const stored = async (round: string) => {
+      const { rows } = await db.query<{ heads: number; history: number; events: number }>(
+        `SELECT (SELECT count(*)::int FROM object_heads WHERE world_id = $1 AND pk LIKE $2) AS heads,
+                (SELECT count(*)::int FROM object_history WHERE world_id = $1 AND pk LIKE $2) AS history,
+                (SELECT count(*)::int FROM outbox_events WHERE partition_key LIKE $1 || '/Item/' || $2) AS events`,
+        [W, `${round}-%`],
+      );
+      return rows[0];
+    };
+    try {
+      await stack.world(W, { objectTypes: { Item } });
+      const steps = ['COPY object_heads', 'COPY object_history', 'COPY outbox'];
+      for (const [r, step] of steps.entries()) {
+        const round = `r${r}`;
+        const body = Array.from({ length: N }, (_, i) =>
+          JSON.stringify({ properties: { id: `${round}-${i}`, name: `item ${i}`, amount: i, status: 'open' } }),
+        ).join('\n');
+        // The request runs until data's backend is at the step; then data dies.
+        const request = post(data.url, body).then(
+          (res) => res.status,
+          () => 'killed',
+        );
+        let seen: number | undefined;
+        const deadline = Date.now() + 30_000;
+        while (seen === undefined && Date.now() < deadline) {
+          const { rows } = await db.query<{ pid: number }>(
+            `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'
+                AND query LIKE $1 || '%'`,
+            [step],
+          );
+          seen = rows[0]?.pid;
+        }
+        expect(seen, `data reached ${step}`).toBeDefined();
+        await data.kill();
+        expect(await request).toBe('killed');
+        // Its backend notices the lost connection and rolls back.
+        for (let i = 0; i < 200; i++) {
+          const { rows } = await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [seen]);
+          if (rows.length === 0) break;
+          await new Promise((res) => setTimeout(res, 50));
+        }
+        expect(await stored(round), step).toEqual({ heads: 0, history: 0, events: 0 });
+
+        // A new process: the same request again writes everything once.
+        data = await startService('data', env);
+        let res: Response;
+        for (let tries = 0; ; tries++) {
+          // 503 + Retry-After until its identity replica caught up with control (ADR 6).
+          res = await post(data.url, body);
+          if (res.status !== 503 || tries >= 160) break;
+          await new Promise((r) => setTimeout(r, 250));
+        }
+        expect(res.status, await res.clone().text()).toBe(200);
+        expect(await res.json()).toMatchObject({ created: N, updated: 0, unchanged: 0 });
+        expect(await stored(round)).toEqual({ heads: N, history: N, events: N });
+      }
+
+      // The relay publishes every bundle: every event reaches the topic, under its own event id.
+      for (let i = 0; i < 600; i++) {
+        const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending');
+        if (rows[0]?.n === 0) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const ids = new Set<string>();
+      const keys = new Set<string>();
+      const consumer = await testBroker(endpoints.kafkaBrokers).consumer({
+        groupId: `bulk-crash-${Date.now()}`,
+        topics: [`${stack.topics.prefix}onto.changes.objects`],
+        fromBeginning: true,
+      });
+      let records = 0;
+      try {
+        await consumer.run(async (batch) => {
+          for (const m of batch.messages) {
+            if (!String(m.key).startsWith(`${W}/Item/`)) continue;
+            records++;
+            ids.add(String(m.headers['onto-event-id']));
+            keys.add(String(m.key));
+          }
+        });
+        const until = Date.now() + 60_000;
+        while (records < steps.length * N && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+        await new Promise((r) => setTimeout(r, 500)); // anything beyond shows up too
+      } finally {
+        await consumer.disconnect();
+      }
+      // At least once: a batch the killed process published but had not marked sent goes again,
+      // with the same event ids, which consumers skip (their inbox).
+      expect(records).toBeGreaterThanOrEqual(steps.length * N);
+      expect(ids.size).toBe(steps.length * N);
+      expect(keys.size).toBe(steps.length * N);
+    } finally {
+      await db.end().catch(() => {});
+      await data.stop().catch(() => {});
+      await stack.close();
+    }
+  }, 240_000);
+});
