@@ -13,27 +13,41 @@ export const copyField = (s: string): string =>
   COPY_SPECIAL.test(s) ? s.replace(/[\\\t\n\r]/g, (c) => COPY_ESCAPES[c] ?? c) : s;
 
 /**
- * Streams lines of COPY text (fields escaped with copyField, each line ending in a newline) into
- * `target` ("table (columns)"), in chunks of 1 MB as they are made, in the caller's transaction.
- * Should making a line throw, the COPY is abandoned (CopyFail) so that the transaction can roll
- * back, and the error is rethrown.
+ * Streams COPY text into `target` ("table (columns)") in the caller's transaction. `pieces` are
+ * the text in order: lines, or parts of lines (fields escaped with copyField, each line ending in
+ * a newline). They are encoded straight into 1 MB buffers as they come, which go to the socket
+ * while the rest is made: building the text as one string first cost more in flattening, UTF-8
+ * conversion and garbage collection than PostgreSQL took to parse it. Should making a piece throw,
+ * the COPY is abandoned (CopyFail) so that the transaction can roll back, and the error is rethrown.
  */
-export async function copyLines(tx: pg.ClientBase, target: string, lines: Iterable<string>): Promise<void> {
+export async function copyLines(tx: pg.ClientBase, target: string, pieces: Iterable<string>): Promise<void> {
   const stream = tx.query(copyFrom(`COPY ${target} FROM STDIN`));
-  let chunk = '';
+  let buffer = Buffer.allocUnsafe(COPY_CHUNK);
+  let used = 0;
+  const flush = async () => {
+    if (used === 0) return;
+    const full = buffer.subarray(0, used);
+    buffer = Buffer.allocUnsafe(COPY_CHUNK);
+    used = 0;
+    if (!stream.write(full)) await once(stream, 'drain');
+  };
   try {
-    for (const line of lines) {
-      chunk += line;
-      if (chunk.length >= COPY_CHUNK) {
-        if (!stream.write(chunk)) await once(stream, 'drain');
-        chunk = '';
+    for (const piece of pieces) {
+      // At most 3 bytes of UTF-8 per UTF-16 unit.
+      if (used + piece.length * 3 > COPY_CHUNK) {
+        await flush();
+        if (piece.length * 3 > COPY_CHUNK) {
+          if (!stream.write(Buffer.from(piece))) await once(stream, 'drain');
+          continue;
+        }
       }
+      used += buffer.write(piece, used);
     }
   } catch (error) {
     stream.destroy(error as Error);
     await once(stream, 'close').catch(() => {});
     throw error;
   }
-  stream.end(chunk);
+  stream.end(buffer.subarray(0, used));
   await once(stream, 'finish');
 }

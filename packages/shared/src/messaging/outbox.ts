@@ -149,9 +149,8 @@ export async function enqueueBundles(
   events: Iterable<BundledEvent>,
 ): Promise<number> {
   const fields = bundle.parts.length - 1;
-  const field = bundle.escaped ? (v: string) => v : copyField;
-  // Per lane, its bundles: the first event's key (the row's partition_key) and the COPY text of its lines.
-  const lanes = new Map<number, { key: string; text: string; n: number }[]>();
+  // Per lane, its bundles of events, in the order given.
+  const lanes = new Map<number, BundledEvent[][]>();
   for (const e of events) {
     if (/[\t\n]/.test(e.key)) throw new TypeError(`a bundled key holds a tab or newline: ${JSON.stringify(e.key)}`);
     if (e.values.length !== fields)
@@ -162,19 +161,21 @@ export async function enqueueBundles(
       lanes.set(e.lane, bundles);
     }
     let last = bundles[bundles.length - 1];
-    if (!last || last.n === BUNDLE_MAX) {
-      last = { key: e.key, text: '', n: 0 };
+    if (!last || last.length === BUNDLE_MAX) {
+      last = [];
       bundles.push(last);
     }
-    let line = `${NEWLINE}${e.eventId}${TAB}${copyField(e.key)}`;
-    for (const v of e.values) line += TAB + field(v);
-    last.text += line;
-    last.n++;
+    last.push(e);
   }
   const ids: string[] = [];
   const parts = copyField(JSON.stringify(bundle.parts));
   const head = `\t${copyField(bundle.topic)}\t`;
   const tail = `\t${copyField(bundle.headers)}\t`;
+  const field = bundle.escaped
+    ? (values: string[]) => values.join(TAB)
+    : (values: string[]) => values.map(copyField).join(TAB);
+  // A row per bundle: its columns, the parts, then a line per event (separators escaped, since
+  // they are inside the body's field), then the rest of its columns.
   await copyLines(
     tx,
     'outbox (event_id, topic, partition_key, lane, body, headers, bundle)',
@@ -183,7 +184,9 @@ export async function enqueueBundles(
         for (const b of bundles) {
           const id = uuidv7();
           ids.push(id);
-          yield `${id}${head}${copyField(b.key)}\t${lane}\t${parts}${b.text}${tail}${b.n}\n`;
+          yield `${id}${head}${copyField((b[0] as BundledEvent).key)}\t${lane}\t${parts}`;
+          for (const e of b) yield `${NEWLINE}${e.eventId}${TAB}${copyField(e.key)}${TAB}${field(e.values)}`;
+          yield `${tail}${b.length}\n`;
         }
       }
     })(),
