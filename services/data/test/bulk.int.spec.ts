@@ -69,6 +69,20 @@ describe('bulk ingest', () => {
     expect(expectProblem(arr, 422).errors).toEqual([{ line: 2, path: '/properties/qty', message: 'is required' }]);
     expect(await heads()).toBe(0);
 
+    // Rows are checked while the valid ones before them are copied: a fault late in pk order
+    // (after 999 good rows went to PostgreSQL) still leaves nothing, and every fault is reported.
+    const late = Array.from({ length: 1000 }, (_, i) => ({ properties: { id: `m${1000 + i}`, qty: i } }));
+    late[3] = { properties: { id: 'zz-last', qty: -1.5 } } as never;
+    late[500] = { properties: { id: 'zz-later', qty: 1, colour: 'red' } } as never;
+    const lateRes = await s.dataCall('POST', url(), { token: editor, body: ndjson(late), headers: NDJSON });
+    expect(expectProblem(lateRes, 422).errors).toEqual([
+      { line: 4, path: '/properties/qty', message: expect.any(String) },
+      { line: 501, path: '/properties/colour', message: expect.any(String) },
+    ]);
+    expect(await heads()).toBe(0);
+    expect(await history()).toBe(0);
+    expect(await outbox()).toBe(0);
+
     // A key too long for an event fails while the rows are being copied: the copy is abandoned.
     for (let i = 0; i < 3; i++) {
       const long = await s.dataCall('POST', url(), {

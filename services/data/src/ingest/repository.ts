@@ -1,4 +1,5 @@
 import {
+  type BundledEvent,
   canonicalJson,
   copyField,
   copyLines,
@@ -54,99 +55,138 @@ interface Planned {
   escaped: string;
 }
 
+/** A row of a bulk body before it is checked, in its line, with the primary key it names, if any. */
+export interface BulkInput {
+  line: number;
+  value: unknown;
+  pk: string | null;
+}
+
+interface Head {
+  pk: string;
+  version: string;
+  seq: string;
+  deleted: boolean;
+  properties: Properties | null;
+}
+
+const byPk = (a: BulkInput, b: BulkInput) => {
+  if (a.pk === b.pk) return 0;
+  if (a.pk === null) return 1;
+  if (b.pk === null) return -1;
+  return a.pk < b.pk ? -1 : 1;
+};
+
+/** `n` values of data_seq in one statement, ascending. */
+async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
+  if (n === 0) return [];
+  const { rows } = await tx.query<{ seqs: string }>(
+    `SELECT string_agg(s::text, ',' ORDER BY s) AS seqs FROM (SELECT nextval('data_seq') AS s FROM generate_series(1, $1)) n`,
+    [n],
+  );
+  const seqs = (rows[0]?.seqs ?? '').split(',').map(Number);
+  if (seqs.length !== n) throw new Error(`took ${seqs.length} seqs for ${n} rows`);
+  return seqs;
+}
+
 /**
- * Creates or replaces checked objects (distinct pks) in the caller's transaction. Every row
- * travels once and is written once (docs/adr/0016):
+ * Checks and creates or replaces the rows of a bulk body in the caller's transaction. `check`
+ * checks one row as PUT would (and refuses a pk given twice), records its faults and answers the
+ * checked row, or null. Answers null when any row is faulty: the caller then rolls back, and
+ * nothing is written. Every row travels once and is written once, and Node's checking overlaps
+ * PostgreSQL's writing (docs/adr/0016):
  *
- * 1. the tables are locked ROW EXCLUSIVE, then the existing heads of the pks are locked in pk
- *    order (concurrent bulk writes cannot deadlock on them) and compared here: a row identical to
- *    its live head is left alone;
- * 2. a seq from data_seq per written row, taken after that lock, so that a commit cut
- *    (storage/commit.ts) still waits for this write;
- * 3. new heads by COPY, in pk order (a key created meanwhile is a unique violation: the write is
- *    retried as StaleWriteError), replaced heads by one version-checked UPDATE, history by COPY;
- * 4. the change events, one per written object, as bundles of their lane (outboxBundleInsert):
- *    a row per bundle, not two per event.
+ * 1. the tables are locked ROW EXCLUSIVE; the existing heads of the pks the rows name are locked
+ *    in pk order (concurrent bulk writes cannot deadlock on them);
+ * 2. a seq from data_seq for each row whose key has no head, taken after that lock, so that a
+ *    commit cut (storage/commit.ts) still waits for this write;
+ * 3. the rows are checked in pk order while their new heads are COPYed (a key created meanwhile
+ *    is a unique violation: the write is retried as StaleWriteError); a row identical to its live
+ *    head is left alone; after the first fault nothing more is copied, but every row is checked;
+ * 4. replaced heads by one version-checked UPDATE, with seqs of their own; history by COPY, while
+ *    the change events are made;
+ * 5. the events, one per written object, as bundles of their lane (enqueueBundles): a row per
+ *    bundle, not two per event.
  */
-export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[]): Promise<BulkResult> {
+export async function writeBulk(
+  tx: pg.PoolClient,
+  w: BulkWriter,
+  input: BulkInput[],
+  check: (row: BulkInput) => BulkRow | null,
+): Promise<BulkResult | null> {
   const result: BulkResult = { created: 0, updated: 0, unchanged: 0, seq: 0 };
-  if (rows.length === 0) return result;
   const keys = TOPICS['onto.changes.objects'];
-  rows.sort((a, b) => (a.pk < b.pk ? -1 : a.pk > b.pk ? 1 : 0));
-  for (const row of rows) {
-    // A key too long for an event: refused as objectChange refuses it.
-    const key = keys.key({ worldId: w.worldId, objectType: w.type, pk: row.pk });
-    if (key.length > EVENT_KEY_MAX) objectChange({ ...w, ...NEW, pk: row.pk }, w.origin);
-  }
+  input.sort(byPk); // stable: a pk given twice is reported on its later line
+  const pks: string[] = [];
+  for (const row of input) if (row.pk !== null && row.pk !== pks[pks.length - 1]) pks.push(row.pk);
 
   await tx.query('LOCK TABLE object_heads, object_history IN ROW EXCLUSIVE MODE');
   // Which of the pks have a head: first the heads between the least and the greatest of them (in
-  // the database's collation), at most as many as the rows. New keys usually find none there,
+  // the database's collation), at most as many as the pks. New keys usually find none there,
   // where probing the index for every key costs 3-8 µs a key. When the span holds more heads
   // than that, every key is probed instead.
-  let candidates = rows.map((r) => r.pk);
-  const { rows: inSpan } = await tx.query<{ pk: string }>(
-    `WITH k AS (SELECT min(pk) AS lo, max(pk) AS hi FROM jsonb_array_elements_text($3::jsonb) AS j(pk))
-     SELECT h.pk FROM k, object_heads h
-      WHERE h.world_id = $1 AND h.type = $2 AND h.pk BETWEEN k.lo AND k.hi LIMIT $4`,
-    [w.worldId, w.type, JSON.stringify(candidates), candidates.length],
-  );
-  if (inSpan.length < candidates.length) {
-    const ours = new Set(candidates);
-    candidates = inSpan.map((h) => h.pk).filter((pk) => ours.has(pk));
+  let candidates = pks;
+  if (pks.length > 0) {
+    const { rows: inSpan } = await tx.query<{ pk: string }>(
+      `WITH k AS (SELECT min(pk) AS lo, max(pk) AS hi FROM jsonb_array_elements_text($3::jsonb) AS j(pk))
+       SELECT h.pk FROM k, object_heads h
+        WHERE h.world_id = $1 AND h.type = $2 AND h.pk BETWEEN k.lo AND k.hi LIMIT $4`,
+      [w.worldId, w.type, JSON.stringify(pks), pks.length],
+    );
+    if (inSpan.length < pks.length) {
+      const ours = new Set(pks);
+      candidates = inSpan.map((h) => h.pk).filter((pk) => ours.has(pk));
+    }
   }
   // Those heads, locked in pk order. The keys as one array (computed once): as a subquery, a
   // planner that thinks the table tiny evaluated it once per head, 14 s for 10,000 keys.
   const { rows: heads } =
     candidates.length === 0
-      ? { rows: [] }
-      : await tx.query<{
-          pk: string;
-          version: string;
-          seq: string;
-          deleted: boolean;
-          properties: Properties | null;
-        }>(
+      ? { rows: [] as Head[] }
+      : await tx.query<Head>(
           `SELECT h.pk, h.version, h.seq, h.deleted, h.properties FROM object_heads h
             WHERE h.world_id = $1 AND h.type = $2 AND h.pk = ANY (ARRAY(SELECT jsonb_array_elements_text($3::jsonb)))
             ORDER BY h.pk FOR NO KEY UPDATE`,
           [w.worldId, w.type, JSON.stringify(candidates)],
         );
   const existing = new Map(heads.map((h) => [h.pk, h]));
-  const planned: Planned[] = [];
-  for (const row of rows) {
-    const h = existing.get(row.pk);
-    const before = h && !h.deleted && h.properties !== null ? canonicalJson(h.properties) : null;
-    if (h && before === row.json) {
-      result.unchanged++;
-      result.seq = Math.max(result.seq, Number(h.seq));
-      continue;
-    }
-    const key = keys.key({ worldId: w.worldId, objectType: w.type, pk: row.pk });
-    planned.push({ row, key, version: h ? Number(h.version) + 1 : 1, before, seq: 0, escaped: copyField(row.json) });
-  }
-  if (planned.length === 0) return result;
-
-  const { rows: taken } = await tx.query<{ seqs: string }>(
-    `SELECT string_agg(s::text, ',' ORDER BY s) AS seqs FROM (SELECT nextval('data_seq') AS s FROM generate_series(1, $1)) n`,
-    [planned.length],
-  );
-  const seqs = (taken[0]?.seqs ?? '').split(',');
-  if (seqs.length !== planned.length) throw new Error(`took ${seqs.length} seqs for ${planned.length} rows`);
-  for (const [i, p] of planned.entries()) p.seq = Number(seqs[i]);
+  const fresh = await takeSeqs(tx, pks.length - existing.size);
+  let nextFresh = 0;
 
   const world = copyField(w.worldId);
   const type = copyField(w.type);
   const schema = String(w.schemaVersion);
-  const created = planned.filter((p) => p.version === 1);
-  const replaced = planned.filter((p) => p.version > 1);
+  const planned: Planned[] = [];
+  const replaced: Planned[] = [];
+  let faulty = false;
   try {
     await copyLines(
       tx,
       'object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)',
       (function* () {
-        for (const p of created) {
-          yield `${world}\t${type}\t${copyField(p.row.pk)}\t1\t${p.seq}\tf\t${p.escaped}\t${schema}\n`;
+        for (const item of input) {
+          const row = check(item);
+          if (row === null) faulty = true;
+          if (row === null || faulty) continue;
+          // A key too long for an event: refused as objectChange refuses it.
+          const key = keys.key({ worldId: w.worldId, objectType: w.type, pk: row.pk });
+          if (key.length > EVENT_KEY_MAX) objectChange({ ...w, ...NEW, pk: row.pk }, w.origin);
+          const h = existing.get(row.pk);
+          const before = h && !h.deleted && h.properties !== null ? canonicalJson(h.properties) : null;
+          if (h && before === row.json) {
+            result.unchanged++;
+            result.seq = Math.max(result.seq, Number(h.seq));
+            continue;
+          }
+          const p: Planned = { row, key, version: 1, before, seq: 0, escaped: copyField(row.json) };
+          planned.push(p);
+          if (h) {
+            p.version = Number(h.version) + 1;
+            replaced.push(p);
+            continue;
+          }
+          p.seq = fresh[nextFresh++] as number; // one per pk without a head, so never short
+          yield `${world}\t${type}\t${copyField(row.pk)}\t1\t${p.seq}\tf\t${p.escaped}\t${schema}\n`;
         }
       })(),
     );
@@ -156,7 +196,11 @@ export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[
     if (code === UNIQUE_VIOLATION && constraint === 'object_heads_pkey') throw stale(w);
     throw error;
   }
+  if (faulty) return null;
+  if (planned.length === 0) return result;
   if (replaced.length > 0) {
+    const seqs = await takeSeqs(tx, replaced.length);
+    for (const [i, p] of replaced.entries()) p.seq = seqs[i] as number;
     const list = replaced.map(
       (p) => `{"pk":${JSON.stringify(p.row.pk)},"version":${p.version},"seq":${p.seq},"props":${p.row.json}}`,
     );
@@ -171,18 +215,8 @@ export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[
     // The heads are locked, so this holds; a head that moved anyway is never written backwards.
     if (updated.rowCount !== replaced.length) throw stale(w);
   }
-  const actor = copyField(w.origin.actor);
-  const requestId = copyField(w.origin.requestId);
-  await copyLines(
-    tx,
-    'object_history (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id)',
-    (function* () {
-      for (const p of planned) {
-        yield `${world}\t${type}\t${copyField(p.row.pk)}\t${p.seq}\t${p.version}\tf\t${p.escaped}\t${schema}\t${actor}\t${requestId}\n`;
-      }
-    })(),
-  );
 
+  // History by COPY; each row's change event is made while PostgreSQL takes the one before.
   const template = objectChangeTemplate(w, w.origin, new Date());
   // The constant part of every event: topic and headers, checked as `enqueue` checks them.
   const [outbox] = outboxRows(template.sample, w.topicPrefix);
@@ -200,10 +234,20 @@ export async function writeBulk(tx: pg.PoolClient, w: BulkWriter, rows: BulkRow[
     after: (p) => p.escaped,
   };
   const { parts, fields } = template;
-  const events = planned.map((p) => {
-    const eventId = uuidv7();
-    return { eventId, key: p.key, lane: laneOf(p.key), values: fields.map((f) => fill[f](p, eventId)) };
-  });
+  const events: BundledEvent[] = [];
+  const actor = copyField(w.origin.actor);
+  const requestId = copyField(w.origin.requestId);
+  await copyLines(
+    tx,
+    'object_history (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id)',
+    (function* () {
+      for (const p of planned) {
+        yield `${world}\t${type}\t${copyField(p.row.pk)}\t${p.seq}\t${p.version}\tf\t${p.escaped}\t${schema}\t${actor}\t${requestId}\n`;
+        const eventId = uuidv7();
+        events.push({ eventId, key: p.key, lane: laneOf(p.key), values: fields.map((f) => fill[f](p, eventId)) });
+      }
+    })(),
+  );
   await enqueueBundles(tx, { topic: outbox.topic, headers: outbox.headers, parts, escaped: true }, events);
 
   for (const p of planned) {

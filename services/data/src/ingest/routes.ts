@@ -82,47 +82,51 @@ export function rowsOf(
   return { rows: body.map((value, i) => ({ line: i + 1, value })), errors };
 }
 
+/** The primary key a row names, unchecked, as its pk would be spelled; null when it names none. */
+export function primaryKeyOf(type: ObjectType, value: unknown): string | null {
+  if (!isObject(value) || !isObject(value.properties)) return null;
+  const given = value.properties[type.primaryKey];
+  if (given === undefined || given === null) return null;
+  return typeof given === 'string' ? given : typeof given === 'number' ? String(given) : String(JSON.stringify(given));
+}
+
 /**
- * Checks every row as PUT would, and refuses a primary key given twice; all faults, by line, into
- * `errors`. Yields the checked rows as it goes, until the first fault.
+ * A check of one row as PUT would check it, which also refuses a primary key given on an earlier
+ * line: it records the row's faults, by line, in `errors` and answers the checked row, or null.
  */
-export function* checkRows(
+export function rowChecker(
   type: ObjectType,
-  rows: { line: number; value: unknown }[],
   errors: LineError[],
-): Generator<BulkRow> {
+): (row: { line: number; value: unknown; pk: string | null }) => BulkRow | null {
   const seen = new Map<string, number>();
   const pkPath = `/properties/${pointer(type.primaryKey)}`;
-  for (const { line, value } of rows) {
+  return ({ line, value, pk }) => {
     if (!isObject(value)) {
       errors.push({ line, path: '', message: 'must be {"properties": {…}}' });
-      continue;
+      return null;
     }
     const extra = Object.keys(value).filter((k) => k !== 'properties');
     for (const k of extra) errors.push({ line, path: `/${pointer(k)}`, message: 'is not a known field' });
     if (!('properties' in value)) {
       errors.push({ line, path: '/properties', message: 'is required' });
-      continue;
+      return null;
     }
     const input = value.properties;
-    const given = isObject(input) ? input[type.primaryKey] : undefined;
-    if (isObject(input) && (given === undefined || given === null)) {
+    if (isObject(input) && pk === null) {
       errors.push({ line, path: pkPath, message: 'is required (the primary key)' });
-      continue;
+      return null;
     }
-    const pk =
-      typeof given === 'string' ? given : typeof given === 'number' ? String(given) : String(JSON.stringify(given));
-    const result = checkObject(type, input, pk);
+    const result = checkObject(type, input, pk ?? '');
     for (const e of result.errors) errors.push({ line, path: e.path, message: e.message });
-    if (result.errors.length > 0 || extra.length > 0) continue;
+    if (result.errors.length > 0 || extra.length > 0 || pk === null) return null;
     const first = seen.get(pk);
     if (first !== undefined) {
       errors.push({ line, path: pkPath, message: `duplicates the primary key of line ${first}` });
-      continue;
+      return null;
     }
     seen.set(pk, line);
-    if (errors.length === 0) yield { pk, json: canonicalJson(result.properties) };
-  }
+    return { pk, json: canonicalJson(result.properties) };
+  };
 }
 
 /**
@@ -196,15 +200,19 @@ export default async function bulk(fastify: FastifyInstance) {
           origin,
           topicPrefix: app.topicPrefix,
         };
-        const checked = [...checkRows(type, rows, faults)];
-        if (faults.length > 0) {
+        const input = rows.map((r) => ({ ...r, pk: primaryKeyOf(type, r.value) }));
+        const check = rowChecker(type, faults);
+        let written: Awaited<ReturnType<typeof writeBulk>> = null;
+        if (faults.length === 0) written = await writeBulk(tx, w, input, check);
+        else for (const row of input) check(row); // lines that are not JSON: the rest only checked, for the report
+        if (written === null || faults.length > 0) {
           faults.sort((a, b) => a.line - b.line);
           throw new LineErrors(
             `${new Set(faults.map((f) => f.line)).size} of ${rows.length + errors.length} rows do not match the schema of ${world}; nothing was written`,
             faults,
           );
         }
-        return writeBulk(tx, w, checked);
+        return written;
       });
       if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);
       return result;
