@@ -101,26 +101,41 @@ async function claim(client: pg.PoolClient, batchSize: number, maxLanes: number)
       // The lanes this transaction locked, oldest pending row first. Each lane is read from its
       // head, not from the first row the statement above saw: a row below that one may have
       // committed in between, and be the earlier event of a key whose later event is now visible.
-      // A bundle counts as its events: of the first batchSize rows, those are taken before which
-      // fewer than batchSize events come, so a claim holds at most batchSize + BUNDLE_MAX - 1
-      // events, and always its first row. Bodies of rows left out are never detoasted.
-      text: `SELECT id, lane, event_id, topic, partition_key, body, headers, bundle FROM (
-         SELECT c.*, sum(coalesce(c.bundle, 1)) OVER (ORDER BY c.n, c.id) - coalesce(c.bundle, 1) AS before FROM (
-           SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key, o.body, o.headers, o.bundle, mine.n
-             FROM unnest(string_to_array(nullif(current_setting('onto.relay_lanes', true), ''), ',')::int[])
-                  WITH ORDINALITY AS mine(lane, n)
-             CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $1) p
-             JOIN outbox o ON o.id = p.id
-            ORDER BY mine.n, o.id
-            LIMIT $1
-         ) c
-       ) w
-        WHERE before < $1
-        ORDER BY n, id`,
+      // A bundle's body is left for below: it is large, and the bundle may not be taken.
+      text: `SELECT o.id, o.lane, o.event_id::text, o.topic, o.partition_key,
+                    CASE WHEN o.bundle IS NULL THEN o.body END AS body, o.headers, o.bundle
+         FROM unnest(string_to_array(nullif(current_setting('onto.relay_lanes', true), ''), ',')::int[])
+              WITH ORDINALITY AS mine(lane, n)
+         CROSS JOIN LATERAL (SELECT id FROM outbox_pending p WHERE p.lane = mine.lane ORDER BY id LIMIT $1) p
+         JOIN outbox o ON o.id = p.id
+        ORDER BY mine.n, o.id
+        LIMIT $1`,
       values: [batchSize],
     },
   ]);
-  return (results[3]?.rows ?? []) as unknown as ClaimedRow[];
+  const rows = (results[3]?.rows ?? []) as unknown as ClaimedRow[];
+  // A bundle counts as its events: rows are taken while fewer than batchSize events come before
+  // them, so a claim holds at most batchSize + BUNDLE_MAX - 1 events, and always its first row.
+  // The rest of the claimed lanes' rows stay pending, after the ones taken: each lane's order holds.
+  let events = 0;
+  let taken = 0;
+  let bundles = false;
+  for (const row of rows) {
+    if (events >= batchSize) break;
+    events += row.bundle ?? 1;
+    bundles ||= row.bundle !== null;
+    taken++;
+  }
+  const claimed = rows.slice(0, taken);
+  if (bundles) {
+    const { rows: bodies } = await client.query<{ id: string; body: string }>(
+      'SELECT id, body FROM outbox WHERE id = ANY($1::bigint[])',
+      [claimed.filter((r) => r.bundle !== null).map((r) => r.id)],
+    );
+    const byId = new Map(bodies.map((b) => [String(b.id), b.body]));
+    for (const row of claimed) if (row.bundle !== null) row.body = byId.get(String(row.id)) ?? '';
+  }
+  return claimed;
 }
 
 interface ClaimedRow extends PendingRow {
