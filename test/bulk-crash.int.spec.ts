@@ -42,30 +42,64 @@ describe.runIf(built)('data killed in the middle of a bulk write', () => {
     };
     try {
       await stack.world(W, { objectTypes: { Item } });
-      const steps = ['COPY object_heads', 'COPY object_history', 'COPY outbox'];
+      // Each step is held at a row of its table: another transaction writes, uncommitted, the row
+      // the step will write first (the first pk, its seq, the next outbox id), so the step waits
+      // on that row's unique index entry until data is dead. Nothing else writes this database.
+      const blockers: Record<string, (round: string, client: pg.Client) => Promise<void>> = {
+        'COPY object_heads': async (round, client) => {
+          await client.query(
+            `INSERT INTO object_heads (world_id, type, pk, version, seq, properties, schema_version)
+             VALUES ($1, 'Item', $2, 1, 0, '{}', 1)`,
+            [W, `${round}-0`],
+          );
+        },
+        'COPY object_history': async (round, client) => {
+          await client.query(
+            `INSERT INTO object_history (world_id, type, pk, seq, version, deleted, properties, schema_version, actor)
+             SELECT $1, 'Item', $2, CASE WHEN is_called THEN last_value + 1 ELSE last_value END, 1, false, '{}', 1, 'test'
+               FROM data_seq`,
+            [W, `${round}-0`],
+          );
+        },
+        'COPY outbox': async (_round, client) => {
+          await client.query(
+            `INSERT INTO outbox (id, event_id, topic, partition_key, lane, body)
+             OVERRIDING SYSTEM VALUE
+             SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END, gen_random_uuid(), 'x', 'x', 0, 'x'
+               FROM outbox_id_seq`,
+          );
+        },
+      };
+      const steps = Object.keys(blockers);
       for (const [r, step] of steps.entries()) {
         const round = `r${r}`;
         const body = Array.from({ length: N }, (_, i) =>
           JSON.stringify({ properties: { id: `${round}-${i}`, name: `item ${i}`, amount: i, status: 'open' } }),
         ).join('\n');
-        // The request runs until data's backend is at the step; then data dies.
+        const blocker = new pg.Client(stack.dataDb.url);
+        await blocker.connect();
+        await blocker.query('BEGIN');
+        await blockers[step]?.(round, blocker);
+        // The request runs until data's backend waits at the step; then data dies.
         const request = post(data.url, body).then(
           (res) => res.status,
           () => 'killed',
         );
         let seen: number | undefined;
-        const deadline = Date.now() + 30_000;
-        while (seen === undefined && Date.now() < deadline) {
+        for (let i = 0; i < 600 && seen === undefined; i++) {
           const { rows } = await db.query<{ pid: number }>(
-            `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'
+            `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
                 AND query LIKE $1 || '%'`,
             [step],
           );
           seen = rows[0]?.pid;
+          if (seen === undefined) await new Promise((res) => setTimeout(res, 50));
         }
-        expect(seen, `data reached ${step}`).toBeDefined();
+        expect(seen, `data waits at ${step}`).toBeDefined();
         await data.kill();
         expect(await request).toBe('killed');
+        await blocker.query('ROLLBACK');
+        await blocker.end();
         // Its backend notices the lost connection and rolls back.
         for (let i = 0; i < 200; i++) {
           const { rows } = await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [seen]);

@@ -7,7 +7,7 @@ import { checkObject, pointer } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
-import { type BulkRow, writeBulk } from './repository.js';
+import { type BulkInput, type BulkRow, writeBulk } from './repository.js';
 
 export const BULK = {
   /** Objects in one request; more is a 413. */
@@ -49,12 +49,9 @@ class LineErrors extends HttpProblem {
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** The rows of the body as (line, value) pairs; unparseable NDJSON lines are faults. */
-export function rowsOf(
-  body: unknown,
-  contentType: string,
-): { rows: { line: number; value: unknown }[]; errors: LineError[] } {
+export function rowsOf(body: unknown, contentType: string): { rows: BulkInput[]; errors: LineError[] } {
   const errors: LineError[] = [];
-  const rows: { line: number; value: unknown }[] = [];
+  const rows: BulkInput[] = [];
   if (contentType === NDJSON) {
     const lines = String(body ?? '').split('\n');
     for (const [i, raw] of lines.entries()) {
@@ -64,7 +61,7 @@ export function rowsOf(
         throw new PayloadTooLarge(`a bulk write takes at most ${BULK.maxObjects} objects`);
       }
       try {
-        rows.push({ line: i + 1, value: JSON.parse(text) });
+        rows.push({ line: i + 1, value: JSON.parse(text), pk: null });
       } catch (e) {
         errors.push({ line: i + 1, path: '', message: `is not JSON: ${(e as Error).message}` });
       }
@@ -79,7 +76,7 @@ export function rowsOf(
   if (body.length > BULK.maxObjects) {
     throw new PayloadTooLarge(`a bulk write takes at most ${BULK.maxObjects} objects`);
   }
-  return { rows: body.map((value, i) => ({ line: i + 1, value })), errors };
+  return { rows: body.map((value, i) => ({ line: i + 1, value, pk: null })), errors };
 }
 
 /** The primary key a row names, unchecked, as its pk would be spelled; null when it names none. */
@@ -94,10 +91,7 @@ export function primaryKeyOf(type: ObjectType, value: unknown): string | null {
  * A check of one row as PUT would check it, which also refuses a primary key given on an earlier
  * line: it records the row's faults, by line, in `errors` and answers the checked row, or null.
  */
-export function rowChecker(
-  type: ObjectType,
-  errors: LineError[],
-): (row: { line: number; value: unknown; pk: string | null }) => BulkRow | null {
+export function rowChecker(type: ObjectType, errors: LineError[]): (row: BulkInput) => BulkRow | null {
   const seen = new Map<string, number>();
   const pkPath = `/properties/${pointer(type.primaryKey)}`;
   return ({ line, value, pk }) => {
@@ -200,11 +194,11 @@ export default async function bulk(fastify: FastifyInstance) {
           origin,
           topicPrefix: app.topicPrefix,
         };
-        const input = rows.map((r) => ({ ...r, pk: primaryKeyOf(type, r.value) }));
+        for (const row of rows) row.pk = primaryKeyOf(type, row.value);
         const check = rowChecker(type, faults);
         let written: Awaited<ReturnType<typeof writeBulk>> = null;
-        if (faults.length === 0) written = await writeBulk(tx, w, input, check);
-        else for (const row of input) check(row); // lines that are not JSON: the rest only checked, for the report
+        if (faults.length === 0) written = await writeBulk(tx, w, rows, check);
+        else for (const row of rows) check(row); // lines that are not JSON: the rest only checked, for the report
         if (written === null || faults.length > 0) {
           faults.sort((a, b) => a.line - b.line);
           throw new LineErrors(
