@@ -233,7 +233,8 @@ export async function writeBulk(
     before: (p) => (p.before === null ? 'null' : copyField(p.before)),
     after: (p) => p.escaped,
   };
-  const { parts, fields } = template;
+  const { parts } = template;
+  const getters = template.fields.map((f) => fill[f]);
   const events: BundledEvent[] = [];
   const actor = copyField(w.origin.actor);
   const requestId = copyField(w.origin.requestId);
@@ -244,7 +245,9 @@ export async function writeBulk(
       for (const p of planned) {
         yield `${world}\t${type}\t${copyField(p.row.pk)}\t${p.seq}\t${p.version}\tf\t${p.escaped}\t${schema}\t${actor}\t${requestId}\n`;
         const eventId = uuidv7();
-        events.push({ eventId, key: p.key, lane: laneOf(p.key), values: fields.map((f) => fill[f](p, eventId)) });
+        const values: string[] = [];
+        for (const get of getters) values.push(get(p, eventId));
+        events.push({ eventId, key: p.key, lane: laneOf(p.key), values });
       }
     })(),
   );
