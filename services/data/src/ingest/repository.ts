@@ -128,7 +128,7 @@ export async function writeBulk(
   let candidates = pks;
   if (pks.length > 0) {
     const { rows: inSpan } = await tx.query<{ pk: string }>(
-      `WITH k AS (SELECT min(pk) AS lo, max(pk) AS hi FROM jsonb_array_elements_text($3::jsonb) AS j(pk))
+      `WITH k AS (SELECT min(pk) AS lo, max(pk) AS hi FROM json_array_elements_text($3::json) AS j(pk))
        SELECT h.pk FROM k, object_heads h
         WHERE h.world_id = $1 AND h.type = $2 AND h.pk BETWEEN k.lo AND k.hi LIMIT $4`,
       [w.worldId, w.type, JSON.stringify(pks), pks.length],
@@ -145,7 +145,7 @@ export async function writeBulk(
       ? { rows: [] as Head[] }
       : await tx.query<Head>(
           `SELECT h.pk, h.version, h.seq, h.deleted, h.properties FROM object_heads h
-            WHERE h.world_id = $1 AND h.type = $2 AND h.pk = ANY (ARRAY(SELECT jsonb_array_elements_text($3::jsonb)))
+            WHERE h.world_id = $1 AND h.type = $2 AND h.pk = ANY (ARRAY(SELECT json_array_elements_text($3::json)))
             ORDER BY h.pk FOR NO KEY UPDATE`,
           [w.worldId, w.type, JSON.stringify(candidates)],
         );
