@@ -74,10 +74,12 @@ describe('bulk ingest', () => {
     const late = Array.from({ length: 1000 }, (_, i) => ({ properties: { id: `m${1000 + i}`, qty: i } }));
     late[3] = { properties: { id: 'zz-last', qty: -1.5 } } as never;
     late[500] = { properties: { id: 'zz-later', qty: 1, colour: 'red' } } as never;
+    late[700] = { properties: { id: 'm1001', qty: 7 } }; // line 2's key again
     const lateRes = await s.dataCall('POST', url(), { token: editor, body: ndjson(late), headers: NDJSON });
     expect(expectProblem(lateRes, 422).errors).toEqual([
       { line: 4, path: '/properties/qty', message: expect.any(String) },
       { line: 501, path: '/properties/colour', message: expect.any(String) },
+      { line: 701, path: '/properties/id', message: 'duplicates the primary key of line 2' },
     ]);
     expect(await heads()).toBe(0);
     expect(await history()).toBe(0);

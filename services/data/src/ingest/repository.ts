@@ -70,12 +70,13 @@ interface Head {
   properties: Properties | null;
 }
 
-const byPk = (a: BulkInput, b: BulkInput) => {
+/** Rows by the pk they name, rows naming none last; stable, so equal pks stay in line order. */
+export function byNamedPk(a: BulkInput, b: BulkInput): number {
   if (a.pk === b.pk) return 0;
   if (a.pk === null) return 1;
   if (b.pk === null) return -1;
   return a.pk < b.pk ? -1 : 1;
-};
+}
 
 /** `n` values of data_seq in one statement, ascending. */
 async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
@@ -91,8 +92,8 @@ async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
 
 /**
  * Checks and creates or replaces the rows of a bulk body in the caller's transaction. `check`
- * checks one row as PUT would (and refuses a pk given twice), records its faults and answers the
- * checked row, or null. Answers null when any row is faulty: the caller then rolls back, and
+ * checks one row as PUT would (and refuses a pk given twice, seeing rows in byNamedPk order),
+ * records its faults and answers the checked row, or null. Answers null when any row is faulty: the caller then rolls back, and
  * nothing is written. Every row travels once and is written once, and Node's checking overlaps
  * PostgreSQL's writing (docs/adr/0016):
  *
@@ -116,7 +117,7 @@ export async function writeBulk(
 ): Promise<BulkResult | null> {
   const result: BulkResult = { created: 0, updated: 0, unchanged: 0, seq: 0 };
   const keys = TOPICS['onto.changes.objects'];
-  input.sort(byPk); // stable: a pk given twice is reported on its later line
+  input.sort(byNamedPk); // the check's order: a pk given twice is reported on its later line
   const pks: string[] = [];
   for (const row of input) if (row.pk !== null && row.pk !== pks[pks.length - 1]) pks.push(row.pk);
 

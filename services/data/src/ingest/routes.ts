@@ -7,7 +7,7 @@ import { checkObject, pointer } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
-import { type BulkInput, type BulkRow, writeBulk } from './repository.js';
+import { type BulkInput, type BulkRow, byNamedPk, writeBulk } from './repository.js';
 
 export const BULK = {
   /** Objects in one request; more is a 413. */
@@ -90,17 +90,23 @@ export function primaryKeyOf(type: ObjectType, value: unknown): string | null {
 /**
  * A check of one row as PUT would check it, which also refuses a primary key given on an earlier
  * line: it records the row's faults, by line, in `errors` and answers the checked row, or null.
+ * Rows must come sorted by the pk they name, in line order among equal ones (writeBulk's order),
+ * so that a repeated key is always right after its first valid line.
  */
 export function rowChecker(type: ObjectType, errors: LineError[]): (row: BulkInput) => BulkRow | null {
-  const seen = new Map<string, number>();
   const pkPath = `/properties/${pointer(type.primaryKey)}`;
+  let last: { pk: string; line: number } | undefined; // the last row that passed
   return ({ line, value, pk }) => {
     if (!isObject(value)) {
       errors.push({ line, path: '', message: 'must be {"properties": {…}}' });
       return null;
     }
-    const extra = Object.keys(value).filter((k) => k !== 'properties');
-    for (const k of extra) errors.push({ line, path: `/${pointer(k)}`, message: 'is not a known field' });
+    let extra = false;
+    for (const k in value) {
+      if (k === 'properties' || !Object.hasOwn(value, k)) continue;
+      errors.push({ line, path: `/${pointer(k)}`, message: 'is not a known field' });
+      extra = true;
+    }
     if (!('properties' in value)) {
       errors.push({ line, path: '/properties', message: 'is required' });
       return null;
@@ -112,13 +118,12 @@ export function rowChecker(type: ObjectType, errors: LineError[]): (row: BulkInp
     }
     const result = checkObject(type, input, pk ?? '');
     for (const e of result.errors) errors.push({ line, path: e.path, message: e.message });
-    if (result.errors.length > 0 || extra.length > 0 || pk === null) return null;
-    const first = seen.get(pk);
-    if (first !== undefined) {
-      errors.push({ line, path: pkPath, message: `duplicates the primary key of line ${first}` });
+    if (result.errors.length > 0 || extra || pk === null) return null;
+    if (last?.pk === pk) {
+      errors.push({ line, path: pkPath, message: `duplicates the primary key of line ${last.line}` });
       return null;
     }
-    seen.set(pk, line);
+    last = { pk, line };
     return { pk, json: canonicalJson(result.properties) };
   };
 }
@@ -198,7 +203,7 @@ export default async function bulk(fastify: FastifyInstance) {
         const check = rowChecker(type, faults);
         let written: Awaited<ReturnType<typeof writeBulk>> = null;
         if (faults.length === 0) written = await writeBulk(tx, w, rows, check);
-        else for (const row of rows) check(row); // lines that are not JSON: the rest only checked, for the report
+        else for (const row of rows.sort(byNamedPk)) check(row); // lines that are not JSON: the rest only checked, for the report
         if (written === null || faults.length > 0) {
           faults.sort((a, b) => a.line - b.line);
           throw new LineErrors(

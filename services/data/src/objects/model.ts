@@ -69,6 +69,20 @@ function pathOf(base: string, name: string): string {
   return path;
 }
 
+// The required properties of each object type but its primary key, listed once per type (a
+// type of a schema version never changes): every check looked through all the properties.
+const required = new WeakMap<ObjectType, string[]>();
+function requiredOf(type: ObjectType): string[] {
+  let names = required.get(type);
+  if (!names) {
+    names = Object.entries(type.properties)
+      .filter(([name, def]) => def.required && name !== type.primaryKey)
+      .map(([name]) => name);
+    required.set(type, names);
+  }
+  return names;
+}
+
 /**
  * Checks a whole object for `PUT` (or the result of a `PATCH`): known properties only, each of
  * its type, the required ones present, the primary key equal to the path's (filled from the
@@ -81,7 +95,8 @@ export function checkObject(type: ObjectType, input: unknown, pk: string, base =
     faults.add(base, 'must be an object of property values');
     return { properties, errors: faults.list };
   }
-  for (const [name, value] of Object.entries(input)) {
+  for (const name of Object.keys(input)) {
+    const value = input[name];
     const def = Object.hasOwn(type.properties, name) ? type.properties[name] : undefined;
     if (!def) {
       faults.add(`${base}/${pointer(name)}`, `is not a property of ${type.apiName}`);
@@ -98,11 +113,9 @@ export function checkObject(type: ObjectType, input: unknown, pk: string, base =
   else if (properties[type.primaryKey] !== undefined && properties[type.primaryKey] !== key.value) {
     faults.add(pkPath, `must equal the primary key in the path, ${JSON.stringify(pk)}`);
   }
-  for (const [name, def] of Object.entries(type.properties)) {
+  for (const name of requiredOf(type)) {
     const given = input[name];
-    if (def.required && name !== type.primaryKey && (given === undefined || given === null)) {
-      faults.add(pathOf(base, name), 'is required');
-    }
+    if (given === undefined || given === null) faults.add(pathOf(base, name), 'is required');
   }
   return { properties, errors: faults.list };
 }
