@@ -63,10 +63,10 @@ describe.runIf(built)('data killed while it commits writes in groups', () => {
       );
       const head = new Map(heads.map((h) => [h.pk, h.version]));
       for (const [pk, version] of answered) expect(head.get(pk), pk).toBeGreaterThanOrEqual(version);
-      // …and every stored write is whole: versions 1…n in history, one change event per version.
+      // …and every stored write is whole: versions 1…n (history, then the head), one change event per version.
       const { rows: broken } = await db.query(
         `SELECT h.pk, h.version, count(o.id)::int AS events
-           FROM object_history h
+           FROM object_versions h
            LEFT JOIN outbox o ON o.partition_key = $1 || '/Item/' || h.pk
                              AND (o.body::jsonb ->> 'version')::int = h.version
           WHERE h.world_id = $1
@@ -76,16 +76,16 @@ describe.runIf(built)('data killed while it commits writes in groups', () => {
       );
       expect(broken).toEqual([]);
       const { rows: gaps } = await db.query(
-        `SELECT pk FROM object_history WHERE world_id = $1 GROUP BY pk
+        `SELECT pk FROM object_versions WHERE world_id = $1 GROUP BY pk
          HAVING count(*) <> max(version) OR min(version) <> 1`,
         [W],
       );
       expect(gaps).toEqual([]);
       const { rows: counts } = await db.query<{ history: number; events: number; latest: number }>(
-        `SELECT (SELECT count(*)::int FROM object_history WHERE world_id = $1) AS history,
+        `SELECT (SELECT count(*)::int FROM object_versions WHERE world_id = $1) AS history,
                 (SELECT count(*)::int FROM outbox WHERE topic LIKE '%changes.objects') AS events,
                 (SELECT count(*)::int FROM object_heads h WHERE world_id = $1
-                    AND version = (SELECT max(version) FROM object_history x WHERE x.world_id = h.world_id AND x.pk = h.pk)) AS latest`,
+                    AND version = (SELECT max(version) FROM object_versions x WHERE x.world_id = h.world_id AND x.pk = h.pk)) AS latest`,
         [W],
       );
       expect(counts[0]?.events).toBe(counts[0]?.history);

@@ -132,7 +132,7 @@ describe('data applies the steps of actions', () => {
     expect((await changes(request)).map((e) => e.type)).toEqual(['object.created', 'object.created', 'link.created']);
     const [history] = (
       await s.data.app.pg.query<{ actor: string; request_id: string }>(
-        `SELECT actor, request_id FROM object_history WHERE world_id = $1 AND type = 'Order' AND pk = 'o-1'`,
+        `SELECT actor, request_id FROM object_versions WHERE world_id = $1 AND type = 'Order' AND pk = 'o-1'`,
         [W],
       )
     ).rows;
@@ -150,7 +150,7 @@ describe('data applies the steps of actions', () => {
     const second = await reply(again);
     expect(second.payload).toEqual(first.payload);
     const { rows } = await s.data.app.pg.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM object_history WHERE world_id = $1 AND type = 'Order' AND pk = 'o-twice'`,
+      `SELECT count(*)::int AS n FROM object_versions WHERE world_id = $1 AND type = 'Order' AND pk = 'o-twice'`,
       [W],
     );
     expect(rows[0]?.n).toBe(1);

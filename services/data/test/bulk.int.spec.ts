@@ -25,7 +25,7 @@ describe('bulk ingest', () => {
   let viewer: string;
   const count = async (sql: string) => (await s.data.app.pg.query<{ n: number }>(sql, [W])).rows[0]?.n;
   const heads = () => count(`SELECT count(*)::int AS n FROM object_heads WHERE world_id = $1`);
-  const history = () => count(`SELECT count(*)::int AS n FROM object_history WHERE world_id = $1`);
+  const history = () => count(`SELECT count(*)::int AS n FROM object_versions WHERE world_id = $1`);
   const outbox = () =>
     count(
       `SELECT count(*)::int AS n FROM outbox_events WHERE partition_key LIKE $1 || '/Item/%' AND topic LIKE '%objects'`,
@@ -200,7 +200,7 @@ describe('bulk ingest', () => {
     expect(a.statusCode, a.body).toBe(200);
     expect(b.statusCode, b.body).toBe(200);
     const { rows: shared } = await s.data.app.pg.query<{ version: number; n: number; events: number }>(
-      `SELECT h.version::int, (SELECT count(*)::int FROM object_history x WHERE x.world_id = h.world_id AND x.pk = h.pk) AS n,
+      `SELECT h.version::int, (SELECT count(*)::int FROM object_versions x WHERE x.world_id = h.world_id AND x.pk = h.pk) AS n,
               (SELECT count(*)::int FROM outbox_events WHERE partition_key = $1 || '/Item/' || h.pk) AS events
          FROM object_heads h WHERE h.world_id = $1 AND h.pk = 'c1500'`,
       [W],

@@ -145,8 +145,8 @@ describe('change events and the schema replica', () => {
     try {
       await writer.query('BEGIN');
       const { rows } = await writer.query<{ seq: number }>(
-        `INSERT INTO object_heads (world_id, type, pk, version, seq, properties, schema_version)
-         VALUES ($1, 'Order', 'in-flight', 1, nextval('data_seq'), '{}'::jsonb, 1) RETURNING seq`,
+        `INSERT INTO object_heads (world_id, type, pk, version, seq, properties, schema_version, actor)
+         VALUES ($1, 'Order', 'in-flight', 1, nextval('data_seq'), '{}'::jsonb, 1, 'test') RETURNING seq`,
         [W],
       );
       const cutting = cutCommit(pool).then((c) => {

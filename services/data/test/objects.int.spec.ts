@@ -118,7 +118,7 @@ describe('objects', () => {
     expect(again.json().version).toBe(6);
 
     const { rows } = await s.data.app.pg.query(
-      `SELECT version, deleted, actor FROM object_history WHERE world_id = $1 AND type = 'Order' AND pk = 'o-1' ORDER BY seq`,
+      `SELECT version, deleted, actor FROM object_versions WHERE world_id = $1 AND type = 'Order' AND pk = 'o-1' ORDER BY seq`,
       [W],
     );
     expect(rows.map((r) => [r.version, r.deleted, r.actor])).toEqual([
@@ -129,6 +129,17 @@ describe('objects', () => {
       [5, true, 'ed'],
       [6, false, 'ed'],
     ]);
+    // The current version is the head's alone; history holds the five it superseded, each once.
+    const { rows: kept } = await s.data.app.pg.query(
+      `SELECT version FROM object_history WHERE world_id = $1 AND type = 'Order' AND pk = 'o-1' ORDER BY seq`,
+      [W],
+    );
+    expect(kept.map((r) => Number(r.version))).toEqual([1, 2, 3, 4, 5]);
+    const { rows: head } = await s.data.app.pg.query(
+      `SELECT version, actor, request_id FROM object_heads WHERE world_id = $1 AND type = 'Order' AND pk = 'o-1'`,
+      [W],
+    );
+    expect(head).toEqual([{ version: 6, actor: 'ed', request_id: again.headers['x-request-id'] }]);
   });
 
   it('refuses values that do not match the schema with 422 and the JSON path, storing nothing', async () => {

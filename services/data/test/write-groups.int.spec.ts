@@ -34,7 +34,7 @@ describe('single-object writes committed in groups', () => {
   const history = async (pk: string) =>
     (
       await s.data.app.pg.query<{ version: number; seq: string }>(
-        'SELECT version, seq FROM object_history WHERE world_id = $1 AND pk = $2 ORDER BY seq',
+        'SELECT version, seq FROM object_versions WHERE world_id = $1 AND pk = $2 ORDER BY seq',
         [W, pk],
       )
     ).rows.map((r) => ({ version: r.version, seq: Number(r.seq) }));
@@ -133,9 +133,9 @@ describe('single-object writes committed in groups', () => {
       // to create it, and its INSERT then waits for that transaction.
       await creator.query('BEGIN');
       await creator.query(
-        `INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)
+        `INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor)
          SELECT $1, 'Counter', 'k', 1, nextval('data_seq'), false, '{"id":"k","n":0}',
-                (SELECT max(version) FROM schema_versions WHERE world_id = $1)`,
+                (SELECT max(version) FROM schema_versions WHERE world_id = $1), 'test'`,
         [W],
       );
       const fellBack = groups().stats.fellBack;

@@ -646,7 +646,7 @@ describe('short lifetimes: expired keys, steps asked again', () => {
     );
     expect(requests[0]?.n).toBeGreaterThanOrEqual(2);
     const { rows: history } = await s.data.app.pg.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM object_history WHERE world_id = 'brief' AND type = 'Customer' AND pk = 'c-lost'`,
+      `SELECT count(*)::int AS n FROM object_versions WHERE world_id = 'brief' AND type = 'Customer' AND pk = 'c-lost'`,
     );
     expect(history[0]?.n).toBe(2); // the seed and one rename
     const customer = await s.dataCall('GET', '/v1/worlds/brief/objects/Customer/c-lost');

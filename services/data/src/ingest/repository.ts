@@ -43,7 +43,7 @@ const UNIQUE_VIOLATION = '23505';
 const stale = (w: BulkWriter) =>
   new StaleWriteError(`objects of ${w.worldId}/${w.type} were written concurrently with a bulk write`);
 
-/** A row of the write with what its head, history and event need. */
+/** A row of the write with what its head and event need. */
 interface Planned {
   row: BulkRow;
   key: string;
@@ -51,7 +51,7 @@ interface Planned {
   /** The live head's properties as canonical JSON, or null when the object is new or deleted. */
   before: string | null;
   seq: number;
-  /** The properties' canonical JSON escaped for COPY: heads, history and the event's `after`. */
+  /** The properties' canonical JSON escaped for COPY: the head and the event's `after`. */
   escaped: string;
 }
 
@@ -93,19 +93,20 @@ async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
 /**
  * Checks and creates or replaces the rows of a bulk body in the caller's transaction. `check`
  * checks one row as PUT would (and refuses a pk given twice, seeing rows in byNamedPk order),
- * records its faults and answers the checked row, or null. Answers null when any row is faulty: the caller then rolls back, and
- * nothing is written. Every row travels once and is written once, and Node's checking overlaps
- * PostgreSQL's writing (docs/adr/0016):
+ * records its faults and answers the checked row, or null. Answers null when any row is faulty:
+ * the caller then rolls back, and nothing is written. Every row travels once and is written once,
+ * and Node's work overlaps PostgreSQL's (docs/adr/0016, 0017):
  *
  * 1. the tables are locked ROW EXCLUSIVE; the existing heads of the pks the rows name are locked
  *    in pk order (concurrent bulk writes cannot deadlock on them);
  * 2. a seq from data_seq for each row whose key has no head, taken after that lock, so that a
  *    commit cut (storage/commit.ts) still waits for this write;
- * 3. the rows are checked in pk order while their new heads are COPYed (a key created meanwhile
- *    is a unique violation: the write is retried as StaleWriteError); a row identical to its live
- *    head is left alone; after the first fault nothing more is copied, but every row is checked;
- * 4. replaced heads by one version-checked UPDATE, with seqs of their own; history by COPY, while
- *    the change events are made;
+ * 3. the rows are checked in pk order while their new heads are COPYed, and each new object's
+ *    change event is made (a key created meanwhile is a unique violation: the write is retried as
+ *    StaleWriteError); a row identical to its live head is left alone; after the first fault
+ *    nothing more is copied, but every row is checked;
+ * 4. replaced heads by one version-checked UPDATE, with seqs of their own, the versions they
+ *    supersede kept in history (a new object has no history yet);
  * 5. the events, one per written object, as bundles of their lane (enqueueBundles): a row per
  *    bundle, not two per event.
  */
@@ -154,16 +155,44 @@ export async function writeBulk(
   const fresh = await takeSeqs(tx, pks.length - existing.size);
   let nextFresh = 0;
 
+  // The change events: the template of their canonical body, and each field of it spelled as JSON
+  // and escaped for COPY (the properties already are, for the heads).
+  const template = objectChangeTemplate(w, w.origin, new Date());
+  // The constant part of every event: topic and headers, checked as `enqueue` checks them.
+  const [outbox] = outboxRows(template.sample, w.topicPrefix);
+  if (!outbox) throw new Error('no outbox row');
+  const fill: Record<ChangeField, (p: Planned, eventId: string) => string> = {
+    eventId: (_p, id) => `"${id}"`,
+    key: (p) => `"${p.key}"`,
+    kind: (p) => (p.before === null ? '"object.created"' : '"object.updated"'),
+    version: (p) => String(p.version),
+    seq: (p) => String(p.seq),
+    pk: (p) => copyField(JSON.stringify(p.row.pk)),
+    before: (p) => (p.before === null ? 'null' : copyField(p.before)),
+    after: (p) => p.escaped,
+  };
+  const { parts } = template;
+  const getters = template.fields.map((f) => fill[f]);
+  const events: BundledEvent[] = [];
+  const eventOf = (p: Planned) => {
+    const eventId = uuidv7();
+    const values: string[] = [];
+    for (const get of getters) values.push(get(p, eventId));
+    events.push({ eventId, key: p.key, lane: laneOf(p.key), values });
+  };
+
   const world = copyField(w.worldId);
   const type = copyField(w.type);
   const schema = String(w.schemaVersion);
+  const actor = copyField(w.origin.actor);
+  const requestId = copyField(w.origin.requestId);
   const planned: Planned[] = [];
   const replaced: Planned[] = [];
   let faulty = false;
   try {
     await copyLines(
       tx,
-      'object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)',
+      'object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)',
       (function* () {
         for (const item of input) {
           const row = check(item);
@@ -187,7 +216,9 @@ export async function writeBulk(
             continue;
           }
           p.seq = fresh[nextFresh++] as number; // one per pk without a head, so never short
-          yield `${world}\t${type}\t${copyField(row.pk)}\t1\t${p.seq}\tf\t${p.escaped}\t${schema}\n`;
+          yield `${world}\t${type}\t${copyField(row.pk)}\t1\t${p.seq}\tf\t${p.escaped}\t${schema}\t${actor}\t${requestId}\n`;
+          // Its event is made while PostgreSQL takes the row.
+          eventOf(p);
         }
       })(),
     );
@@ -201,57 +232,37 @@ export async function writeBulk(
   if (planned.length === 0) return result;
   if (replaced.length > 0) {
     const seqs = await takeSeqs(tx, replaced.length);
-    for (const [i, p] of replaced.entries()) p.seq = seqs[i] as number;
+    for (const [i, p] of replaced.entries()) {
+      p.seq = seqs[i] as number;
+      eventOf(p);
+    }
     const list = replaced.map(
       (p) => `{"pk":${JSON.stringify(p.row.pk)},"version":${p.version},"seq":${p.seq},"props":${p.row.json}}`,
     );
+    // The versions they supersede go to history (docs/adr/0017).
     const updated = await tx.query(
-      `UPDATE object_heads o
+      `WITH u AS (SELECT * FROM jsonb_to_recordset($4::jsonb) AS u(pk text, version bigint, seq bigint, props jsonb)),
+       prev AS (
+         SELECT o.world_id, o.type, o.pk, o.seq, o.version, o.deleted, o.properties, o.schema_version, o.actor,
+                o.request_id, o.updated_at
+           FROM u JOIN object_heads o ON o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1
+       ), kept AS (
+         INSERT INTO object_history
+           (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at)
+         SELECT * FROM prev
+       )
+       UPDATE object_heads o
           SET version = u.version, seq = u.seq, deleted = false, properties = u.props, schema_version = $3,
-              updated_at = now(), created_at = CASE WHEN o.deleted THEN now() ELSE o.created_at END
-         FROM jsonb_to_recordset($4::jsonb) AS u(pk text, version bigint, seq bigint, props jsonb)
+              actor = $5, request_id = $6, updated_at = now(),
+              created_at = CASE WHEN o.deleted THEN now() ELSE o.created_at END
+         FROM u
         WHERE o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1`,
-      [w.worldId, w.type, w.schemaVersion, `[${list.join(',')}]`],
+      [w.worldId, w.type, w.schemaVersion, `[${list.join(',')}]`, w.origin.actor, w.origin.requestId],
     );
     // The heads are locked, so this holds; a head that moved anyway is never written backwards.
     if (updated.rowCount !== replaced.length) throw stale(w);
   }
 
-  // History by COPY; each row's change event is made while PostgreSQL takes the one before.
-  const template = objectChangeTemplate(w, w.origin, new Date());
-  // The constant part of every event: topic and headers, checked as `enqueue` checks them.
-  const [outbox] = outboxRows(template.sample, w.topicPrefix);
-  if (!outbox) throw new Error('no outbox row');
-  // Each field of the template spelled as JSON and escaped for COPY (the properties already are,
-  // for the heads and history).
-  const fill: Record<ChangeField, (p: Planned, eventId: string) => string> = {
-    eventId: (_p, id) => `"${id}"`,
-    key: (p) => `"${p.key}"`,
-    kind: (p) => (p.before === null ? '"object.created"' : '"object.updated"'),
-    version: (p) => String(p.version),
-    seq: (p) => String(p.seq),
-    pk: (p) => copyField(JSON.stringify(p.row.pk)),
-    before: (p) => (p.before === null ? 'null' : copyField(p.before)),
-    after: (p) => p.escaped,
-  };
-  const { parts } = template;
-  const getters = template.fields.map((f) => fill[f]);
-  const events: BundledEvent[] = [];
-  const actor = copyField(w.origin.actor);
-  const requestId = copyField(w.origin.requestId);
-  await copyLines(
-    tx,
-    'object_history (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id)',
-    (function* () {
-      for (const p of planned) {
-        yield `${world}\t${type}\t${copyField(p.row.pk)}\t${p.seq}\t${p.version}\tf\t${p.escaped}\t${schema}\t${actor}\t${requestId}\n`;
-        const eventId = uuidv7();
-        const values: string[] = [];
-        for (const get of getters) values.push(get(p, eventId));
-        events.push({ eventId, key: p.key, lane: laneOf(p.key), values });
-      }
-    })(),
-  );
   await enqueueBundles(tx, { topic: outbox.topic, headers: outbox.headers, parts, escaped: true }, events);
 
   for (const p of planned) {

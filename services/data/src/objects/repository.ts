@@ -100,10 +100,6 @@ export interface HeadWrite {
   requestId: string;
 }
 
-const HISTORY = `INSERT INTO object_history
-    (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id)
-  SELECT $1, $2, $3, h.seq, $4, $5::jsonb IS NULL, $5::jsonb, $6, $7, $8 FROM h RETURNING seq`;
-
 /** The parameters of insertHeadSql/updateHeadSql, $1…$8. */
 export const headValues = (w: HeadWrite) => [
   w.worldId,
@@ -123,34 +119,39 @@ export const headValues = (w: HeadWrite) => [
  * creation that `fail`s on an existing key raises unique_violation instead of writing nothing.
  */
 export const insertHeadSql = (seq: string, onConflict: 'skip' | 'fail' = 'skip') =>
-  `WITH h AS (
-     INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)
-     VALUES ($1, $2, $3, $4, ${seq}, $5::jsonb IS NULL, $5::jsonb, $6)
-     ${onConflict === 'skip' ? 'ON CONFLICT (world_id, type, pk) DO NOTHING' : ''}
-     RETURNING seq
-   ) ${HISTORY}`;
+  `INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)
+   VALUES ($1, $2, $3, $4, ${seq}, $5::jsonb IS NULL, $5::jsonb, $6, $7, $8)
+   ${onConflict === 'skip' ? 'ON CONFLICT (world_id, type, pk) DO NOTHING' : ''}
+   RETURNING seq`;
 
+/** The next version of a locked head; the version it supersedes goes to history (docs/adr/0017). */
 export const updateHeadSql = (seq: string) =>
-  `WITH h AS (
-     UPDATE object_heads
-        SET version = $4, seq = ${seq}, deleted = $5::jsonb IS NULL, properties = $5::jsonb,
-            schema_version = $6, updated_at = now(),
-            created_at = CASE WHEN deleted THEN now() ELSE created_at END
-      WHERE world_id = $1 AND type = $2 AND pk = $3
-      RETURNING seq
-   ) ${HISTORY}`;
+  `WITH prev AS (
+     SELECT world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, updated_at
+       FROM object_heads WHERE world_id = $1 AND type = $2 AND pk = $3
+   ), kept AS (
+     INSERT INTO object_history
+       (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at)
+     SELECT * FROM prev
+   )
+   UPDATE object_heads
+      SET version = $4, seq = ${seq}, deleted = $5::jsonb IS NULL, properties = $5::jsonb,
+          schema_version = $6, actor = $7, request_id = $8, updated_at = now(),
+          created_at = CASE WHEN deleted THEN now() ELSE created_at END
+    WHERE world_id = $1 AND type = $2 AND pk = $3
+   RETURNING seq`;
 
 /**
- * A new head, and its first history row; the write's seq from data_seq is taken inside the
- * statement that holds the tables' locks (see the commit cut in docs/adr/0008). null when another
- * transaction created the key first.
+ * A new head (its current version; no history row until it is superseded); the write's seq from
+ * data_seq is taken inside the statement that holds the tables' locks (see the commit cut in
+ * docs/adr/0008). null when another transaction created the key first.
  */
 export async function insertHead(tx: Queryable, w: HeadWrite): Promise<number | null> {
   const { rows } = await tx.query<{ seq: number }>(insertHeadSql("nextval('data_seq')"), headValues(w));
   return rows[0]?.seq ?? null;
 }
 
-/** The next version of a head the caller has locked, and its history row; returns the write's seq. */
+/** The next version of a head the caller has locked, the superseded one kept in history; returns the write's seq. */
 export async function updateHead(tx: Queryable, w: HeadWrite): Promise<number> {
   const { rows } = await tx.query<{ seq: number }>(updateHeadSql("nextval('data_seq')"), headValues(w));
   const seq = rows[0]?.seq;

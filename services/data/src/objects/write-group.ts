@@ -74,27 +74,26 @@ const CONTEXTS = `SELECT i.n, EXISTS (SELECT 1 FROM worlds WHERE id = i.world_id
 const ROWS = `unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::text[], $8::text[], $9::bigint[])
     AS i(world_id, type, pk, version, properties, schema_version, actor, request_id, seq)`;
 
-const HISTORY_OF_HEADS = `INSERT INTO object_history
-    (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id)
-  SELECT i.world_id, i.type, i.pk, i.seq, i.version, false, i.properties::jsonb, i.schema_version, i.actor, i.request_id
-    FROM i JOIN h ON h.world_id = i.world_id AND h.type = i.type AND h.pk = i.pk`;
+/** New heads (a key created meanwhile fails the statement: unique_violation); no history yet (docs/adr/0017). */
+const INSERT_HEADS = `INSERT INTO object_heads
+     (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)
+   SELECT world_id, type, pk, version, seq, false, properties::jsonb, schema_version, actor, request_id FROM ${ROWS}`;
 
-/** New heads (a key created meanwhile fails the statement: unique_violation) and their history. */
-const INSERT_HEADS = `WITH i AS (SELECT * FROM ${ROWS}), h AS (
-     INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version)
-     SELECT world_id, type, pk, version, seq, false, properties::jsonb, schema_version FROM i
-     RETURNING world_id, type, pk
-   ) ${HISTORY_OF_HEADS}`;
-
-/** Next versions of heads this transaction holds locked, and their history. */
-const UPDATE_HEADS = `WITH i AS (SELECT * FROM ${ROWS}), h AS (
-     UPDATE object_heads AS o
-        SET version = i.version, seq = i.seq, deleted = false, properties = i.properties::jsonb,
-            schema_version = i.schema_version, updated_at = now(),
-            created_at = CASE WHEN o.deleted THEN now() ELSE o.created_at END
-       FROM i WHERE o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk
-     RETURNING o.world_id, o.type, o.pk
-   ) ${HISTORY_OF_HEADS}`;
+/** Next versions of heads this transaction holds locked; the versions they supersede go to history. */
+const UPDATE_HEADS = `WITH i AS (SELECT * FROM ${ROWS}), prev AS (
+     SELECT o.world_id, o.type, o.pk, o.seq, o.version, o.deleted, o.properties, o.schema_version, o.actor,
+            o.request_id, o.updated_at
+       FROM i JOIN object_heads o ON o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk
+   ), kept AS (
+     INSERT INTO object_history
+       (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at)
+     SELECT * FROM prev
+   )
+   UPDATE object_heads AS o
+      SET version = i.version, seq = i.seq, deleted = false, properties = i.properties::jsonb,
+          schema_version = i.schema_version, actor = i.actor, request_id = i.request_id, updated_at = now(),
+          created_at = CASE WHEN o.deleted THEN now() ELSE o.created_at END
+     FROM i WHERE o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk`;
 
 function headRows(writes: { change: HeadWrite; seq: number }[]): Statement['values'] {
   return [
