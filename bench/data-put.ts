@@ -49,20 +49,19 @@ try {
   });
   const ok = rest['2xx'];
   const restRate = ok / seconds;
-  // Every answered PUT was a change: one history row and one change event each (plus at most
-  // one per connection for the requests still in flight when autocannon stopped counting).
+  // Every answered PUT was a change: one version (history or head) and one change event each
+  // (plus at most one per connection for the requests still in flight when autocannon stopped
+  // counting).
   const check = new pg.Client(dataDb.url);
   await check.connect();
   const { rows: stored } = await check.query<{ history: number; events: number }>(
-    `SELECT (SELECT count(*)::int FROM object_history WHERE world_id = 'bench') AS history,
+    `SELECT (SELECT count(*)::int FROM object_versions WHERE world_id = 'bench') AS history,
             (SELECT count(*)::int FROM outbox WHERE topic LIKE '%changes.objects') AS events`,
   );
   await check.end();
   const history = stored[0]?.history ?? 0;
   if (history < ok || history > ok + connections || stored[0]?.events !== history) {
-    throw new Error(
-      `${ok} PUTs answered 2xx, but ${history} history rows and ${stored[0]?.events} change events stored`,
-    );
+    throw new Error(`${ok} PUTs answered 2xx, but ${history} versions and ${stored[0]?.events} change events stored`);
   }
   // The services go before pgbench: its 64 connections need the server's connection slots.
   await stack.stopServices();
