@@ -1,0 +1,83 @@
+import { copyFile, mkdtemp, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { migrate } from '@onto/shared';
+import { testEndpoints } from '@onto/shared/testing';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrations } from '../src/app.js';
+
+// Migration 007 (docs/adr/0017) on a database written in the old shape, where every version,
+// the current one too, had a history row and heads had no actor.
+describe('migration 007: heads hold the current version', () => {
+  const { postgresUrl } = testEndpoints();
+  const name = `onto_mig7_${Math.random().toString(36).slice(2, 10)}`;
+  let url: string;
+  const admin = async (sql: string) => {
+    const c = new pg.Client(postgresUrl);
+    await c.connect();
+    await c.query(sql).finally(() => c.end());
+  };
+
+  beforeAll(async () => {
+    await admin(`CREATE DATABASE ${name}`);
+    const u = new URL(postgresUrl);
+    u.pathname = `/${name}`;
+    url = u.toString();
+  });
+  afterAll(async () => {
+    await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  });
+
+  it('keeps every version once: current ones in heads with their actor, superseded ones in history', async () => {
+    // The data track as it was before 007, under its own bookkeeping table.
+    const data = migrations.at(-1);
+    if (!data) throw new Error('no data track');
+    const before = await mkdtemp(join(tmpdir(), 'onto-mig7-'));
+    for (const f of await readdir(data.directory)) {
+      if (Number.parseInt(f, 10) < 7) await copyFile(join(data.directory, f), join(before, f));
+    }
+    await migrate(url, [...migrations.slice(0, -1), { ...data, directory: before }]);
+
+    const db = new pg.Client(url);
+    await db.connect();
+    try {
+      // a: versions 1 and 2 (current); b: version 1 (current); c: 1, then a tombstone 2.
+      await db.query(`
+        INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version) VALUES
+          ('w', 'T', 'a', 2, 12, false, '{"n":2}', 1),
+          ('w', 'T', 'b', 1, 13, false, '{"n":1}', 1),
+          ('w', 'T', 'c', 2, 15, true, NULL, 1);
+        INSERT INTO object_history (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id) VALUES
+          ('w', 'T', 'a', 11, 1, false, '{"n":1}', 1, 'ann', 'r1'),
+          ('w', 'T', 'a', 12, 2, false, '{"n":2}', 1, 'bob', 'r2'),
+          ('w', 'T', 'b', 13, 1, false, '{"n":1}', 1, 'ann', 'r3'),
+          ('w', 'T', 'c', 14, 1, false, '{"n":1}', 1, 'ann', 'r4'),
+          ('w', 'T', 'c', 15, 2, true, NULL, 1, 'cy', 'r5');
+      `);
+      // Every version, as each shape keeps them: all in history before, history and heads after.
+      const versions = (from: string) =>
+        `SELECT pk, version::int, deleted, properties, actor, request_id FROM ${from} ORDER BY pk, version`;
+      const all = (await db.query(versions('object_history'))).rows;
+      expect(all).toHaveLength(5);
+
+      const results = await migrate(url, migrations);
+      expect(results.at(-1)?.applied.map((f) => f.split('/').pop())).toEqual([
+        '007.do.heads-hold-current-versions.sql',
+      ]);
+
+      expect((await db.query(versions('object_versions'))).rows).toEqual(all);
+      expect((await db.query('SELECT pk, version::int FROM object_history ORDER BY pk, version')).rows).toEqual([
+        { pk: 'a', version: 1 },
+        { pk: 'c', version: 1 },
+      ]);
+      expect((await db.query('SELECT pk, actor, request_id FROM object_heads ORDER BY pk')).rows).toEqual([
+        { pk: 'a', actor: 'bob', request_id: 'r2' },
+        { pk: 'b', actor: 'ann', request_id: 'r3' },
+        { pk: 'c', actor: 'cy', request_id: 'r5' },
+      ]);
+    } finally {
+      await db.end();
+    }
+  });
+});
