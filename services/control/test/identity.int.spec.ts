@@ -368,12 +368,25 @@ describe('control identity', () => {
       await until('two more heartbeats', () => beats().length >= count + 2);
       expect(beats().at(-1)?.watermark).toBeLessThanOrEqual(heldAt);
 
+      // When the revocation itself was written: hank's other identity events (user, token) were
+      // held too and may be published in an earlier batch, after which a heartbeat rightly passes
+      // heldAt but not the revocation.
+      const { rows: revoked } = await app.pg.query<{ created: number }>(
+        `SELECT floor(extract(epoch FROM o.created_at) * 1000)::int8 AS created
+           FROM outbox o WHERE o.topic = $1 AND o.body LIKE '%identity.token.revoked%' AND o.body LIKE '%' || $2 || '%'`,
+        [topic, hank.apiTokenId],
+      );
+      const revokedAt = Number(revoked[0]?.created ?? 0);
+      expect(revokedAt).toBeGreaterThanOrEqual(heldAt);
+
       await app.relay.start();
-      await until('a heartbeat past the held watermark', () => (beats().at(-1)?.watermark ?? 0) > heldAt);
+      await until('a heartbeat past the revocation', () => (beats().at(-1)?.watermark ?? 0) > revokedAt);
       // The revocation reached the partition before the first heartbeat whose watermark passed it.
-      const revocation = seen.findIndex((m) => m.value?.toString().includes(hank.apiTokenId));
+      const revocation = seen.findIndex(
+        (m) => m.value?.toString().includes(hank.apiTokenId) && parseEvent(m.value).type === 'identity.token.revoked',
+      );
       const firstPast = seen.findIndex(
-        (m) => m.key === 'heartbeat' && (parseEvent(m.value).payload as { watermark: number }).watermark > heldAt,
+        (m) => m.key === 'heartbeat' && (parseEvent(m.value).payload as { watermark: number }).watermark > revokedAt,
       );
       expect(revocation).toBeGreaterThanOrEqual(0);
       expect(revocation).toBeLessThan(firstPast);

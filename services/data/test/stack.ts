@@ -86,6 +86,23 @@ export async function dataStack(
       }
     },
 
+    /**
+     * Waits until every service's identity replica knows the key that signed the admin's token:
+     * until then a replica answers 503 (ADR 6), and under load it can hear the key after the
+     * first test's first request.
+     */
+    async identityKnown(): Promise<void> {
+      const probes: [string, () => Promise<{ statusCode: number }>][] = [
+        ['data', () => s.dataCall('GET', '/v1/worlds/probe/schema-version')],
+      ];
+      if (i) probes.push(['intelligence', () => s.intelCall('GET', '/v1/worlds/probe/watermarks')]);
+      for (const [name, probe] of probes) {
+        await s.until(`${name} knowing control's signing key`, async () =>
+          (await probe()).statusCode === 503 ? undefined : true,
+        );
+      }
+    },
+
     /** A world provisioned in data, with these object and link types, applied by data's replica. */
     async world(
       id: string,
@@ -168,6 +185,7 @@ export async function dataStack(
       await topics.drop();
     },
   };
+  await s.identityKnown();
   return s;
 }
 
