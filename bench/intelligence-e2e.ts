@@ -4,8 +4,8 @@
  * recompute, its commit). Open-loop writes at a steady rate (default 1,000/s), latency from the
  * moment the PUT was sent to the moment the new value is visible in intelligence's store (heard
  * by NOTIFY at commit; each value names the data write it was computed from), p50 and p99;
- * beside Kafka's
- * own EndToEndLatency tool (acks=all, same record size) on the same broker, in the same run.
+ * beside Kafka's own EndToEndLatency tool (acks=all, same record size) on the same broker, in the
+ * same run.
  * Goal: p99 ≤ 3 × Kafka's.
  *
  * Then the highest steady write rate: bulk writes (50 objects a request) at rising rates, 10 s
@@ -73,7 +73,10 @@ async function listen(db: pg.Client) {
   const watchers = new Set<(pk: string, seq: number, at: number) => void>();
   db.on('notification', (n) => {
     const at = performance.now();
-    const [pk = '', seq = '0'] = (n.payload ?? '').split(' ');
+    const payload = n.payload ?? '';
+    const cut = payload.lastIndexOf(' '); // "<pk> <seq>": a pk may hold spaces, a seq does not
+    const pk = payload.slice(0, cut);
+    const seq = payload.slice(cut + 1);
     const prior = heard.get(pk);
     if (!prior || Number(seq) > prior.seq) heard.set(pk, { seq: Number(seq), at });
     for (const w of watchers) w(pk, Number(seq), at);

@@ -449,7 +449,7 @@ export class OutboxRelay {
 type Message = { key: string; value: string; headers: Record<string, string> };
 
 /** The records of claimed rows by topic, in row order; a bundle's events in theirs. */
-export function groupByTopic(rows: PendingRow[]) {
+function groupByTopic(rows: PendingRow[]) {
   const byTopic = new Map<string, Message[]>();
   for (const row of rows) {
     let list = byTopic.get(row.topic);

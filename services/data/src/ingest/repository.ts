@@ -14,6 +14,7 @@ import {
 import type pg from 'pg';
 import { type ChangeField, type Origin, objectChange, objectChangeTemplate } from '../events.js';
 import type { Properties } from '../objects/model.js';
+import { keepSuperseded } from '../objects/repository.js';
 
 /** A checked row of a bulk write: its primary key and its normalised properties as canonical JSON. */
 export interface BulkRow {
@@ -242,15 +243,7 @@ export async function writeBulk(
     // The versions they supersede go to history (docs/adr/0017).
     const updated = await tx.query(
       `WITH u AS (SELECT * FROM jsonb_to_recordset($4::jsonb) AS u(pk text, version bigint, seq bigint, props jsonb)),
-       prev AS (
-         SELECT o.world_id, o.type, o.pk, o.seq, o.version, o.deleted, o.properties, o.schema_version, o.actor,
-                o.request_id, o.updated_at
-           FROM u JOIN object_heads o ON o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1
-       ), kept AS (
-         INSERT INTO object_history
-           (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at)
-         SELECT * FROM prev
-       )
+       ${keepSuperseded('u JOIN object_heads o ON o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1')}
        UPDATE object_heads o
           SET version = u.version, seq = u.seq, deleted = false, properties = u.props, schema_version = $3,
               actor = $5, request_id = $6, updated_at = now(),

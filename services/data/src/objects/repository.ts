@@ -124,16 +124,24 @@ export const insertHeadSql = (seq: string, onConflict: 'skip' | 'fail' = 'skip')
    ${onConflict === 'skip' ? 'ON CONFLICT (world_id, type, pk) DO NOTHING' : ''}
    RETURNING seq`;
 
-/** The next version of a locked head; the version it supersedes goes to history (docs/adr/0017). */
-export const updateHeadSql = (seq: string) =>
-  `WITH prev AS (
-     SELECT world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, updated_at
-       FROM object_heads WHERE world_id = $1 AND type = $2 AND pk = $3
+/**
+ * The CTEs (`prev`, `kept`) that copy the heads an UPDATE of the same statement supersedes into
+ * history (docs/adr/0017); `heads` is a FROM list that names them `o`. The statement's snapshot is
+ * taken before its UPDATE, so `prev` reads the versions being replaced.
+ */
+export const keepSuperseded = (heads: string) => `prev AS (
+     SELECT o.world_id, o.type, o.pk, o.seq, o.version, o.deleted, o.properties, o.schema_version, o.actor,
+            o.request_id, o.updated_at
+       FROM ${heads}
    ), kept AS (
      INSERT INTO object_history
        (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at)
      SELECT * FROM prev
-   )
+   )`;
+
+/** The next version of a locked head; the version it supersedes goes to history (docs/adr/0017). */
+export const updateHeadSql = (seq: string) =>
+  `WITH ${keepSuperseded('object_heads o WHERE o.world_id = $1 AND o.type = $2 AND o.pk = $3')}
    UPDATE object_heads
       SET version = $4, seq = ${seq}, deleted = $5::jsonb IS NULL, properties = $5::jsonb,
           schema_version = $6, actor = $7, request_id = $8, updated_at = now(),

@@ -10,7 +10,7 @@ import {
 import type { FastifyInstance } from 'fastify';
 import { Counter } from 'prom-client';
 import { WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
-import { type ContextRow, contextOf, type HeadWrite } from './repository.js';
+import { type ContextRow, contextOf, type HeadWrite, keepSuperseded } from './repository.js';
 import { type ObjectWrite, type ObjectWritten, planObjectWrite, type WritePlan } from './write.js';
 import { writeObjectFast } from './write-fast.js';
 
@@ -80,15 +80,8 @@ const INSERT_HEADS = `INSERT INTO object_heads
    SELECT world_id, type, pk, version, seq, false, properties::jsonb, schema_version, actor, request_id FROM ${ROWS}`;
 
 /** Next versions of heads this transaction holds locked; the versions they supersede go to history. */
-const UPDATE_HEADS = `WITH i AS (SELECT * FROM ${ROWS}), prev AS (
-     SELECT o.world_id, o.type, o.pk, o.seq, o.version, o.deleted, o.properties, o.schema_version, o.actor,
-            o.request_id, o.updated_at
-       FROM i JOIN object_heads o ON o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk
-   ), kept AS (
-     INSERT INTO object_history
-       (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at)
-     SELECT * FROM prev
-   )
+const UPDATE_HEADS = `WITH i AS (SELECT * FROM ${ROWS}),
+   ${keepSuperseded('i JOIN object_heads o ON o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk')}
    UPDATE object_heads AS o
       SET version = i.version, seq = i.seq, deleted = false, properties = i.properties::jsonb,
           schema_version = i.schema_version, actor = i.actor, request_id = i.request_id, updated_at = now(),
