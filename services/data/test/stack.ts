@@ -91,15 +91,29 @@ export async function dataStack(
      * until then a replica answers 503 (ADR 6), and under load it can hear the key after the
      * first test's first request.
      */
-    async identityKnown(): Promise<void> {
-      const probes: [string, () => Promise<{ statusCode: number }>][] = [
-        ['data', () => s.dataCall('GET', '/v1/worlds/probe/schema-version')],
+    async identityKnown(ms = 60_000): Promise<void> {
+      const probes: [string, FastifyInstance, () => Promise<LightMyRequestResponse>][] = [
+        ['data', d.app, () => s.dataCall('GET', '/v1/worlds/probe/schema-version')],
       ];
-      if (i) probes.push(['intelligence', () => s.intelCall('GET', '/v1/worlds/probe/watermarks')]);
-      for (const [name, probe] of probes) {
-        await s.until(`${name} knowing control's signing key`, async () =>
-          (await probe()).statusCode === 503 ? undefined : true,
-        );
+      if (i) probes.push(['intelligence', i.app, () => s.intelCall('GET', '/v1/worlds/probe/watermarks')]);
+      for (const [name, app, probe] of probes) {
+        let last: LightMyRequestResponse | undefined;
+        try {
+          await s.until(
+            `${name} knowing control's signing key`,
+            async () => {
+              last = await probe();
+              return last.statusCode === 503 ? undefined : true;
+            },
+            ms,
+          );
+        } catch (err) {
+          // Say why: what the replica last answered and how its consumer fares.
+          const replica = (app as unknown as { identityReplica: { describe(): unknown } }).identityReplica;
+          throw new Error(
+            `${(err as Error).message}; last answer ${last?.statusCode} ${last?.body}; replica ${JSON.stringify(replica.describe())}`,
+          );
+        }
       }
     },
 

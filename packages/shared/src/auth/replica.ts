@@ -72,6 +72,8 @@ export class IdentityReplica implements KeyRing, RevocationView {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private loads = 0;
+  private startAttempts = 0;
+  private lastStartError: string | undefined;
   private readonly log: Logger;
 
   constructor(private readonly opts: IdentityReplicaOptions) {
@@ -107,6 +109,18 @@ export class IdentityReplica implements KeyRing, RevocationView {
     await this.consumer?.stop().catch(() => {});
     this.consumer = undefined;
     await this.loading;
+  }
+
+  /** What this replica knows and how its consumer fares: for diagnostics, not for decisions. */
+  describe(): Record<string, unknown> {
+    return {
+      keys: [...this.keys.keys()],
+      lagMs: this.lagMs() ?? null,
+      revision: this.revision,
+      consumerRunning: this.consumer !== undefined,
+      startAttempts: this.startAttempts,
+      lastStartError: this.lastStartError ?? null,
+    };
   }
 
   /** Milliseconds between now and the latest watermark this instance has loaded. */
@@ -276,6 +290,7 @@ export class IdentityReplica implements KeyRing, RevocationView {
 
   private async startConsumer(): Promise<void> {
     for (let attempt = 0; !this.stopped; attempt++) {
+      this.startAttempts = attempt + 1;
       const consumer = new InboxConsumer({
         name: this.opts.consumerName,
         topics: [this.topic],
@@ -309,6 +324,7 @@ export class IdentityReplica implements KeyRing, RevocationView {
         return;
       } catch (err) {
         await consumer.stop().catch(() => {});
+        this.lastStartError = err instanceof Error ? err.message : String(err);
         this.log.warn({ err, attempt }, 'identity consumer could not start; retrying');
         const until = Date.now() + Math.min(500 * 2 ** attempt, 10_000);
         while (!this.stopped && Date.now() < until) await sleep(100);
