@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Producer } from '../src/kafka/broker.js';
 import { physicalTopic, TOPICS } from '../src/kafka/topics.js';
-import { type BundledEvent, enqueue, enqueueBundles, laneOf, OutboxConflictError } from '../src/messaging/outbox.js';
+import {
+  BUNDLE_MAX,
+  type BundledEvent,
+  enqueue,
+  enqueueBundles,
+  laneOf,
+  OutboxConflictError,
+} from '../src/messaging/outbox.js';
 import { acknowledge, OutboxRelay, pendingRows } from '../src/messaging/relay.js';
 import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { testBroker, testLogger } from '../src/testing/index.js';
@@ -341,6 +348,29 @@ describe('transactional outbox', () => {
     expect(mine.map((r) => [r.key, r.headers['onto-event-id'], JSON.parse(String(r.value))]).sort(byKey)).toEqual(
       events.map((e, i) => [e.key, e.eventId, { payload: { key: keys[i] }, version: 1 }]).sort(byKey),
     );
+  });
+
+  it('keeps every byte of bundled values of any size and text, and splits a lane past BUNDLE_MAX', async () => {
+    // Larger than a bundle's first buffer and than a COPY chunk (1 MB); non-ASCII, astral, and
+    // characters COPY and JSON escape.
+    const big = `é€😀\\ \t "q" ${'x'.repeat(16 * 1024)} ${'ü😀'.repeat(400_000)}`;
+    const lane = laneOf(orderEvent('huge', 1).key);
+    const many = keysOfLane(BUNDLE_MAX + 3, 'many-', lane);
+    const events = [{ ...bundled('huge', 1), values: [JSON.stringify(big), '7'] }, ...many.map((k) => bundled(k, 1))];
+    expect(await addBundles(events)).toBe(2);
+    const { rows: bundles } = await fx.pool.query<{ bundle: number }>(
+      'SELECT bundle FROM outbox WHERE bundle IS NOT NULL ORDER BY id',
+    );
+    expect(bundles.map((b) => b.bundle)).toEqual([BUNDLE_MAX, 4]);
+    const { rows } = await fx.pool.query<{ event_id: string; body: string }>(
+      'SELECT event_id::text, body FROM outbox_events',
+    );
+    const bodies = new Map(rows.map((r) => [r.event_id, JSON.parse(r.body)]));
+    expect(bodies.size).toBe(events.length);
+    expect(bodies.get(events[0]?.eventId ?? '')).toEqual({ payload: { key: big }, version: 7 });
+    for (const [i, k] of many.entries()) {
+      expect(bodies.get(events[i + 1]?.eventId ?? '')).toEqual({ payload: { key: k }, version: 1 });
+    }
   });
 
   it('refuses a bundled event with the wrong number of values, writing nothing', async () => {

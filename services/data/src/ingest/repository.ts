@@ -1,11 +1,10 @@
 import {
-  type BundledEvent,
   canonicalJson,
   copyField,
   copyLines,
   EVENT_KEY_MAX,
-  enqueueBundles,
   laneOf,
+  OutboxBundles,
   outboxRows,
   StaleWriteError,
   TOPICS,
@@ -108,8 +107,8 @@ async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
  *    nothing more is copied, but every row is checked;
  * 4. replaced heads by one version-checked UPDATE, with seqs of their own, the versions they
  *    supersede kept in history (a new object has no history yet);
- * 5. the events, one per written object, as bundles of their lane (enqueueBundles): a row per
- *    bundle, not two per event.
+ * 5. the events, one per written object, as bundles of their lane (OutboxBundles, each event
+ *    encoded into its bundle as it is made): a row per bundle, not two per event.
  */
 export async function writeBulk(
   tx: pg.PoolClient,
@@ -172,14 +171,18 @@ export async function writeBulk(
     before: (p) => (p.before === null ? 'null' : copyField(p.before)),
     after: (p) => p.escaped,
   };
-  const { parts } = template;
   const getters = template.fields.map((f) => fill[f]);
-  const events: BundledEvent[] = [];
+  // Each event goes into its bundle as it is made: nothing of a new row outlives its turn.
+  const bundles = new OutboxBundles({
+    topic: outbox.topic,
+    headers: outbox.headers,
+    parts: template.parts,
+    escaped: true,
+  });
   const eventOf = (p: Planned) => {
     const eventId = uuidv7();
-    const values: string[] = [];
-    for (const get of getters) values.push(get(p, eventId));
-    events.push({ eventId, key: p.key, lane: laneOf(p.key), values });
+    bundles.event(eventId, p.key, laneOf(p.key));
+    for (const get of getters) bundles.value(get(p, eventId));
   };
 
   const world = copyField(w.worldId);
@@ -187,7 +190,6 @@ export async function writeBulk(
   const schema = String(w.schemaVersion);
   const actor = copyField(w.origin.actor);
   const requestId = copyField(w.origin.requestId);
-  const planned: Planned[] = [];
   const replaced: Planned[] = [];
   let faulty = false;
   try {
@@ -210,13 +212,14 @@ export async function writeBulk(
             continue;
           }
           const p: Planned = { row, key, version: 1, before, seq: 0, escaped: copyField(row.json) };
-          planned.push(p);
           if (h) {
             p.version = Number(h.version) + 1;
             replaced.push(p);
             continue;
           }
           p.seq = fresh[nextFresh++] as number; // one per pk without a head, so never short
+          result.created++;
+          result.seq = Math.max(result.seq, p.seq);
           yield `${world}\t${type}\t${copyField(row.pk)}\t1\t${p.seq}\tf\t${p.escaped}\t${schema}\t${actor}\t${requestId}\n`;
           // Its event is made while PostgreSQL takes the row.
           eventOf(p);
@@ -230,7 +233,7 @@ export async function writeBulk(
     throw error;
   }
   if (faulty) return null;
-  if (planned.length === 0) return result;
+  if (bundles.size === 0 && replaced.length === 0) return result;
   if (replaced.length > 0) {
     const seqs = await takeSeqs(tx, replaced.length);
     for (const [i, p] of replaced.entries()) {
@@ -256,12 +259,13 @@ export async function writeBulk(
     if (updated.rowCount !== replaced.length) throw stale(w);
   }
 
-  await enqueueBundles(tx, { topic: outbox.topic, headers: outbox.headers, parts, escaped: true }, events);
+  await bundles.write(tx);
 
-  for (const p of planned) {
+  for (const p of replaced) {
+    // A head without a live version (deleted) is created again.
     if (p.before === null) result.created++;
+    else result.updated++;
     result.seq = Math.max(result.seq, p.seq);
   }
-  result.updated = planned.length - result.created;
   return result;
 }
