@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CompressionTypes, type ICustomPartitioner, Kafka, type logCreator, logLevel, Partitioners } from 'kafkajs';
 import type { Logger } from 'pino';
 import type { Admin, Broker, Consumer, ConsumerOptions, Headers, IncomingMessage, Producer } from './broker.js';
+import { partitionOfKey } from './murmur2.js';
 
 export interface KafkaBrokerOptions {
   brokers: string[];
@@ -25,33 +26,18 @@ function pinoLogCreator(logger: Logger): logCreator {
 }
 
 /**
- * kafkajs's default partitioner (murmur2 of the key, as the Java client), remembering the
- * partition of each key it has seen: keys recur (one per entity), and hashing every key of every
- * batch again was 7% of the relay's CPU. Keyed by the partition count, so a topic that grows is
- * hashed anew; bounded by forgetting everything once it holds 100,000 keys.
+ * kafkajs's default partitioner for a keyed record (murmur2 of the key, as the Java client), with
+ * murmur2 on 32-bit integers (./murmur2.ts): the same partition for the same key. Records without
+ * a key, or with a partition of their own, go to kafkajs's.
  */
-const rememberingPartitioner: ICustomPartitioner = () => {
-  const hash = Partitioners.DefaultPartitioner();
-  let known: Map<string, number>[] = [];
-  let size = 0;
+const keyPartitioner: ICustomPartitioner = () => {
+  const fallback = Partitioners.DefaultPartitioner();
   return (args) => {
     const { message, partitionMetadata } = args;
-    if (typeof message.key !== 'string' || (message.partition !== undefined && message.partition !== null)) {
-      return hash(args);
-    }
-    if (size >= 100_000) {
-      known = [];
-      size = 0;
-    }
-    known[partitionMetadata.length] ??= new Map();
-    const byKey = known[partitionMetadata.length] as Map<string, number>;
-    let partition = byKey.get(message.key);
-    if (partition === undefined) {
-      partition = hash(args);
-      byKey.set(message.key, partition);
-      size++;
-    }
-    return partition;
+    if (message.partition !== undefined && message.partition !== null) return message.partition;
+    if (typeof message.key === 'string') return partitionOfKey(message.key, partitionMetadata.length);
+    if (Buffer.isBuffer(message.key)) return partitionOfKey(message.key, partitionMetadata.length);
+    return fallback(args);
   };
 };
 
@@ -73,7 +59,7 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
         idempotent: true,
         maxInFlightRequests: 1,
         allowAutoTopicCreation: false,
-        createPartitioner: rememberingPartitioner,
+        createPartitioner: keyPartitioner,
       });
       await producer.connect();
       return {
