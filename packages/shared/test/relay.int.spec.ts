@@ -12,6 +12,22 @@ describe('outbox relay', () => {
   let producer: Producer;
   const pending = async () =>
     (await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending')).rows[0]?.n ?? 0;
+  /**
+   * Empties the outbox (and `more` tables). A relay process an earlier test killed can leave its
+   * backend inside a claim until PostgreSQL notices the closed socket; TRUNCATE then may deadlock
+   * with it and be the one rolled back (a CI run saw it), so it is tried again.
+   */
+  const emptyOutbox = async (...more: string[]) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await fx.pool.query(`TRUNCATE ${['outbox', 'outbox_pending', 'outbox_sent', ...more].join(', ')}`);
+        return;
+      } catch (error) {
+        if ((error as { code?: string }).code !== '40P01' || attempt === 5) throw error;
+        await new Promise((r) => setTimeout(r, 100 * attempt));
+      }
+    }
+  };
 
   beforeAll(async () => {
     fx = await kernelFixture();
@@ -23,7 +39,7 @@ describe('outbox relay', () => {
   });
 
   it('delivered twice, effect once: the relay dies after the broker acknowledged, before marking sent', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent, effects, inbox');
+    await emptyOutbox('effects', 'inbox');
     const messages = [orderEvent('twice', 1), orderEvent('twice', 2), orderEvent('once', 1)];
     await enqueue(fx.pool, messages, fx.prefix);
     const crashing = new OutboxRelay({
@@ -70,7 +86,7 @@ describe('outbox relay', () => {
   });
 
   it('two relay processes at once keep per-key order on every partition', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
+    await emptyOutbox();
     const keys = Array.from({ length: 24 }, (_, i) => `order-${i}`);
     const versions = 60;
     const relays = [0, 1].map(() =>
@@ -123,11 +139,12 @@ describe('outbox relay', () => {
       expect(seen).toBe(total);
     } finally {
       for (const r of relays) r.child.kill('SIGKILL');
+      await Promise.all(relays.map((r) => r.exited));
     }
   }, 120_000); // two processes start (tsx) and drain on a loaded CI machine
 
   it('a relay killed with SIGKILL in the middle of a batch loses nothing', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
+    await emptyOutbox();
     const messages = Array.from({ length: 600 }, (_, i) =>
       orderEvent(`kill-${i % 30}`, Math.floor(i / 30) + 1, { world: 'kill' }),
     );
@@ -159,7 +176,7 @@ describe('outbox relay', () => {
   });
 
   it('wakes at once when a transaction of this process enqueues, without waiting for its poll', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
+    await emptyOutbox();
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 60_000 });
     await relay.start();
     try {
@@ -174,7 +191,7 @@ describe('outbox relay', () => {
   });
 
   it('wakes a relay in another process by NOTIFY, sent after the commit', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
+    await emptyOutbox();
     const other = spawnFixture('relay-process', {
       DATABASE_URL: fx.db.url,
       KAFKA_BROKERS: fx.endpoints.kafkaBrokers,
@@ -190,11 +207,12 @@ describe('outbox relay', () => {
       expect(other.output()).toContain('published 1');
     } finally {
       other.child.kill('SIGKILL');
+      await other.exited;
     }
   });
 
   it('falls back to polling when a notification is lost', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
+    await emptyOutbox();
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 300 });
     await relay.start();
     try {
@@ -213,7 +231,7 @@ describe('outbox relay', () => {
   });
 
   it('reports backlog, oldest pending age, published and failures as metrics', async () => {
-    await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent');
+    await emptyOutbox();
     const { Registry } = await import('prom-client');
     const registry = new Registry();
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, registry });
