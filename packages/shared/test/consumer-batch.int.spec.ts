@@ -36,7 +36,7 @@ describe('inbox consumer, one batch at a time', () => {
     await fx?.close();
   });
 
-  function consumer(apply: ApplyEffects = recordEffects) {
+  function consumer(apply: ApplyEffects = recordEffects, options: { mergeBatches?: boolean } = {}) {
     return new InboxConsumer({
       name: `batch-${n++}`,
       topics: [],
@@ -44,15 +44,16 @@ describe('inbox consumer, one batch at a time', () => {
       pool: fx.pool,
       logger: testLogger,
       apply,
+      ...options,
     });
   }
 
   let offset = 0;
-  function batchOf(messages: Message[]): IncomingBatch & { committed: string[] } {
+  function batchOf(messages: Message[], partition = 0): IncomingBatch & { committed: string[] } {
     const committed: string[] = [];
     const incoming: IncomingMessage[] = messages.map((m) => ({
       topic: 't',
-      partition: 0,
+      partition,
       offset: String(offset++),
       key: m.key,
       value: Buffer.from(encodeEvent(m.event)),
@@ -61,7 +62,7 @@ describe('inbox consumer, one batch at a time', () => {
     }));
     return {
       topic: 't',
-      partition: 0,
+      partition,
       messages: incoming,
       committed,
       heartbeat: async () => {},
@@ -228,6 +229,76 @@ describe('inbox consumer, one batch at a time', () => {
     expect((await fx.pool.query('SELECT 1 FROM inbox_deferred WHERE consumer = $1', [`batch-${n - 1}`])).rows).toEqual(
       [],
     );
+  });
+
+  /**
+   * A consumer merging batches whose first transaction waits at a gate, and the partitions of
+   * the events each transaction of it applied.
+   */
+  function gatedMerger(fail?: (partitions: number[]) => boolean) {
+    let open: () => void = () => {};
+    const gate = new Promise<void>((r) => {
+      open = r;
+    });
+    const calls: number[][] = [];
+    const c = consumer(
+      async (tx, events, prepared) => {
+        const partitions = [...new Set(events.map((e) => e.message.partition))].sort();
+        calls.push(partitions);
+        if (calls.length === 1) await gate;
+        await recordEffects(tx, events, prepared);
+        if (fail?.(partitions)) throw new Error('injected: this merged transaction fails');
+      },
+      { mergeBatches: true },
+    );
+    const queued = () => (c as unknown as { waiting: unknown[] }).waiting.length;
+    return { c, calls, open, queued };
+  }
+
+  it('merging batches: those that come while a transaction runs go together in the next, each committed as its own', async () => {
+    const { c, calls, open, queued } = gatedMerger();
+    const groups = [0, 1, 2].map((p) => [orderEvent(`merge-${p}`, 1), orderEvent(`merge-${p}`, 2)]);
+    const batches = groups.map((g, p) => batchOf(g, p));
+    const running = [c.handleBatch(batches[0] as IncomingBatch)];
+    await waitFor('the first transaction at its gate', async () => calls.length === 1);
+    running.push(...batches.slice(1).map((b) => c.handleBatch(b)));
+    await waitFor('the other two batches waiting', async () => queued() === 2);
+    open();
+    await Promise.all(running);
+
+    expect(calls).toEqual([[0], [1, 2]]);
+    const all = groups.flat();
+    expect(await counts(all)).toEqual([1, 1, 1, 1, 1, 1]);
+    for (const b of batches) expect(b.committed).toEqual([b.messages.at(-1)?.offset]);
+    // Each inbox row names its own event's partition and offset.
+    const { rows } = await fx.pool.query<{ event_id: string; partition: number; offset: string }>(
+      'SELECT event_id::text, partition, "offset"::text FROM inbox WHERE consumer = $1',
+      [`batch-${n - 1}`],
+    );
+    const where = new Map(rows.map((r) => [r.event_id, `${r.partition}@${r.offset}`]));
+    for (const [p, g] of groups.entries()) {
+      for (const [i, m] of g.entries()) {
+        expect(where.get(m.event.event_id)).toBe(`${p}@${batches[p]?.messages[i]?.offset}`);
+      }
+    }
+    // Delivered again, all at once: nothing applies twice.
+    await Promise.all(groups.map((g, p) => c.handleBatch(batchOf(g, p))));
+    expect(await counts(all)).toEqual([1, 1, 1, 1, 1, 1]);
+  });
+
+  it('merging batches: a merged transaction that fails commits nothing, and each batch then runs alone', async () => {
+    const { c, calls, open, queued } = gatedMerger((partitions) => partitions.length > 1);
+    const [p0, p1, p2] = [0, 1, 2].map((p) => [orderEvent(`merge-fail-${p}`, 1)]);
+    const first = c.handleBatch(batchOf(p0 as Message[], 0));
+    await waitFor('the first transaction at its gate', async () => calls.length === 1);
+    const rest = [c.handleBatch(batchOf(p1 as Message[], 1)), c.handleBatch(batchOf(p2 as Message[], 2))];
+    await waitFor('the other two batches waiting', async () => queued() === 2);
+    open();
+    await Promise.all([first, ...rest]);
+
+    expect(calls.slice(0, 2)).toEqual([[0], [1, 2]]);
+    expect(calls.slice(2).sort()).toEqual([[1], [2]]);
+    expect(await counts([...(p0 as Message[]), ...(p1 as Message[]), ...(p2 as Message[])])).toEqual([1, 1, 1]);
   });
 
   it('sends done markers to Redis with the next claim, or by themselves shortly after', async () => {

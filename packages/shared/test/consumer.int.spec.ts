@@ -178,54 +178,60 @@ describe('inbox consumer', () => {
     }
   });
 
-  it('killed with SIGKILL in the middle of a batch, applies every effect exactly once after restart', {
-    timeout: 90_000,
-  }, async () => {
-    const topic = await freshTopic();
-    const messages = Array.from({ length: 900 }, (_, i) => orderEvent(`kill-${i % 45}`, Math.floor(i / 45) + 1));
-    // Ten at a time: a fetch returns whole record batches whatever its byte bound, and one send
-    // of 900 made one record batch per partition, so three batches held everything and the kill
-    // could land after all of them.
-    for (let i = 0; i < messages.length; i += 10) await publish(topic, messages.slice(i, i + 10));
-    const env = {
-      DATABASE_URL: fx.db.url,
-      REDIS_URL: fx.endpoints.redisUrl,
-      KAFKA_BROKERS: fx.endpoints.kafkaBrokers,
-      TOPIC: topic,
-      GROUP: `c-${topic}`,
-      MAX_BYTES: '4096', // batches of about ten events
-    };
-    // Slow inside the transaction and between its commit and the offsets' commit, so that the
-    // kill lands in one of the two windows.
-    const first = spawnFixture('consumer-process', { ...env, APPLY_DELAY_MS: '150', COMMIT_DELAY_MS: '150' });
-    const applied = async () => (await countsFor(messages)).reduce((a, b) => a + b, 0);
-    await waitFor('some effects', async () => (await applied()) > 0, 30_000).catch((error) => {
-      throw new Error(`${error.message}; the consumer printed: ${first.output()}`);
-    });
-    first.child.kill('SIGKILL'); // a batch is open: its effects are applied but not committed
-    await first.exited;
-    const before = await applied();
-    expect(before).toBeGreaterThan(0);
-    expect(before).toBeLessThan(900);
-    expect(first.output()).toContain('applied'); // it was consuming when it died
+  for (const [merging, extra] of [
+    ['', {}],
+    [', its batches merged across partitions', { MERGE: '1' }],
+  ] as const) {
+    it(`killed with SIGKILL in the middle of a batch${merging}, applies every effect exactly once after restart`, {
+      timeout: 90_000,
+    }, async () => {
+      const topic = await freshTopic();
+      const messages = Array.from({ length: 900 }, (_, i) => orderEvent(`kill-${i % 45}`, Math.floor(i / 45) + 1));
+      // Ten at a time: a fetch returns whole record batches whatever its byte bound, and one send
+      // of 900 made one record batch per partition, so three batches held everything and the kill
+      // could land after all of them.
+      for (let i = 0; i < messages.length; i += 10) await publish(topic, messages.slice(i, i + 10));
+      const env = {
+        DATABASE_URL: fx.db.url,
+        REDIS_URL: fx.endpoints.redisUrl,
+        KAFKA_BROKERS: fx.endpoints.kafkaBrokers,
+        TOPIC: topic,
+        GROUP: `c-${topic}`,
+        MAX_BYTES: '4096', // batches of about ten events
+        ...extra,
+      };
+      // Slow inside the transaction and between its commit and the offsets' commit, so that the
+      // kill lands in one of the two windows.
+      const first = spawnFixture('consumer-process', { ...env, APPLY_DELAY_MS: '150', COMMIT_DELAY_MS: '150' });
+      const applied = async () => (await countsFor(messages)).reduce((a, b) => a + b, 0);
+      await waitFor('some effects', async () => (await applied()) > 0, 30_000).catch((error) => {
+        throw new Error(`${error.message}; the consumer printed: ${first.output()}`);
+      });
+      first.child.kill('SIGKILL'); // a batch is open: its effects are applied but not committed
+      await first.exited;
+      const before = await applied();
+      expect(before).toBeGreaterThan(0);
+      expect(before).toBeLessThan(900);
+      expect(first.output()).toContain('applied'); // it was consuming when it died
 
-    const second = spawnFixture('consumer-process', env);
-    try {
-      await waitFor('every effect', async () => (await countsFor(messages)).every((n) => n > 0), 60_000).catch(
-        (error) => {
-          throw new Error(
-            `${error.message}; the killed consumer printed: ${first.output().slice(-2000)}; the restarted one: ${second.output().slice(-3000)}`,
-          );
-        },
-      );
-      await new Promise((r) => setTimeout(r, 500));
-      const counts = await countsFor(messages);
-      expect(counts.filter((n) => n !== 1)).toEqual([]);
-    } finally {
-      second.child.kill('SIGTERM');
-      await second.exited;
-    }
-  });
+      const second = spawnFixture('consumer-process', env);
+      try {
+        await waitFor('every effect', async () => (await countsFor(messages)).every((n) => n > 0), 60_000).catch(
+          (error) => {
+            throw new Error(
+              `${error.message}; the killed consumer printed: ${first.output().slice(-2000)}; the restarted one: ${second.output().slice(-3000)}`,
+            );
+          },
+        );
+        await new Promise((r) => setTimeout(r, 500));
+        const counts = await countsFor(messages);
+        expect(counts.filter((n) => n !== 1)).toEqual([]);
+      } finally {
+        second.child.kill('SIGTERM');
+        await second.exited;
+      }
+    });
+  }
 
   it('with Redis stopped, still applies exactly once; with Redis back, uses the fast path again', async () => {
     const port = await freePort();

@@ -78,6 +78,15 @@ export interface InboxConsumerOptions {
   deferral?: DeferralPolicy;
   redisTtlSeconds?: number;
   partitionsConsumedConcurrently?: number;
+  /**
+   * One transaction at a time, taking every batch that is ready: batches of other partitions that
+   * arrive while one of this consumer's transactions runs wait for it, then go together in the
+   * next (at most MERGED_EVENTS_MAX events). For effects that serialise anyway, such as
+   * intelligence's, which lock their world: batches of several partitions no longer queue on
+   * that lock one after the other, each with its own round trips and commit. A merged transaction
+   * that fails is run again batch by batch, so that a fault stays its own batch's.
+   */
+  mergeBatches?: boolean;
   /** How long a silent member keeps its partitions; bounds the pause after a crash. */
   sessionTimeoutMs?: number;
   /** How long a rebalance waits for members to rejoin; bounds the pause after a crash mid-join. */
@@ -128,6 +137,20 @@ export async function pruneInbox(pool: pg.Pool, consumer: string, retentionMs: n
 /** A batch held a duplicate or an event to park: its prepared statements must not count. */
 class LostBet extends Error {
   override readonly name = 'LostBet';
+}
+
+/** A merged transaction failed: each of its batches is run again alone. */
+class MergeFailed extends Error {
+  override readonly name = 'MergeFailed';
+}
+
+/** Most events one merged transaction takes (see InboxConsumerOptions.mergeBatches). */
+const MERGED_EVENTS_MAX = 2000;
+
+interface Waiting {
+  events: ReceivedEvent[];
+  resolve: (ids: string[]) => void;
+  reject: (error: unknown) => void;
 }
 
 /** What the inbox statement answers (see recordStatement). */
@@ -206,6 +229,9 @@ export class InboxConsumer {
   private speculate = true;
   private lastSweep = 0;
   private running = false;
+  /** Batches waiting for the merged transaction in flight to end (mergeBatches). */
+  private readonly waiting: Waiting[] = [];
+  private merging = false;
   private readonly events: Counter<'consumer' | 'outcome'>;
   private readonly duplicates: Counter<'consumer' | 'detected_by'>;
   private readonly redisFallbacks: Counter<'consumer'>;
@@ -345,7 +371,7 @@ export class InboxConsumer {
     if (todo.length > 0) {
       await this.untilSettled(batch, async () => {
         try {
-          const handled = await this.process(todo);
+          const handled = this.opts.mergeBatches ? await this.merged(todo) : await this.process(todo);
           await this.opts.faults?.afterCommit?.(todo);
           this.cache.markDone(handled);
         } catch (error) {
@@ -405,6 +431,54 @@ export class InboxConsumer {
   }
 
   /**
+   * process(), in the transaction of every batch ready when the one in flight ends (mergeBatches).
+   * A merged transaction that fails commits nothing; its batches are then run again one by one.
+   */
+  private async merged(events: ReceivedEvent[]): Promise<string[]> {
+    try {
+      return await new Promise<string[]>((resolve, reject) => {
+        this.waiting.push({ events, resolve, reject });
+        if (!this.merging) void this.runMerged();
+      });
+    } catch (error) {
+      if (!(error instanceof MergeFailed)) throw error;
+      return this.process(events);
+    }
+  }
+
+  private async runMerged(): Promise<void> {
+    this.merging = true;
+    try {
+      while (this.waiting.length > 0) {
+        const group: Waiting[] = [];
+        let size = 0;
+        while (
+          this.waiting.length > 0 &&
+          (group.length === 0 || size + (this.waiting[0] as Waiting).events.length <= MERGED_EVENTS_MAX)
+        ) {
+          const next = this.waiting.shift() as Waiting;
+          group.push(next);
+          size += next.events.length;
+        }
+        if (group.length === 1) {
+          const only = group[0] as Waiting;
+          await this.process(only.events).then(only.resolve, only.reject);
+          continue;
+        }
+        try {
+          const done = new Set(await this.process(group.flatMap((g) => g.events)));
+          for (const g of group) g.resolve(g.events.map((e) => e.event.event_id).filter((id) => done.has(id)));
+        } catch (error) {
+          this.log.debug({ err: error, batches: group.length }, 'merged batches failed; running each alone');
+          for (const g of group) g.reject(new MergeFailed(String(error)));
+        }
+      }
+    } finally {
+      this.merging = false;
+    }
+  }
+
+  /**
    * One transaction for the events: sorts them into duplicates, parked and to-apply, records the
    * latter in the inbox and applies them; returns the ids that are now certainly done (applied or
    * duplicates). Round trips when nothing is parked: BEGIN with the inbox statement (and the
@@ -447,16 +521,11 @@ export class InboxConsumer {
    * in this batch). All parts read the statement's one snapshot: `seen` is what was there before.
    */
   private recordStatement(events: ReceivedEvent[]): Statement {
-    // A batch is one partition's: its topic and partition are sent once, not once per event.
-    const { topic, partition } = (events[0] as ReceivedEvent).message;
-    if (events.some((e) => e.message.partition !== partition || e.message.topic !== topic)) {
-      throw new Error('an inbox batch holds the events of one topic partition');
-    }
     return {
       text: `WITH batch AS (
-         SELECT u.event_id, u.event_type, $4::text AS topic, $5::int AS part, u.off, u.partition_key, u.caused_by, u.n
-           FROM unnest($2::uuid[], $3::text[], $6::bigint[], $7::text[], $8::uuid[])
-           WITH ORDINALITY AS u(event_id, event_type, off, partition_key, caused_by, n)
+         SELECT u.event_id, u.event_type, u.topic, u.part, u.off, u.partition_key, u.caused_by, u.n
+           FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::text[], $8::uuid[])
+           WITH ORDINALITY AS u(event_id, event_type, topic, part, off, partition_key, caused_by, n)
        ), known AS (
          -- One index probe per cause (LATERAL … LIMIT 1 cannot become a hashed subplan, which
          -- read the consumer's whole inbox once per batch: 0.5 s a batch at 200,000 rows).
@@ -500,8 +569,8 @@ export class InboxConsumer {
         this.opts.name,
         events.map((e) => e.event.event_id),
         events.map((e) => e.event.type),
-        topic,
-        partition,
+        events.map((e) => e.message.topic),
+        events.map((e) => e.message.partition),
         events.map((e) => e.message.offset),
         events.map(partitionKey),
         events.map((e) => e.event.caused_by),

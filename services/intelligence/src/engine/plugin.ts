@@ -38,6 +38,10 @@ export default fp(
     app.addConsumer({
       name: 'intelligence-changes',
       topics: ['onto.changes.objects', 'onto.changes.links'],
+      // Every batch of a world's changes locks the world (docs/adr/0010): one transaction at a
+      // time takes every partition's ready batch, rather than each queueing on the lock.
+      mergeBatches: true,
+      partitionsConsumedConcurrently: 12,
       prepare: prepareChanges,
       apply: applyChanges({ models, ctx, metrics }),
     });
