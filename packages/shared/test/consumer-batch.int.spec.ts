@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IncomingBatch, IncomingMessage } from '../src/kafka/broker.js';
-import { type ApplyEffects, InboxConsumer } from '../src/messaging/consumer.js';
+import { type ApplyEffects, InboxConsumer, type ReceivedEvent } from '../src/messaging/consumer.js';
 import { encodeEvent } from '../src/messaging/envelope.js';
 import { ProcessedCache } from '../src/messaging/processed-cache.js';
 import { testBroker, testLogger } from '../src/testing/index.js';
@@ -36,7 +36,10 @@ describe('inbox consumer, one batch at a time', () => {
     await fx?.close();
   });
 
-  function consumer(apply: ApplyEffects = recordEffects, options: { mergeBatches?: boolean } = {}) {
+  function consumer(
+    apply: ApplyEffects = recordEffects,
+    options: { mergeBatches?: boolean; mergeKey?: (item: ReceivedEvent) => string } = {},
+  ) {
     return new InboxConsumer({
       name: `batch-${n++}`,
       topics: [],
@@ -235,7 +238,7 @@ describe('inbox consumer, one batch at a time', () => {
    * A consumer merging batches whose first transaction waits at a gate, and the partitions of
    * the events each transaction of it applied.
    */
-  function gatedMerger(fail?: (partitions: number[]) => boolean) {
+  function gatedMerger(fail?: (partitions: number[]) => boolean, mergeKey?: (item: ReceivedEvent) => string) {
     let open: () => void = () => {};
     const gate = new Promise<void>((r) => {
       open = r;
@@ -249,7 +252,7 @@ describe('inbox consumer, one batch at a time', () => {
         await recordEffects(tx, events, prepared);
         if (fail?.(partitions)) throw new Error('injected: this merged transaction fails');
       },
-      { mergeBatches: true },
+      { mergeBatches: true, ...(mergeKey ? { mergeKey } : {}) },
     );
     const queued = () => (c as unknown as { waiting: unknown[] }).waiting.length;
     return { c, calls, open, queued };
@@ -299,6 +302,25 @@ describe('inbox consumer, one batch at a time', () => {
     expect(calls.slice(0, 2)).toEqual([[0], [1, 2]]);
     expect(calls.slice(2).sort()).toEqual([[1], [2]]);
     expect(await counts([...(p0 as Message[]), ...(p1 as Message[]), ...(p2 as Message[])])).toEqual([1, 1, 1]);
+  });
+
+  it('merging batches by key: a batch of another world runs beside the one in flight, one of the same world waits for it', async () => {
+    const { c, calls, open, queued } = gatedMerger(undefined, (item) => item.event.world_id);
+    const [a1, b, a2] = [
+      [orderEvent('by-key-a1', 1, { world: 'world-a' })],
+      [orderEvent('by-key-b', 1, { world: 'world-b' })],
+      [orderEvent('by-key-a2', 1, { world: 'world-a' })],
+    ] as Message[][];
+    const first = c.handleBatch(batchOf(a1 as Message[], 0));
+    await waitFor('the first transaction at its gate', async () => calls.length === 1);
+    await c.handleBatch(batchOf(b as Message[], 1)); // done while world a's first is still at its gate
+    expect(calls).toEqual([[0], [1]]);
+    const second = c.handleBatch(batchOf(a2 as Message[], 2));
+    await waitFor("world a's second batch waiting", async () => queued() === 1);
+    open();
+    await Promise.all([first, second]);
+    expect(calls).toEqual([[0], [1], [2]]);
+    expect(await counts([...(a1 as Message[]), ...(b as Message[]), ...(a2 as Message[])])).toEqual([1, 1, 1]);
   });
 
   it('sends done markers to Redis with the next claim, or by themselves shortly after', async () => {

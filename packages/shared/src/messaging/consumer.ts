@@ -79,14 +79,19 @@ export interface InboxConsumerOptions {
   redisTtlSeconds?: number;
   partitionsConsumedConcurrently?: number;
   /**
-   * One transaction at a time, taking every batch that is ready: batches of other partitions that
-   * arrive while one of this consumer's transactions runs wait for it, then go together in the
-   * next (at most MERGED_EVENTS_MAX events). For effects that serialise anyway, such as
-   * intelligence's, which lock their world: batches of several partitions no longer queue on
-   * that lock one after the other, each with its own round trips and commit. A merged transaction
-   * that fails is run again batch by batch, so that a fault stays its own batch's.
+   * Batches that arrive while one of this consumer's transactions runs wait for it, then go
+   * together in the next (at most MERGED_EVENTS_MAX events). For effects that serialise anyway,
+   * such as intelligence's, which lock their world: batches of several partitions no longer queue
+   * on that lock one after the other, each with its own round trips and commit. A merged
+   * transaction that fails is run again batch by batch, so that a fault stays its own batch's.
    */
   mergeBatches?: boolean;
+  /**
+   * With mergeBatches, what serialises an event (intelligence: its world). Batches whose events
+   * share no key with a transaction in flight run beside it, in a transaction of their own;
+   * without a key, one transaction runs at a time.
+   */
+  mergeKey?: (item: ReceivedEvent) => string;
   /** How long a silent member keeps its partitions; bounds the pause after a crash. */
   sessionTimeoutMs?: number;
   /** How long a rebalance waits for members to rejoin; bounds the pause after a crash mid-join. */
@@ -149,6 +154,8 @@ const MERGED_EVENTS_MAX = 2000;
 
 interface Waiting {
   events: ReceivedEvent[];
+  /** The mergeKeys of its events. */
+  keys: Set<string>;
   resolve: (ids: string[]) => void;
   reject: (error: unknown) => void;
 }
@@ -229,9 +236,10 @@ export class InboxConsumer {
   private speculate = true;
   private lastSweep = 0;
   private running = false;
-  /** Batches waiting for the merged transaction in flight to end (mergeBatches). */
-  private readonly waiting: Waiting[] = [];
-  private merging = false;
+  /** Batches waiting for a transaction in flight that holds one of their keys (mergeBatches). */
+  private waiting: Waiting[] = [];
+  /** The merge keys of the transactions in flight. */
+  private readonly busy = new Set<string>();
   private readonly events: Counter<'consumer' | 'outcome'>;
   private readonly duplicates: Counter<'consumer' | 'detected_by'>;
   private readonly redisFallbacks: Counter<'consumer'>;
@@ -431,14 +439,17 @@ export class InboxConsumer {
   }
 
   /**
-   * process(), in the transaction of every batch ready when the one in flight ends (mergeBatches).
-   * A merged transaction that fails commits nothing; its batches are then run again one by one.
+   * process(), in one transaction with every batch that is ready and shares no key with a
+   * transaction in flight (mergeBatches, mergeKey). A merged transaction that fails commits
+   * nothing; its batches are then run again one by one.
    */
   private async merged(events: ReceivedEvent[]): Promise<string[]> {
+    const keyOf = this.opts.mergeKey;
+    const keys = new Set(keyOf ? events.map(keyOf) : ['']);
     try {
       return await new Promise<string[]>((resolve, reject) => {
-        this.waiting.push({ events, resolve, reject });
-        if (!this.merging) void this.runMerged();
+        this.waiting.push({ events, keys, resolve, reject });
+        this.startMerged();
       });
     } catch (error) {
       if (!(error instanceof MergeFailed)) throw error;
@@ -446,35 +457,51 @@ export class InboxConsumer {
     }
   }
 
-  private async runMerged(): Promise<void> {
-    this.merging = true;
-    try {
-      while (this.waiting.length > 0) {
-        const group: Waiting[] = [];
-        let size = 0;
-        while (
-          this.waiting.length > 0 &&
-          (group.length === 0 || size + (this.waiting[0] as Waiting).events.length <= MERGED_EVENTS_MAX)
-        ) {
-          const next = this.waiting.shift() as Waiting;
-          group.push(next);
-          size += next.events.length;
-        }
-        if (group.length === 1) {
-          const only = group[0] as Waiting;
-          await this.process(only.events).then(only.resolve, only.reject);
-          continue;
-        }
-        try {
-          const done = new Set(await this.process(group.flatMap((g) => g.events)));
-          for (const g of group) g.resolve(g.events.map((e) => e.event.event_id).filter((id) => done.has(id)));
-        } catch (error) {
-          this.log.debug({ err: error, batches: group.length }, 'merged batches failed; running each alone');
-          for (const g of group) g.reject(new MergeFailed(String(error)));
-        }
+  /**
+   * Starts a transaction for the waiting batches whose keys are free, in arrival order: a batch
+   * whose key is held by a transaction in flight, or by an earlier batch left waiting, waits
+   * (so that batches of one key keep their order), and so does one past the size cap.
+   */
+  private startMerged(): void {
+    const group: Waiting[] = [];
+    const rest: Waiting[] = [];
+    const taken = new Set<string>();
+    const held = new Set<string>();
+    let size = 0;
+    for (const w of this.waiting) {
+      const free = [...w.keys].every((k) => !this.busy.has(k) && !held.has(k));
+      if (free && (group.length === 0 || size + w.events.length <= MERGED_EVENTS_MAX)) {
+        group.push(w);
+        size += w.events.length;
+        for (const k of w.keys) taken.add(k);
+      } else {
+        rest.push(w);
+        for (const k of w.keys) held.add(k);
       }
-    } finally {
-      this.merging = false;
+    }
+    if (group.length === 0) return;
+    this.waiting = rest;
+    for (const k of taken) this.busy.add(k);
+    void this.runMerged(group).finally(() => {
+      for (const k of taken) this.busy.delete(k);
+      this.startMerged();
+    });
+    // What was left behind for size alone, with keys still free, starts beside it.
+    if (rest.some((w) => [...w.keys].every((k) => !this.busy.has(k)))) this.startMerged();
+  }
+
+  private async runMerged(group: Waiting[]): Promise<void> {
+    if (group.length === 1) {
+      const only = group[0] as Waiting;
+      await this.process(only.events).then(only.resolve, only.reject);
+      return;
+    }
+    try {
+      const done = new Set(await this.process(group.flatMap((g) => g.events)));
+      for (const g of group) g.resolve(g.events.map((e) => e.event.event_id).filter((id) => done.has(id)));
+    } catch (error) {
+      this.log.debug({ err: error, batches: group.length }, 'merged batches failed; running each alone');
+      for (const g of group) g.reject(new MergeFailed(String(error)));
     }
   }
 

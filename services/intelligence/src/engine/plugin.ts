@@ -38,9 +38,11 @@ export default fp(
     app.addConsumer({
       name: 'intelligence-changes',
       topics: ['onto.changes.objects', 'onto.changes.links'],
-      // Every batch of a world's changes locks the world (docs/adr/0010): one transaction at a
-      // time takes every partition's ready batch, rather than each queueing on the lock.
+      // Every batch of a world's changes locks the world (docs/adr/0010): per world, one
+      // transaction at a time takes every partition's ready batch, rather than each queueing on
+      // the lock; batches of other worlds run beside it (docs/adr/0018).
       mergeBatches: true,
+      mergeKey: (item) => item.event.world_id,
       partitionsConsumedConcurrently: 12,
       prepare: prepareChanges,
       apply: applyChanges({ models, ctx, metrics }),
