@@ -2,28 +2,19 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { migrate } from '@onto/shared';
-import { testEndpoints } from '@onto/shared/testing';
+import { createEmptyTestDatabase, type TestDatabase, testEndpoints } from '@onto/shared/testing';
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 describe('migrations', () => {
   const { postgresUrl } = testEndpoints();
-  let dbName: string;
+  let db: TestDatabase;
   let dbUrl: string;
   let dir: string;
 
-  const admin = async (sql: string) => {
-    const c = new pg.Client(postgresUrl);
-    await c.connect();
-    await c.query(sql).finally(() => c.end());
-  };
-
   beforeEach(async () => {
-    dbName = `onto_mig_${Math.random().toString(36).slice(2, 10)}`;
-    await admin(`CREATE DATABASE ${dbName}`);
-    const u = new URL(postgresUrl);
-    u.pathname = `/${dbName}`;
-    dbUrl = u.toString();
+    db = await createEmptyTestDatabase(postgresUrl);
+    dbUrl = db.url;
     dir = await mkdtemp(join(tmpdir(), 'onto-mig-'));
     await writeFile(join(dir, '001.do.accounts.sql'), 'CREATE TABLE accounts (id int PRIMARY KEY);');
     // Slow enough that the two runs below overlap.
@@ -31,7 +22,7 @@ describe('migrations', () => {
     await writeFile(join(dir, '003.do.index.sql'), 'CREATE INDEX accounts_name ON accounts (name);');
   });
   afterEach(async () => {
-    await admin(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+    await db.drop();
   });
 
   const rows = async (sql: string) => {

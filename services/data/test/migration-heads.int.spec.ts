@@ -2,7 +2,7 @@ import { copyFile, mkdtemp, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { migrate } from '@onto/shared';
-import { testEndpoints } from '@onto/shared/testing';
+import { createEmptyTestDatabase, type TestDatabase, testEndpoints } from '@onto/shared/testing';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrations } from '../src/app.js';
@@ -10,23 +10,15 @@ import { migrations } from '../src/app.js';
 // Migration 007 (docs/adr/0017) on a database written in the old shape, where every version,
 // the current one too, had a history row and heads had no actor.
 describe('migration 007: heads hold the current version', () => {
-  const { postgresUrl } = testEndpoints();
-  const name = `onto_mig7_${Math.random().toString(36).slice(2, 10)}`;
+  let db: TestDatabase;
   let url: string;
-  const admin = async (sql: string) => {
-    const c = new pg.Client(postgresUrl);
-    await c.connect();
-    await c.query(sql).finally(() => c.end());
-  };
 
   beforeAll(async () => {
-    await admin(`CREATE DATABASE ${name}`);
-    const u = new URL(postgresUrl);
-    u.pathname = `/${name}`;
-    url = u.toString();
+    db = await createEmptyTestDatabase(testEndpoints().postgresUrl);
+    url = db.url;
   });
   afterAll(async () => {
-    await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await db?.drop();
   });
 
   it('keeps every version once: current ones in heads with their actor, superseded ones in history', async () => {

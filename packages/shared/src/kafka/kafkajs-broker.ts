@@ -35,8 +35,8 @@ const keyPartitioner: ICustomPartitioner = () => {
   return (args) => {
     const { message, partitionMetadata } = args;
     if (message.partition !== undefined && message.partition !== null) return message.partition;
-    if (typeof message.key === 'string') return partitionOfKey(message.key, partitionMetadata.length);
-    if (Buffer.isBuffer(message.key)) return partitionOfKey(message.key, partitionMetadata.length);
+    const { key } = message;
+    if (typeof key === 'string' || Buffer.isBuffer(key)) return partitionOfKey(key, partitionMetadata.length);
     return fallback(args);
   };
 };

@@ -36,10 +36,7 @@ async function admin<T>(serverUrl: string, work: (client: pg.Client) => Promise<
  * applied. The template is built once per distinct set of migration files (its name carries
  * their hash), so a changed migration gets a new template and copies cost milliseconds.
  */
-export async function createTestDatabase(
-  serverUrl: string,
-  tracks: MigrationTrack[],
-): Promise<{ url: string; name: string; drop: () => Promise<void> }> {
+export async function createTestDatabase(serverUrl: string, tracks: MigrationTrack[]): Promise<TestDatabase> {
   const template = `onto_tpl_${await fingerprint(tracks)}`;
   await admin(serverUrl, async (client) => {
     await client.query('SELECT pg_advisory_lock(hashtext($1))', [template]);
@@ -58,6 +55,23 @@ export async function createTestDatabase(
   });
   const name = `onto_t_${randomBytes(6).toString('hex')}`;
   await admin(serverUrl, (client) => client.query(`CREATE DATABASE ${name} TEMPLATE ${template} STRATEGY FILE_COPY`));
+  return ownDatabase(serverUrl, name);
+}
+
+/** An empty database of its own, for tests that migrate from nothing; `drop` removes it. */
+export async function createEmptyTestDatabase(serverUrl: string): Promise<TestDatabase> {
+  const name = `onto_t_${randomBytes(6).toString('hex')}`;
+  await admin(serverUrl, (client) => client.query(`CREATE DATABASE ${name}`));
+  return ownDatabase(serverUrl, name);
+}
+
+export interface TestDatabase {
+  name: string;
+  url: string;
+  drop: () => Promise<void>;
+}
+
+function ownDatabase(serverUrl: string, name: string): TestDatabase {
   return {
     name,
     url: withDatabase(serverUrl, name),

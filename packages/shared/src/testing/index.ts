@@ -1,4 +1,4 @@
 export { buildTestService, type TestService } from './app.js';
-export { createTestDatabase } from './databases.js';
+export { createEmptyTestDatabase, createTestDatabase, type TestDatabase } from './databases.js';
 export { dockerAvailable, ENV, endpointsFromEnv, type TestEndpoints, testEndpoints } from './env.js';
 export { createTestTopics, testBroker, testLogger } from './kafka.js';
