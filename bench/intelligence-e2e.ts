@@ -16,8 +16,10 @@
  */
 
 import * as http from 'node:http';
+import * as os from 'node:os';
 import { testBroker, testEndpoints } from '@onto/shared/testing';
 import pg from 'pg';
+import { cpuMeter } from './lib/cpu.js';
 import { fmt, kafkaTool, percentile } from './lib/harness.js';
 import { benchStack, call } from './lib/stack.js';
 
@@ -165,6 +167,7 @@ try {
   await sleep(1000);
 
   const writes: ReturnType<typeof put>[] = [];
+  const cpu = cpuMeter();
   const start = performance.now();
   const total = Math.round(seconds * rate);
   for (let i = 0; i < total; i++) {
@@ -177,6 +180,7 @@ try {
   const offeredFor = (performance.now() - start) / 1000;
   const deadline = performance.now() + 60_000;
   while (watch.pending > 0 && performance.now() < deadline) await sleep(10);
+  const used = cpu.stop(); // from the first write to the last value visible
   await watch.stop();
 
   const failed = done.filter((w) => !w.ok).length;
@@ -259,6 +263,13 @@ try {
   console.log(`| … data's transaction began → relay marked it sent (broker acked) | ${seg(segments.relay)} |`);
   console.log(`| … marked sent → intelligence's batch transaction began | ${seg(segments.deliver)} |`);
   console.log(`| … batch began → value visible | ${seg(segments.apply)} |`);
+  if (used) {
+    const perWrite = (ms: number) => (ms / total).toFixed(2);
+    const parts = [...used.parts].sort((a, b) => b[1] - a[1]);
+    console.log(
+      `CPU per write, ms: ${parts.map(([part, ms]) => `${part} ${perWrite(ms)}`).join(', ')}; in all ${perWrite(used.total)} (${((used.total / 10 / used.seconds) | 0) / 100} cores busy of ${os.availableParallelism()})`,
+    );
+  }
   const ratio = percentile(e2e, 99) / k99;
   console.log(`p99 ratio ${ratio.toFixed(2)} × Kafka's (goal ≤ 3)`);
 

@@ -1,0 +1,68 @@
+/**
+ * CPU time spent by each part of the stack over an interval, from /proc (Linux): the services
+ * by their entry point, PostgreSQL's processes, the Kafka broker, and this benchmark itself.
+ * Latency on a 2-core VM moves with everything else the VM does; the CPU a write costs the whole
+ * stack moves much less, and is what a change to the pipeline should lower.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+
+const TICKS_PER_SECOND = 100; // USER_HZ: 100 on every Linux the stack runs on
+
+type Sample = Map<string, number>; // part → CPU ticks of its live processes, plus the dead ones' seen so far
+
+function partOf(pid: string, comm: string, cmdline: string): string | undefined {
+  if (comm === 'postgres' || cmdline.startsWith('postgres:')) return 'postgres';
+  if (comm === 'java' && cmdline.includes('kafka')) return 'kafka';
+  for (const service of ['control', 'data', 'intelligence']) {
+    if (cmdline.includes(`/services/${service}/`)) return service;
+  }
+  if (pid === String(process.pid)) return 'benchmark';
+  return undefined;
+}
+
+function sample(): Sample | undefined {
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p));
+  } catch {
+    return undefined; // not Linux
+  }
+  const parts: Sample = new Map();
+  for (const pid of pids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      const part = partOf(pid, comm, cmdline);
+      if (!part) continue;
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command
+      const ticks = Number(fields[11]) + Number(fields[12]);
+      parts.set(part, (parts.get(part) ?? 0) + ticks);
+    } catch {
+      // the process ended between the listing and the read
+    }
+  }
+  return parts;
+}
+
+/** Starts measuring; `stop()` answers CPU milliseconds per part (and in all) over the interval. */
+export function cpuMeter() {
+  const before = sample();
+  const started = performance.now();
+  return {
+    stop(): { parts: Map<string, number>; total: number; seconds: number } | undefined {
+      const after = sample();
+      if (!before || !after) return undefined;
+      const parts = new Map<string, number>();
+      let total = 0;
+      for (const [part, ticks] of after) {
+        // PostgreSQL backends that ended during the interval are lost; ones that began count whole.
+        const ms = ((ticks - (before.get(part) ?? 0)) * 1000) / TICKS_PER_SECOND;
+        parts.set(part, ms);
+        total += ms;
+      }
+      return { parts, total, seconds: (performance.now() - started) / 1000 };
+    },
+  };
+}
