@@ -5,7 +5,8 @@
  * moment the PUT was sent to the moment the new value is visible in intelligence's store (heard
  * by NOTIFY at commit; each value names the data write it was computed from), p50 and p99;
  * beside Kafka's own EndToEndLatency tool (acks=all, same record size) on the same broker, in the
- * same run.
+ * same run. Before it, 5 s of the same load that is not counted (BENCH_WARMUP). It also prints the
+ * CPU each part of the stack spent per write (ADR 19).
  * Goal: p99 ≤ 3 × Kafka's.
  *
  * Then the highest steady write rate: bulk writes (50 objects a request) at rising rates, 10 s
@@ -25,6 +26,7 @@ import { benchStack, call } from './lib/stack.js';
 
 const seconds = Number(process.argv[2] ?? 20);
 const rate = Number(process.argv[3] ?? 1000);
+const warmupSeconds = Number(process.env.BENCH_WARMUP ?? 5);
 const objects = 1_000_000; // each measured write its own object: none is superseded
 // BENCH_STEPS="" skips the search for the highest steady rate.
 const steps = (process.env.BENCH_STEPS ?? '1000,2000,3000,4000,6000,8000')
@@ -139,7 +141,7 @@ try {
   const watcher = await listen(db);
   const watch = watcher();
 
-  // --- steady PUTs, open loop: write i is sent at start + i / rate, whatever the answers do
+  // --- steady PUTs
   let n = 0;
   const failures = new Map<string, number>();
   const put = async () => {
@@ -162,24 +164,36 @@ try {
     if (res.status < 300) watch.expect(pk, seq);
     return { ok: res.status < 300, sent, answered, seq, pk };
   };
-  const warm = await Promise.all(Array.from({ length: 200 }, put)); // connections, JIT, caches
+  /** Writes at `rate` for `forSeconds`, open loop: write i is sent at start + i / rate, whatever the answers do. */
+  const openLoop = async (forSeconds: number) => {
+    const writes: ReturnType<typeof put>[] = [];
+    const start = performance.now();
+    const count = Math.round(forSeconds * rate);
+    for (let i = 0; i < count; i++) {
+      const due = start + (i * 1000) / rate;
+      const wait = due - performance.now();
+      if (wait > 1) await sleep(wait);
+      writes.push(put());
+    }
+    const done = await Promise.all(writes);
+    const offeredFor = (performance.now() - start) / 1000;
+    const deadline = performance.now() + 60_000;
+    while (watch.pending > 0 && performance.now() < deadline) await sleep(10);
+    return { done, count, offeredFor };
+  };
+  // Warm-up, not counted: connections, then the same load as measured, so that the services'
+  // code is compiled for it. Started cold, a service spent a fifth of its CPU in V8's optimising
+  // compiler and a third in the interpreter's and baseline code's inline caches (perf, data at
+  // 50 writes/s), and the first seconds at a high rate left a backlog the rest of the run queued
+  // behind (ADR 19).
+  const warm = await Promise.all(Array.from({ length: 200 }, put));
   if (!warm.every((w) => w.ok)) throw new Error('warm-up PUTs failed');
+  if (warmupSeconds > 0) await openLoop(warmupSeconds);
+  failures.clear();
   await sleep(1000);
 
-  const writes: ReturnType<typeof put>[] = [];
   const cpu = cpuMeter();
-  const start = performance.now();
-  const total = Math.round(seconds * rate);
-  for (let i = 0; i < total; i++) {
-    const due = start + (i * 1000) / rate;
-    const wait = due - performance.now();
-    if (wait > 1) await sleep(wait);
-    writes.push(put());
-  }
-  const done = await Promise.all(writes);
-  const offeredFor = (performance.now() - start) / 1000;
-  const deadline = performance.now() + 60_000;
-  while (watch.pending > 0 && performance.now() < deadline) await sleep(10);
+  const { done, count: total, offeredFor } = await openLoop(seconds);
   const used = cpu.stop(); // from the first write to the last value visible
   await watch.stop();
 

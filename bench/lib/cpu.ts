@@ -8,13 +8,14 @@ import { readdirSync, readFileSync } from 'node:fs';
 
 const TICKS_PER_SECOND = 100; // USER_HZ: 100 on every Linux the stack runs on
 
-type Sample = Map<string, number>; // part → CPU ticks of its live processes, plus the dead ones' seen so far
+type Sample = Map<string, { part: string; ticks: number }>; // pid → its part and CPU ticks so far
 
-function partOf(pid: string, comm: string, cmdline: string): string | undefined {
+function partOf(pid: string, ppid: string, comm: string, cmdline: string): string | undefined {
   if (comm === 'postgres' || cmdline.startsWith('postgres:')) return 'postgres';
   if (comm === 'java' && cmdline.includes('kafka')) return 'kafka';
+  // Only this benchmark's own services: its children.
   for (const service of ['control', 'data', 'intelligence']) {
-    if (cmdline.includes(`/services/${service}/`)) return service;
+    if (ppid === String(process.pid) && cmdline.includes(`/services/${service}/`)) return service;
   }
   if (pid === String(process.pid)) return 'benchmark';
   return undefined;
@@ -27,23 +28,23 @@ function sample(): Sample | undefined {
   } catch {
     return undefined; // not Linux
   }
-  const parts: Sample = new Map();
+  const processes: Sample = new Map();
   for (const pid of pids) {
     try {
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
       const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
       const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
-      const part = partOf(pid, comm, cmdline);
-      if (!part) continue;
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const part = partOf(pid, fields[1] ?? '', comm, cmdline);
+      if (!part) continue;
       // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command
       const ticks = Number(fields[11]) + Number(fields[12]);
-      parts.set(part, (parts.get(part) ?? 0) + ticks);
+      processes.set(pid, { part, ticks });
     } catch {
       // the process ended between the listing and the read
     }
   }
-  return parts;
+  return processes;
 }
 
 /** Starts measuring; `stop()` answers CPU milliseconds per part (and in all) over the interval. */
@@ -56,10 +57,11 @@ export function cpuMeter() {
       if (!before || !after) return undefined;
       const parts = new Map<string, number>();
       let total = 0;
-      for (const [part, ticks] of after) {
-        // PostgreSQL backends that ended during the interval are lost; ones that began count whole.
-        const ms = ((ticks - (before.get(part) ?? 0)) * 1000) / TICKS_PER_SECOND;
-        parts.set(part, ms);
+      // Per process: one that began during the interval counts whole; one that ended is lost
+      // (under steady load the pools keep their connections, so none do).
+      for (const [pid, { part, ticks }] of after) {
+        const ms = ((ticks - (before.get(pid)?.ticks ?? 0)) * 1000) / TICKS_PER_SECOND;
+        parts.set(part, (parts.get(part) ?? 0) + ms);
         total += ms;
       }
       return { parts, total, seconds: (performance.now() - started) / 1000 };
