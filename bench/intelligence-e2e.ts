@@ -14,6 +14,7 @@
  * within 2 s of the step's end, and keep up within 10% of the offered rate).
  *
  *   ./onto bench intelligence-e2e [seconds] [rate]      (default 20 s at 1000 writes/s)
+ *   BENCH_WORLDS=4 spreads the writes over four worlds; BENCH_WARMUP=0 skips the warm-up.
  */
 
 import * as http from 'node:http';
@@ -27,6 +28,11 @@ import { benchStack, call } from './lib/stack.js';
 const seconds = Number(process.argv[2] ?? 20);
 const rate = Number(process.argv[3] ?? 1000);
 const warmupSeconds = Number(process.env.BENCH_WARMUP ?? 5);
+// BENCH_WORLDS=N spreads the writes over N worlds, round robin: intelligence applies each world's
+// batches one transaction at a time, and different worlds' beside each other (ADR 18).
+const worlds = Array.from({ length: Number(process.env.BENCH_WORLDS ?? 1) }, (_, k) =>
+  k === 0 ? 'bench' : `bench-${k + 1}`,
+);
 const objects = 1_000_000; // each measured write its own object: none is superseded
 // BENCH_STEPS="" skips the search for the highest steady rate.
 const steps = (process.env.BENCH_STEPS ?? '1000,2000,3000,4000,6000,8000')
@@ -71,7 +77,7 @@ async function listen(db: pg.Client) {
       RETURN NULL;
     END $$`);
   await db.query(`CREATE TRIGGER bench_derived_written AFTER INSERT OR UPDATE ON derived_values
-    FOR EACH ROW WHEN (NEW.world_id = 'bench' AND NEW.name = 'doubled') EXECUTE FUNCTION bench_derived_written()`);
+    FOR EACH ROW WHEN (NEW.world_id LIKE 'bench%' AND NEW.name = 'doubled') EXECUTE FUNCTION bench_derived_written()`);
   // pk → the highest seq heard and when (performance.now()), for writes awaited after their value came.
   const heard = new Map<string, { seq: number; at: number }>();
   const watchers = new Set<(pk: string, seq: number, at: number) => void>();
@@ -121,20 +127,22 @@ async function listen(db: pg.Client) {
 }
 
 try {
-  await stack.world('bench', {
-    objectTypes: {
-      Item: {
-        displayName: 'Item',
-        primaryKey: 'id',
-        properties: { id: { type: 'string', required: true }, amount: { type: 'integer' } },
+  for (const world of worlds) {
+    await stack.world(world, {
+      objectTypes: {
+        Item: {
+          displayName: 'Item',
+          primaryKey: 'id',
+          properties: { id: { type: 'string', required: true }, amount: { type: 'integer' } },
+        },
       },
-    },
-  });
-  await call(intelligence.url, 'PUT', '/v1/worlds/bench/derived-properties/doubled', token, {
-    objectType: 'Item',
-    expression: 'amount * 2',
-    maxStalenessMs: 1000,
-  });
+    });
+    await call(intelligence.url, 'PUT', `/v1/worlds/${world}/derived-properties/doubled`, token, {
+      objectType: 'Item',
+      expression: 'amount * 2',
+      maxStalenessMs: 1000,
+    });
+  }
   const db = new pg.Client(intelligenceDb.url);
   db.on('error', () => {}); // the database is dropped at the end, connected or not
   await db.connect();
@@ -149,7 +157,7 @@ try {
     const pk = `item-${i % objects}`;
     const sent = performance.now();
     const res = await request(
-      `${data.url}/v1/worlds/bench/objects/Item/${pk}`,
+      `${data.url}/v1/worlds/${worlds[i % worlds.length]}/objects/Item/${pk}`,
       'PUT',
       {
         'content-type': 'application/json',
@@ -238,7 +246,7 @@ try {
 
   console.log('');
   console.log(
-    `| ${fmt(total)} PUTs at ${fmt(rate)}/s offered (${fmt(total / offeredFor)}/s achieved, ${failed} failed) | p50 ms | p99 ms |`,
+    `| ${fmt(total)} PUTs at ${fmt(rate)}/s offered${worlds.length > 1 ? ` over ${worlds.length} worlds` : ''} (${fmt(total / offeredFor)}/s achieved, ${failed} failed) | p50 ms | p99 ms |`,
   );
   console.log('|---|---:|---:|');
   console.log(
