@@ -16,7 +16,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { fmt } from './lib/harness.js';
+import { fmt, libpqArgs } from './lib/harness.js';
 import { benchStack, call, Item } from './lib/stack.js';
 
 const objects = Number(process.argv[2] ?? 100_000);
@@ -47,22 +47,7 @@ try {
     const started = performance.now();
     const copy = spawnSync(
       'psql',
-      [
-        '-X',
-        '-q',
-        '-v',
-        'ON_ERROR_STOP=1',
-        '-h',
-        url.hostname,
-        '-p',
-        url.port || '5432',
-        '-U',
-        url.username || 'postgres',
-        '-d',
-        url.pathname.slice(1),
-        '-c',
-        `\\copy ${target} FROM '${file}'`,
-      ],
+      ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-c', `\\copy ${target} FROM '${file}'`, ...libpqArgs(url)],
       { encoding: 'utf8' },
     );
     const ms = performance.now() - started;

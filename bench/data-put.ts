@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
 import pg from 'pg';
-import { fmt } from './lib/harness.js';
+import { fmt, libpqArgs } from './lib/harness.js';
 import { benchStack, Item } from './lib/stack.js';
 
 const seconds = Number(process.argv[2] ?? 10);
@@ -124,13 +124,7 @@ COMMIT;
         String(duration),
         '-f',
         join(dir, 'put.sql'),
-        '-h',
-        url.hostname,
-        '-p',
-        url.port || '5432',
-        '-U',
-        url.username || 'postgres',
-        url.pathname.slice(1),
+        ...libpqArgs(url),
       ],
       { encoding: 'utf8' },
     );

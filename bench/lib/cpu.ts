@@ -1,8 +1,9 @@
 /**
  * CPU time spent by each part of the stack over an interval, from /proc (Linux): the services
  * by their entry point, PostgreSQL's processes, the Kafka broker, and this benchmark itself.
- * Latency on a 2-core VM moves with everything else the VM does; the CPU a write costs the whole
- * stack moves much less, and is what a change to the pipeline should lower.
+ * Latency on a 2-core VM moves with everything else the VM does. Below saturation, the CPU a
+ * write costs the whole stack is steadier, and is what a change to the pipeline should lower;
+ * once the cores are saturated it is only their time divided by the rate (ADR 19).
  */
 import { readdirSync, readFileSync } from 'node:fs';
 

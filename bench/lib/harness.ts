@@ -14,6 +14,14 @@ export function kafkaTool(className: string, args: string[]): Promise<string> {
   });
 }
 
+/**
+ * A postgres:// URL as psql's and pgbench's arguments: host, port and user, then the database,
+ * positional (pgbench's -d is --debug), so they go last.
+ */
+export function libpqArgs(url: URL): string[] {
+  return ['-h', url.hostname, '-p', url.port || '5432', '-U', url.username || 'postgres', url.pathname.slice(1)];
+}
+
 export async function until(what: string, probe: () => Promise<boolean>, timeoutMs = 600_000, everyMs = 100) {
   const deadline = Date.now() + timeoutMs;
   while (!(await probe())) {
