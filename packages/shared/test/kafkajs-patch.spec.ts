@@ -6,7 +6,10 @@
  * timestamps exactly, beyond 2^53 too.
  */
 import { createRequire } from 'node:module';
+import * as net from 'node:net';
+import pino from 'pino';
 import { describe, expect, it } from 'vitest';
+import { createKafkaBroker } from '../src/kafka/kafkajs-broker.js';
 
 const require = createRequire(import.meta.url);
 type Encoded = { buffer: Buffer };
@@ -239,6 +242,107 @@ describe('the patched CRC32-C', () => {
       }
     }
     expect(crc32C(bytes)).toBe(reference(bytes));
+  });
+});
+
+describe('the patched request timeout check (a timer while requests are in flight, no interval)', () => {
+  type Entry = { correlationId: number; apiName: string; apiKey: number; apiVersion: number };
+  type Queue = {
+    push(request: {
+      entry: Entry & { resolve(v: unknown): void; reject(e: Error): void };
+      expectResponse: boolean;
+      requestTimeout?: number;
+      sendRequest(): void;
+    }): void;
+    fulfillRequest(response: { correlationId: number; payload: null; size: number }): void;
+    scheduleRequestTimeoutCheck(): void;
+    destroy(): void;
+    requestTimeoutTimerId: unknown;
+    inflight: Map<number, unknown>;
+  };
+  const RequestQueue = require('kafkajs/src/network/requestQueue') as new (options: Record<string, unknown>) => Queue;
+  const quiet = { debug() {}, info() {}, warn() {}, error() {} };
+  const queue = () =>
+    new RequestQueue({
+      maxInFlightRequests: 5,
+      requestTimeout: 200,
+      enforceRequestTimeout: true,
+      clientId: 'test',
+      broker: 'nowhere:0',
+      logger: quiet,
+      isConnected: () => true,
+    });
+  let started = 0;
+  const send = (q: Queue, correlationId: number, requestTimeout?: number) =>
+    new Promise<{ outcome: string; at: number }>((resolve) => {
+      q.push({
+        entry: {
+          correlationId,
+          apiName: 'Fetch',
+          apiKey: 1,
+          apiVersion: 11,
+          resolve: () => resolve({ outcome: 'answered', at: performance.now() - started }),
+          reject: (e) => resolve({ outcome: e.name, at: performance.now() - started }),
+        },
+        expectResponse: true,
+        ...(requestTimeout ? { requestTimeout } : {}),
+        sendRequest: () => {},
+      });
+    });
+
+  it('arms nothing on a connection with nothing in flight', () => {
+    const q = queue();
+    q.scheduleRequestTimeoutCheck();
+    expect(q.requestTimeoutTimerId).toBeNull();
+    q.destroy();
+  });
+
+  it('times out each request once it has been in flight longer than its own timeout, and answers the others', async () => {
+    const q = queue();
+    q.scheduleRequestTimeoutCheck();
+    started = performance.now();
+    const answered = send(q, 3);
+    const short = send(q, 1);
+    const long = send(q, 2, 600);
+    setTimeout(() => q.fulfillRequest({ correlationId: 3, payload: null, size: 0 }), 50);
+    const [a, s, l] = await Promise.all([answered, short, long]);
+    expect(a.outcome).toBe('answered');
+    expect(s.outcome).toBe('KafkaJSRequestTimeoutError');
+    expect(s.at).toBeGreaterThanOrEqual(195);
+    expect(s.at).toBeLessThan(450);
+    expect(l.outcome).toBe('KafkaJSRequestTimeoutError');
+    expect(l.at).toBeGreaterThanOrEqual(595);
+    expect(l.at).toBeLessThan(900);
+    expect(q.inflight.size).toBe(0);
+    expect(q.requestTimeoutTimerId, 'no timer once nothing is in flight').toBeNull();
+    q.destroy();
+  });
+
+  it('gives up on a broker that accepts the connection and never answers', async () => {
+    const sockets = new Set<net.Socket>();
+    const silent = net.createServer((socket) => {
+      sockets.add(socket);
+      socket.on('data', () => {}); // read and never answer
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as net.AddressInfo;
+    try {
+      const broker = createKafkaBroker({
+        brokers: [`127.0.0.1:${port}`],
+        clientId: 'silent-test',
+        logger: pino({ level: 'silent' }),
+        requestTimeoutMs: 300,
+        connectionTimeoutMs: 1000,
+        retries: 0,
+      });
+      const began = performance.now();
+      await expect(broker.admin()).rejects.toThrow(/timed out/i);
+      expect(sockets.size, 'the connection was made; its first request went unanswered').toBeGreaterThan(0);
+      expect(performance.now() - began).toBeLessThan(5000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
   });
 });
 
