@@ -227,11 +227,16 @@ export class InboxConsumer {
   private deferralRunning: Promise<void> | undefined;
   /**
    * This process may have parked events: true from the start (another process may have left
-   * some), after parking, and until a pass finds none. While false, the post-batch and 100 ms
-   * passes are skipped — they were most of an idle service's queries — and a sweep every
-   * DEFERRED_SWEEP_MS still finds what another instance of the group parked and left behind.
+   * some), after parking, and until a pass finds none. While false, no pass runs after a batch
+   * and the timer sleeps until the next sweep — the passes were most of an idle service's queries,
+   * the timer most of its wakeups — and a sweep every DEFERRED_SWEEP_MS still finds what another
+   * instance of the group parked and left behind.
    */
   private mayHaveParked = true;
+  /** Counts parkings, so that a pass that read before one does not clear mayHaveParked. */
+  private parkings = 0;
+  /** When the armed deferral timer fires (see armDeferral). */
+  private deferralDue = 0;
   /** Whether to send the effects' prepared statements with the inbox statement (see PrepareEffects). */
   private speculate = true;
   private lastSweep = 0;
@@ -328,11 +333,7 @@ export class InboxConsumer {
       ...(this.opts.rebalanceTimeoutMs ? { rebalanceTimeoutMs: this.opts.rebalanceTimeoutMs } : {}),
     });
     await this.consumer.run((batch) => this.handleBatch(batch));
-    this.deferralTimer = setInterval(() => {
-      if (Date.now() - this.lastSweep >= DEFERRED_SWEEP_MS) this.kickDeferred(true);
-      else this.kickDeferred();
-    }, this.deferral.initialDelayMs);
-    this.deferralTimer.unref();
+    this.armDeferral();
     this.pruneTimer = setInterval(() => {
       this.prune().catch((err) => this.log.warn({ err }, 'inbox prune failed'));
     }, this.opts.pruneIntervalMs ?? 600_000);
@@ -348,7 +349,8 @@ export class InboxConsumer {
 
   async stop(): Promise<void> {
     this.running = false;
-    clearInterval(this.deferralTimer);
+    clearTimeout(this.deferralTimer);
+    this.deferralTimer = undefined;
     clearInterval(this.pruneTimer);
     await this.deferralRunning;
     await this.consumer?.disconnect();
@@ -699,6 +701,8 @@ export class InboxConsumer {
   /** Parks the events, in their order; they count as parked once the transaction commits. */
   private parkStatement(events: ReceivedEvent[]): Statement {
     this.mayHaveParked = true;
+    this.parkings++;
+    this.armDeferral();
     this.log.debug({ parked: events.map((e) => e.event.event_id) }, 'events parked until their cause is handled');
     return {
       text: `INSERT INTO inbox_deferred
@@ -760,7 +764,33 @@ export class InboxConsumer {
       .catch((err) => this.log.warn({ err }, 'retrying parked events failed'))
       .finally(() => {
         this.deferralRunning = undefined;
+        this.armDeferral();
       });
+  }
+
+  /**
+   * Arms the one timer of the parked-event passes: every `initialDelayMs` while this process may
+   * have parked events (their backoff starts there), otherwise only for the next sweep. An idle
+   * consumer used to wake every 100 ms to find it had nothing to do; with a dozen consumers in
+   * three services that was most of the stack's timer wakeups (ADR 19).
+   */
+  private armDeferral() {
+    if (!this.running) return;
+    const now = Date.now();
+    const due = this.mayHaveParked ? now + this.deferral.initialDelayMs : this.lastSweep + DEFERRED_SWEEP_MS;
+    if (this.deferralTimer !== undefined && this.deferralDue <= due) return;
+    clearTimeout(this.deferralTimer);
+    this.deferralDue = due;
+    this.deferralTimer = setTimeout(
+      () => {
+        this.deferralTimer = undefined;
+        if (Date.now() - this.lastSweep >= DEFERRED_SWEEP_MS) this.kickDeferred(true);
+        else this.kickDeferred();
+        this.armDeferral();
+      },
+      Math.max(0, due - now),
+    );
+    this.deferralTimer.unref();
   }
 
   /**
@@ -782,6 +812,7 @@ export class InboxConsumer {
       due: boolean;
     }
     let progressed = 0;
+    const parkingsBefore = this.parkings;
     await this.transaction(async (tx) => {
       const { rows } = await tx.query<Parked>(
         `SELECT event_id::text, topic, partition, "offset"::text, partition_key, caused_by::text, body, headers,
@@ -789,7 +820,8 @@ export class InboxConsumer {
            FROM inbox_deferred WHERE consumer = $1 ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED`,
         [this.opts.name],
       );
-      this.mayHaveParked = rows.length > 0;
+      // Events parked since this pass read are not in its rows: they keep the flag up.
+      if (this.parkings === parkingsBefore) this.mayHaveParked = rows.length > 0;
       if (rows.length === 0) return;
       const blocked = new Set<string>();
       for (const row of rows) {
