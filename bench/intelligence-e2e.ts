@@ -15,6 +15,9 @@
  *
  *   ./onto bench intelligence-e2e [seconds] [rate]      (default 20 s at 1000 writes/s)
  *   BENCH_WORLDS=4 spreads the writes over four worlds; BENCH_WARMUP=0 skips the warm-up.
+ *   BENCH_RATES=50,100,200,400,1000 measures each rate in turn (each with its warm-up), beside one
+ *   run of Kafka's tool, and ends with a table of them all: where the stack saturates, and the
+ *   highest rate at which the goal holds on this machine (ADR 19).
  */
 
 import * as http from 'node:http';
@@ -26,7 +29,11 @@ import { fmt, kafkaTool, percentile } from './lib/harness.js';
 import { benchStack, call } from './lib/stack.js';
 
 const seconds = Number(process.argv[2] ?? 20);
-const rate = Number(process.argv[3] ?? 1000);
+const rates = (process.env.BENCH_RATES ?? process.argv[3] ?? '1000')
+  .split(',')
+  .filter((r) => r.trim() !== '')
+  .map(Number);
+if (rates.length === 0 || rates.some((r) => !(r > 0))) throw new Error(`rates must be positive numbers: ${rates}`);
 const warmupSeconds = Number(process.env.BENCH_WARMUP ?? 5);
 // BENCH_WORLDS=N spreads the writes over N worlds, round robin: intelligence applies each world's
 // batches one transaction at a time, and different worlds' beside each other (ADR 18).
@@ -173,7 +180,7 @@ try {
     return { ok: res.status < 300, sent, answered, seq, pk };
   };
   /** Writes at `rate` for `forSeconds`, open loop: write i is sent at start + i / rate, whatever the answers do. */
-  const openLoop = async (forSeconds: number) => {
+  const openLoop = async (forSeconds: number, rate: number) => {
     const writes: ReturnType<typeof put>[] = [];
     const start = performance.now();
     const count = Math.round(forSeconds * rate);
@@ -194,29 +201,46 @@ try {
   // was queued behind for the rest of the run (p99 2,152 ms against 347 ms warmed; ADR 19).
   const warm = await Promise.all(Array.from({ length: 200 }, put));
   if (!warm.every((w) => w.ok)) throw new Error('warm-up PUTs failed');
-  if (warmupSeconds > 0) await openLoop(warmupSeconds);
-  failures.clear();
-  await sleep(1000);
 
-  const cpu = cpuMeter();
-  const { done, count: total, offeredFor } = await openLoop(seconds);
-  const used = cpu.stop(); // from the first write to the last value visible
+  /** One rate: its warm-up, then the measured writes, with the CPU they cost. */
+  const measure = async (rate: number) => {
+    if (warmupSeconds > 0) await openLoop(warmupSeconds, rate);
+    failures.clear();
+    await sleep(1000);
+    const cpu = cpuMeter();
+    const { done, count: total, offeredFor } = await openLoop(seconds, rate);
+    const used = cpu.stop(); // from the first write to the last value visible
+    const failed = done.filter((w) => !w.ok).length;
+    const failedHow = [...failures];
+    const e2e: number[] = [];
+    const putLatency: number[] = [];
+    let invisible = 0;
+    for (const w of done) {
+      if (!w.ok) continue;
+      putLatency.push(w.answered - w.sent);
+      const visible = watch.seen.get(w.pk);
+      if (visible === undefined) invisible++;
+      else e2e.push(visible - w.sent);
+    }
+    e2e.sort((a, b) => a - b);
+    putLatency.sort((a, b) => a - b);
+    return {
+      rate,
+      done,
+      total,
+      offeredFor,
+      used,
+      failed,
+      failedHow,
+      e2e,
+      putLatency,
+      invisible,
+      ratio: undefined as number | undefined,
+    };
+  };
+  const runs: Awaited<ReturnType<typeof measure>>[] = [];
+  for (const rate of rates) runs.push(await measure(rate));
   await watch.stop();
-
-  const failed = done.filter((w) => !w.ok).length;
-  for (const [what, count] of failures) console.log(`failed ${count}×: ${what}`);
-  const e2e: number[] = [];
-  const putLatency: number[] = [];
-  let invisible = 0;
-  for (const w of done) {
-    if (!w.ok) continue;
-    putLatency.push(w.answered - w.sent);
-    const visible = watch.seen.get(w.pk);
-    if (visible === undefined) invisible++;
-    else e2e.push(visible - w.sent);
-  }
-  e2e.sort((a, b) => a - b);
-  putLatency.sort((a, b) => a - b);
 
   // --- Kafka's own end-to-end latency on the same broker
   const dataClient = new pg.Client(stack.dataDb.url);
@@ -242,18 +266,6 @@ try {
   const k50 = Number(kafkaP?.[1]);
   const k99 = Number(kafkaP?.[2]);
 
-  console.log('');
-  console.log(
-    `| ${fmt(total)} PUTs at ${fmt(rate)}/s offered${worlds.length > 1 ? ` over ${worlds.length} worlds` : ''} (${fmt(total / offeredFor)}/s achieved, ${failed} failed) | p50 ms | p99 ms |`,
-  );
-  console.log('|---|---:|---:|');
-  console.log(
-    `| PUT answered by data | ${percentile(putLatency, 50).toFixed(1)} | ${percentile(putLatency, 99).toFixed(1)} |`,
-  );
-  console.log(
-    `| PUT sent → derived value visible in intelligence (${fmt(e2e.length)} measured, ${fmt(invisible)} not visible within 60 s) | ${percentile(e2e, 50).toFixed(1)} | ${percentile(e2e, 99).toFixed(1)} |`,
-  );
-  console.log(`| Kafka EndToEndLatency (acks=all, ${recordBytes} B) | ${k50} | ${k99} |`);
   // Where the time goes, on the database's clock: data's transaction began → the relay marked the
   // event sent (after the broker's ack) → intelligence's batch transaction began → visible.
   const dataDb = new pg.Client(stack.dataDb.url);
@@ -267,31 +279,69 @@ try {
     `SELECT event_id::text, processed_at AS at FROM inbox WHERE consumer LIKE '%intelligence-changes'`,
   );
   const began = new Map(inbox.map((r) => [r.event_id, r.at.getTime()]));
-  const segments = { relay: [] as number[], deliver: [] as number[], apply: [] as number[] };
-  const measured = new Set(done.filter((w) => w.ok).map((w) => w.pk));
-  for (const o of outbox) {
-    const pk = decodeURIComponent(o.key.split('/').pop() ?? '');
-    const visibleAt = watch.seenAt.get(pk);
-    const startedAt = began.get(o.event_id);
-    if (!measured.has(pk) || visibleAt === undefined || startedAt === undefined) continue;
-    segments.relay.push(o.sent.getTime() - o.created.getTime());
-    segments.deliver.push(startedAt - o.sent.getTime());
-    segments.apply.push(visibleAt - startedAt);
-  }
-  for (const list of Object.values(segments)) list.sort((a, b) => a - b);
-  const seg = (list: number[]) => `${percentile(list, 50).toFixed(0)} | ${percentile(list, 99).toFixed(0)}`;
-  console.log(`| … data's transaction began → relay marked it sent (broker acked) | ${seg(segments.relay)} |`);
-  console.log(`| … marked sent → intelligence's batch transaction began | ${seg(segments.deliver)} |`);
-  console.log(`| … batch began → value visible | ${seg(segments.apply)} |`);
-  if (used) {
-    const perWrite = (ms: number) => (ms / total).toFixed(2);
-    const parts = [...used.parts].sort((a, b) => b[1] - a[1]);
+  const cores = os.availableParallelism();
+  const summary: string[] = [];
+  for (const run of runs) {
+    const { rate, done, total, offeredFor, used, failed, failedHow, e2e, putLatency, invisible } = run;
+    console.log('');
+    for (const [what, count] of failedHow) console.log(`failed ${count}×: ${what}`);
     console.log(
-      `CPU per write, ms: ${parts.map(([part, ms]) => `${part} ${perWrite(ms)}`).join(', ')}; in all ${perWrite(used.total)} (${(used.total / 1000 / used.seconds).toFixed(2)} cores busy of ${os.availableParallelism()})`,
+      `| ${fmt(total)} PUTs at ${fmt(rate)}/s offered${worlds.length > 1 ? ` over ${worlds.length} worlds` : ''} (${fmt(total / offeredFor)}/s achieved, ${failed} failed) | p50 ms | p99 ms |`,
+    );
+    console.log('|---|---:|---:|');
+    console.log(
+      `| PUT answered by data | ${percentile(putLatency, 50).toFixed(1)} | ${percentile(putLatency, 99).toFixed(1)} |`,
+    );
+    console.log(
+      `| PUT sent → derived value visible in intelligence (${fmt(e2e.length)} measured, ${fmt(invisible)} not visible within 60 s) | ${percentile(e2e, 50).toFixed(1)} | ${percentile(e2e, 99).toFixed(1)} |`,
+    );
+    console.log(`| Kafka EndToEndLatency (acks=all, ${recordBytes} B) | ${k50} | ${k99} |`);
+    const segments = { relay: [] as number[], deliver: [] as number[], apply: [] as number[] };
+    const measured = new Set(done.filter((w) => w.ok).map((w) => w.pk));
+    for (const o of outbox) {
+      const pk = decodeURIComponent(o.key.split('/').pop() ?? '');
+      const visibleAt = watch.seenAt.get(pk);
+      const startedAt = began.get(o.event_id);
+      if (!measured.has(pk) || visibleAt === undefined || startedAt === undefined) continue;
+      segments.relay.push(o.sent.getTime() - o.created.getTime());
+      segments.deliver.push(startedAt - o.sent.getTime());
+      segments.apply.push(visibleAt - startedAt);
+    }
+    for (const list of Object.values(segments)) list.sort((a, b) => a - b);
+    const seg = (list: number[]) => `${percentile(list, 50).toFixed(0)} | ${percentile(list, 99).toFixed(0)}`;
+    console.log(`| … data's transaction began → relay marked it sent (broker acked) | ${seg(segments.relay)} |`);
+    console.log(`| … marked sent → intelligence's batch transaction began | ${seg(segments.deliver)} |`);
+    console.log(`| … batch began → value visible | ${seg(segments.apply)} |`);
+    let busy = '';
+    let perWriteAll = '';
+    if (used) {
+      const perWrite = (ms: number) => (ms / total).toFixed(2);
+      const parts = [...used.parts].sort((a, b) => b[1] - a[1]);
+      busy = (used.total / 1000 / used.seconds).toFixed(2);
+      perWriteAll = perWrite(used.total);
+      console.log(
+        `CPU per write, ms: ${parts.map(([part, ms]) => `${part} ${perWrite(ms)}`).join(', ')}; in all ${perWriteAll} (${busy} cores busy of ${cores})`,
+      );
+    }
+    const ratio = percentile(e2e, 99) / k99;
+    console.log(`p99 ratio ${ratio.toFixed(2)} × Kafka's (goal ≤ 3)`);
+    summary.push(
+      `| ${fmt(rate)} | ${busy || '—'} | ${perWriteAll || '—'} | ${percentile(e2e, 50).toFixed(1)} | ${percentile(e2e, 99).toFixed(1)} | ${ratio.toFixed(2)} |`,
+    );
+    run.ratio = ratio;
+  }
+  if (runs.length > 1) {
+    console.log('');
+    console.log(
+      `| writes/s | cores busy of ${cores} | CPU per write, ms | p50 ms | p99 ms | p99 × Kafka's (${k99} ms) |`,
+    );
+    console.log('|---:|---:|---:|---:|---:|---:|');
+    for (const line of summary) console.log(line);
+    const holding = runs.filter((r) => (r.ratio ?? Number.POSITIVE_INFINITY) <= 3).map((r) => r.rate);
+    console.log(
+      `highest measured rate with p99 ≤ 3 × Kafka's: ${holding.length > 0 ? `${fmt(Math.max(...holding))}/s` : 'none'}`,
     );
   }
-  const ratio = percentile(e2e, 99) / k99;
-  console.log(`p99 ratio ${ratio.toFixed(2)} × Kafka's (goal ≤ 3)`);
 
   // --- the highest steady rate: bulk writes of 50 objects at rising rates
   if (steps.length > 0) {
