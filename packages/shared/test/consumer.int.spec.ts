@@ -325,6 +325,42 @@ describe('inbox consumer', () => {
     }
   });
 
+  it('applies a parked effect soon after its cause, even when a pass ran while the effect was being parked', async () => {
+    const topic = await freshTopic();
+    const cause = orderEvent('raced-cause', 1);
+    const effect = orderEvent('raced-effect', 1, { causedBy: cause.event.event_id });
+    let consumer: InboxConsumer | undefined;
+    let raced = false;
+    consumer = await consume(topic, {
+      deferral: { initialDelayMs: 50, maxAttempts: 20 },
+      faults: {
+        // The effect's parking is written, not committed: a pass now reads no parked events.
+        beforeCommit: async () => {
+          if (raced || !consumer) return;
+          raced = true;
+          await consumer.retryDeferred();
+        },
+      },
+    });
+    try {
+      // After the consumer's first sweep, which would otherwise find the effect by chance.
+      await new Promise((r) => setTimeout(r, 300));
+      await publish(topic, [effect]);
+      await waitFor('the effect parked', async () => {
+        const { rowCount } = await fx.pool.query('SELECT 1 FROM inbox_deferred WHERE consumer = $1', [`c-${topic}`]);
+        return (rowCount ?? 0) > 0;
+      });
+      expect(raced).toBe(true);
+      const sent = Date.now();
+      await publish(topic, [cause]);
+      await waitFor('both applied', async () => (await countsFor([cause, effect])).every((n) => n === 1));
+      // Not at the next 5 s sweep: the pass that read too early did not leave the effect behind.
+      expect(Date.now() - sent).toBeLessThan(2000);
+    } finally {
+      await consumer.stop();
+    }
+  });
+
   it('dead-letters an effect whose cause never arrives, after the bound, and lets its key go on', async () => {
     const topic = await freshTopic();
     const orphan = orderEvent('orphan', 1, { causedBy: '01900000-0000-7000-8000-000000000000' });

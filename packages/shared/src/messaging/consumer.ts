@@ -362,6 +362,7 @@ export class InboxConsumer {
 
   /** Handles one batch of one partition; public so that tests can drive it directly. */
   async handleBatch(batch: IncomingBatch): Promise<void> {
+    const parkingsBefore = this.parkings;
     const valid: ReceivedEvent[] = [];
     const invalid: { message: IncomingMessage; error: Error }[] = [];
     for (const message of batch.messages) {
@@ -396,6 +397,14 @@ export class InboxConsumer {
     }
     const last = batch.messages.at(-1);
     if (last && batch.isRunning() && !batch.isStale()) await batch.commit(last);
+    if (this.parkings !== parkingsBefore) {
+      // Events were parked (here, or by a batch beside this one) and are committed now. A pass
+      // that read before the commit did not see them and may have cleared the flag: raise it
+      // again, so that the next pass, now or at the timer, takes them.
+      this.mayHaveParked = true;
+      this.parkings++;
+      this.armDeferral();
+    }
     this.kickDeferred();
   }
 
