@@ -12,6 +12,7 @@
 import { fork } from 'node:child_process';
 import * as http from 'node:http';
 import { fileURLToPath } from 'node:url';
+import { paced } from './lib/harness.js';
 
 if (process.argv[2] === 'server') {
   const server = http.createServer((req, res) => {
@@ -45,27 +46,20 @@ if (process.argv[2] === 'server') {
       req.on('error', reject);
       req.end('{"properties":{"id":"x","amount":1}}');
     });
-  const sleep = (t: number) => new Promise((r) => setTimeout(r, t));
+  /** PUTs at `rate` for `forSeconds`; answers the seconds it took until the last was answered. */
+  const run = async (rate: number, forSeconds: number) => {
+    const start = performance.now();
+    await Promise.all(await paced(rate, forSeconds * rate, put));
+    return (performance.now() - start) / 1000;
+  };
 
   console.log('| requests/s | client CPU ms per request | server CPU ms per request | client + server, cores busy |');
   console.log('|---:|---:|---:|---:|');
   for (const rate of rates) {
-    // Warm-up at the same rate, not counted.
-    const run = async (forSeconds: number) => {
-      const sent: Promise<void>[] = [];
-      const start = performance.now();
-      for (let i = 0; i < forSeconds * rate; i++) {
-        const wait = start + (i * 1000) / rate - performance.now();
-        if (wait > 1) await sleep(wait);
-        sent.push(put());
-      }
-      await Promise.all(sent);
-      return (performance.now() - start) / 1000;
-    };
-    await run(Math.min(3, seconds));
+    await run(rate, Math.min(3, seconds)); // warm-up at the same rate, not counted
     const client0 = process.cpuUsage();
     const server0 = await serverCpu();
-    const wall = await run(seconds);
+    const wall = await run(rate, seconds);
     const client = ms(process.cpuUsage(client0));
     const serverUsed = ms(await serverCpu()) - ms(server0);
     const requests = seconds * rate;

@@ -30,6 +30,22 @@ export async function until(what: string, probe: () => Promise<boolean>, timeout
   }
 }
 
+/**
+ * Open loop: call i of `count` is sent at start + i / rate (per second), whatever the earlier
+ * ones do, so that a slow answer shows as latency rather than as a lower rate. Answers the calls'
+ * promises, all sent.
+ */
+export async function paced<T>(rate: number, count: number, send: (i: number) => Promise<T>): Promise<Promise<T>[]> {
+  const sent: Promise<T>[] = [];
+  const start = performance.now();
+  for (let i = 0; i < count; i++) {
+    const wait = start + (i * 1000) / rate - performance.now();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    sent.push(send(i));
+  }
+  return sent;
+}
+
 export const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits });
 
 export function percentile(sorted: number[], p: number): number {

@@ -233,7 +233,7 @@ export class InboxConsumer {
    * instance of the group parked and left behind.
    */
   private mayHaveParked = true;
-  /** Counts parkings, so that a pass that read before one does not clear mayHaveParked. */
+  /** Counts parkings, so that a pass that read before one is committed does not clear mayHaveParked. */
   private parkings = 0;
   /** When the armed deferral timer fires (see armDeferral). */
   private deferralDue = 0;
@@ -399,8 +399,9 @@ export class InboxConsumer {
     if (last && batch.isRunning() && !batch.isStale()) await batch.commit(last);
     if (this.parkings !== parkingsBefore) {
       // Events were parked (here, or by a batch beside this one) and are committed now. A pass
-      // that read before the commit did not see them and may have cleared the flag: raise it
-      // again, so that the next pass, now or at the timer, takes them.
+      // that read before the commit did not see them and may have cleared the flag: raise it,
+      // and count once more so that such a pass still in flight cannot clear it again; the next
+      // pass, now or at the timer, takes them.
       this.mayHaveParked = true;
       this.parkings++;
       this.armDeferral();
@@ -709,9 +710,7 @@ export class InboxConsumer {
 
   /** Parks the events, in their order; they count as parked once the transaction commits. */
   private parkStatement(events: ReceivedEvent[]): Statement {
-    this.mayHaveParked = true;
-    this.parkings++;
-    this.armDeferral();
+    this.parkings++; // handleBatch raises mayHaveParked once this parking is committed
     this.log.debug({ parked: events.map((e) => e.event.event_id) }, 'events parked until their cause is handled');
     return {
       text: `INSERT INTO inbox_deferred
