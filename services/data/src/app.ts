@@ -26,7 +26,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(platformPlugin, {
     service: 'data',
     version,
-    description: 'onto data: objects and links of every world, their versions, branches and merges',
+    description: 'onto data: objects and links of every world with their version history, bulk ingest and CDC',
     config,
     migrations,
   });
