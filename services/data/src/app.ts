@@ -21,7 +21,7 @@ export const migrations: MigrationTrack[] = [
   { directory: fileURLToPath(new URL('../migrations', import.meta.url)), table: 'data_migrations' },
 ];
 
-/** The data service: objects and links of every world, their versions, branches and merges. */
+/** The data service: objects and links of every world, their version history, bulk ingest and CDC. */
 const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) => {
   await fastify.register(platformPlugin, {
     service: 'data',
