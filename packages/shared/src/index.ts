@@ -9,6 +9,7 @@ export {
 } from './auth/replica.js';
 export * from './auth/tokens.js';
 export * from './auth/types.js';
+export { type Backoff, backoffDelay, equalJitter, type RetryOptions, retryWithBackoff } from './backoff.js';
 export { ConfigError, loadConfig, replicaConfigSchema, serviceConfigSchema } from './config/load.js';
 export { copyField, copyLines } from './db/copy.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
