@@ -11,6 +11,7 @@ export * from './auth/tokens.js';
 export * from './auth/types.js';
 export { type Backoff, backoffDelay, equalJitter, type RetryOptions, retryWithBackoff } from './backoff.js';
 export { ConfigError, loadConfig, replicaConfigSchema, serviceConfigSchema } from './config/load.js';
+export { advisoryLockKey, fnv1a32, lockSpace } from './db/advisory-lock.js';
 export { copyField, copyLines } from './db/copy.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { inTransactionTogether, queryTogether, type Statement, type TransactionOutcome } from './db/pipeline.js';

@@ -1,8 +1,10 @@
 import {
+  advisoryLockKey,
   BadRequest,
   ConcurrencyConflictError,
   Conflict,
   inTransaction,
+  lockSpace,
   PreconditionFailed,
   UUID_V7,
   withOcc,
@@ -113,18 +115,12 @@ export function checkPreconditions(
   }
 }
 
-// Advisory lock namespace of worlds ("wrld"): writes hold it shared, dropping a world exclusively.
-export const WORLD_LOCK_SPACE = 0x77726c64;
+// Advisory lock namespace of worlds: writes hold it shared, dropping a world exclusively.
+export const WORLD_LOCK_SPACE = lockSpace('wrld');
 
-/** A world's advisory lock key: FNV-1a of its id as a signed 32-bit integer. */
-export function worldLockKey(worldId: string): number {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < worldId.length; i++) {
-    hash ^= worldId.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193);
-  }
-  return hash | 0;
-}
+/** A world's advisory lock key in WORLD_LOCK_SPACE. */
+export const worldLockKey = advisoryLockKey;
+
 
 /** The statement that takes the world's drop lock shared, for a pipelined transaction. */
 export const worldLockShared = (worldId: string) => ({
