@@ -134,7 +134,11 @@ export async function inWorldTransaction<T>(
   work: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
   // One round trip with BEGIN.
-  const once = () => inTransaction(pool, work, 'READ COMMITTED', worldLockSharedSql(worldId));
+  return retryWriteConflicts(() => inTransaction(pool, work, 'READ COMMITTED', worldLockSharedSql(worldId)));
+}
+
+/** Runs a write's transaction again on conflicts, thrice from 20 ms; one that outlasts them is a 409. */
+export async function retryWriteConflicts<T>(once: () => Promise<T>): Promise<T> {
   try {
     return await withOcc(once, { maxRetries: 3, baseDelayMs: 20 });
   } catch (error) {
