@@ -1,6 +1,13 @@
 export { type AuditEntry, recordAudit } from './auth/audit.js';
 export * from './auth/events.js';
-export { type AuthPluginOptions, authPlugin, principalOf, type RevocationView, refusal } from './auth/plugin.js';
+export {
+  type AuthPluginOptions,
+  actorOf,
+  authPlugin,
+  principalOf,
+  type RevocationView,
+  refusal,
+} from './auth/plugin.js';
 export {
   IdentityReplica,
   type IdentityReplicaOptions,
@@ -9,14 +16,17 @@ export {
 } from './auth/replica.js';
 export * from './auth/tokens.js';
 export * from './auth/types.js';
+export { type Backoff, backoffDelay, equalJitter, type RetryOptions, retryWithBackoff } from './backoff.js';
 export { ConfigError, loadConfig, replicaConfigSchema, serviceConfigSchema } from './config/load.js';
+export { advisoryLockKey, fnv1a32, lockSpace } from './db/advisory-lock.js';
 export { copyField, copyLines } from './db/copy.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { inTransactionTogether, queryTogether, type Statement, type TransactionOutcome } from './db/pipeline.js';
 export { postgresPlugin } from './db/postgres.js';
 export { type Isolation, inTransaction } from './db/transaction.js';
-export { consistencyToken } from './http/consistency.js';
+export { awaitApplied, consistencyToken } from './http/consistency.js';
 export { decodeCursor, encodeCursor } from './http/cursor.js';
+export { type IfMatchRule, ifMatch, requestHeader } from './http/headers.js';
 export { healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
 export { metricsPlugin } from './http/observability.js';
 export { type BaseServiceConfig, fastifyOptions, type PlatformOptions, platformPlugin } from './http/platform.js';

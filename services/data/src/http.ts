@@ -1,9 +1,14 @@
 import {
+  actorOf,
+  advisoryLockKey,
   BadRequest,
   ConcurrencyConflictError,
   Conflict,
+  ifMatch,
   inTransaction,
+  lockSpace,
   PreconditionFailed,
+  requestHeader,
   UUID_V7,
   withOcc,
 } from '@onto/shared';
@@ -12,28 +17,9 @@ import type pg from 'pg';
 import type { Origin } from './events.js';
 import { LIMITS, stringFault } from './objects/model.js';
 
-const header = (request: FastifyRequest, name: string): string | undefined => {
-  const raw = request.headers[name];
-  return raw === undefined ? undefined : String(raw).trim();
-};
-
-/** `If-Match: "3"` (or 3, or W/"3") → 3, `*` → 'any', absent → undefined; anything else is a 400. */
-export function ifMatch(request: FastifyRequest): number | 'any' | undefined {
-  const raw = header(request, 'if-match');
-  if (raw === undefined) return undefined;
-  if (raw === '*') return 'any';
-  const value = raw.replace(/^W\//, '').replace(/^"(.*)"$/, '$1');
-  if (!/^[1-9][0-9]{0,14}$/.test(value)) {
-    throw new BadRequest('If-Match must be an object version, such as "3", or *', [
-      { path: 'header/if-match', message: 'must be a quoted version or *' },
-    ]);
-  }
-  return Number(value);
-}
-
 /** `If-None-Match: *`: create only. Other forms are for reads and refused on writes. */
 export function ifNoneMatchAny(request: FastifyRequest): boolean {
-  const raw = header(request, 'if-none-match');
+  const raw = requestHeader(request, 'if-none-match');
   if (raw === undefined) return false;
   if (raw === '*') return true;
   throw new BadRequest('a write accepts only If-None-Match: *', [
@@ -43,7 +29,7 @@ export function ifNoneMatchAny(request: FastifyRequest): boolean {
 
 /** `X-Caused-By`: the id (UUIDv7) of the event that caused this request, carried into its events. */
 export function causedBy(request: FastifyRequest): string | null {
-  const raw = header(request, 'x-caused-by');
+  const raw = requestHeader(request, 'x-caused-by');
   if (raw === undefined || raw === '') return null;
   const id = raw.toLowerCase();
   if (!UUID_V7.test(id)) {
@@ -66,9 +52,6 @@ export function written(reply: FastifyReply, version: number, seq: number) {
   reply.header('etag', `"${version}"`).header('x-consistency-token', `data=${seq}`);
 }
 
-/** Who is acting, for history and events. */
-export const actorOf = (request: FastifyRequest) => request.principal?.userId ?? 'anonymous';
-
 /** Who acts, under which request, caused by which event: what every change event carries. */
 export const originOf = (request: FastifyRequest): Origin => ({
   actor: actorOf(request),
@@ -83,7 +66,7 @@ export interface Preconditions {
 
 /** The write's If-Match / If-None-Match, read (and refused when malformed) before any work. */
 export const preconditionsOf = (request: FastifyRequest): Preconditions => ({
-  ifMatch: ifMatch(request),
+  ifMatch: ifMatch(request, { what: 'an object version', any: true, min: 1, maxDigits: 15 }),
   createOnly: ifNoneMatchAny(request),
 });
 
@@ -113,18 +96,11 @@ export function checkPreconditions(
   }
 }
 
-// Advisory lock namespace of worlds ("wrld"): writes hold it shared, dropping a world exclusively.
-export const WORLD_LOCK_SPACE = 0x77726c64;
+// Advisory lock namespace of worlds: writes hold it shared, dropping a world exclusively.
+export const WORLD_LOCK_SPACE = lockSpace('wrld');
 
-/** A world's advisory lock key: FNV-1a of its id as a signed 32-bit integer. */
-export function worldLockKey(worldId: string): number {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < worldId.length; i++) {
-    hash ^= worldId.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193);
-  }
-  return hash | 0;
-}
+/** A world's advisory lock key in WORLD_LOCK_SPACE. */
+export const worldLockKey = advisoryLockKey;
 
 /** The statement that takes the world's drop lock shared, for a pipelined transaction. */
 export const worldLockShared = (worldId: string) => ({
@@ -158,7 +134,11 @@ export async function inWorldTransaction<T>(
   work: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
   // One round trip with BEGIN.
-  const once = () => inTransaction(pool, work, 'READ COMMITTED', worldLockSharedSql(worldId));
+  return retryWriteConflicts(() => inTransaction(pool, work, 'READ COMMITTED', worldLockSharedSql(worldId)));
+}
+
+/** Runs a write's transaction again on conflicts, thrice from 20 ms; one that outlasts them is a 409. */
+export async function retryWriteConflicts<T>(once: () => Promise<T>): Promise<T> {
   try {
     return await withOcc(once, { maxRetries: 3, baseDelayMs: 20 });
   } catch (error) {

@@ -1,11 +1,12 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  awaitApplied,
   consistencyToken,
   NotFound,
+  problemResponses,
   type Queryable,
   replicaVersion,
   type Statement,
-  Unavailable,
   WORLD_ID,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
@@ -53,30 +54,6 @@ export async function dataWatermark(db: Queryable, worldId: string): Promise<num
 }
 
 /**
- * Polls `probe` with a growing interval until it reaches `wanted`, at most `boundMs`; then 503
- * with Retry-After naming what is behind.
- */
-async function waitFor(
-  probe: () => Promise<number>,
-  wanted: number,
-  boundMs: number,
-  behind: (have: number) => string,
-): Promise<number> {
-  const deadline = Date.now() + boundMs;
-  let delay = 5;
-  for (;;) {
-    const have = await probe();
-    if (have >= wanted) return have;
-    const left = deadline - Date.now();
-    if (left <= 0) throw new Unavailable(behind(have), Math.max(1, Math.ceil(boundMs / 1000)));
-    await new Promise((r) => setTimeout(r, Math.min(delay, left)));
-    delay = Math.min(delay * 2, 100);
-  }
-}
-
-const Problem = { $ref: 'Problem#' };
-
-/**
  * The consistency token's two decorators and `GET /v1/worlds/{world}/watermarks`: how far
  * intelligence has applied the world's schema (control's version) and data's writes.
  */
@@ -88,10 +65,10 @@ export default fp(
       const token = consistencyToken(request);
       if (token.control !== undefined) await app.schemaReplica.awaitVersion(worldId, token.control);
       if (token.data === undefined) return dataWatermark(pool, worldId);
-      return waitFor(
+      return awaitApplied(
         () => dataWatermark(pool, worldId),
         token.data,
-        opts.waitBoundMs,
+        { boundMs: opts.waitBoundMs, poll: { initialMs: 5, maxMs: 100 } },
         (have) =>
           `intelligence has applied data of ${worldId} up to write ${have}, not yet ${token.data}; retry shortly`,
       );
@@ -119,11 +96,7 @@ export default fp(
               }),
               dataSeq: Type.Integer({ description: 'the highest data write applied here (0 before the first)' }),
             }),
-            400: Problem,
-            401: Problem,
-            403: Problem,
-            404: Problem,
-            503: Problem,
+            ...problemResponses(400, 401, 403, 404, 503),
           },
         },
       },

@@ -5,7 +5,7 @@
  * kind; each kind says what its body is, how it is checked and saved, and how it is shown.
  */
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { NotFound, type SchemaDocument, WORLD_ID } from '@onto/shared';
+import { ifMatch, NotFound, type SchemaDocument, WORLD_ID } from '@onto/shared';
 import { type Static, type TObject, type TProperties, type TSchema, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifySchema } from 'fastify';
 import type pg from 'pg';
@@ -15,8 +15,8 @@ import { bumpRevision } from './engine/locks.js';
 import { finishRecomputes, type RecomputeProgress, recomputeOf, requestRecompute } from './engine/recompute-jobs.js';
 import {
   checkIfMatch,
+  DEFINITION_IF_MATCH,
   errors,
-  ifMatch,
   inWorld,
   NAME,
   notProvisioned,
@@ -127,7 +127,7 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     }),
     async (request, reply) => {
       const { world, name } = request.params;
-      const expected = ifMatch(request);
+      const expected = ifMatch(request, DEFINITION_IF_MATCH);
       await app.awaitConsistency(request, world);
       const input = r.put.input(request.body as Static<Body>);
       const result = await inWorld(app.pg, world, async (tx): Promise<{ status: 200 | 201; def: D }> => {
@@ -207,7 +207,7 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     }),
     async (request, reply) => {
       const { world, name } = request.params;
-      const expected = ifMatch(request);
+      const expected = ifMatch(request, DEFINITION_IF_MATCH);
       await inWorld(app.pg, world, async (tx) => {
         const all = await r.table.list(tx, world);
         const existing = all.find((d) => d.name === name);

@@ -1,22 +1,11 @@
 /** What the intelligence routes share: names, conditional writes, cursors, the world's transaction. */
-import { BadRequest, inTransaction, NotFound, PreconditionFailed, type Queryable } from '@onto/shared';
+import { inTransaction, NotFound, PreconditionFailed, problemResponses, type Queryable } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
-import type { FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import { lockWorlds } from './engine/locks.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
-export const Problem = { $ref: 'Problem#' };
-export const errors = {
-  400: Problem,
-  401: Problem,
-  403: Problem,
-  404: Problem,
-  409: Problem,
-  412: Problem,
-  422: Problem,
-  503: Problem,
-};
+export const errors = problemResponses(400, 401, 403, 404, 409, 412, 422, 503);
 
 export const ReadHeaders = Type.Object({
   'x-consistency-token': Type.Optional(
@@ -28,20 +17,8 @@ export const WriteHeaders = Type.Object({
   'x-consistency-token': Type.Optional(Type.String()),
 });
 
-/** `If-Match: "3"` (or 3, or W/"3") → 3, `*` → 'any', absent → undefined; anything else is a 400. */
-export function ifMatch(request: FastifyRequest): number | 'any' | undefined {
-  const raw = request.headers['if-match'];
-  if (raw === undefined) return undefined;
-  const text = String(raw).trim();
-  if (text === '*') return 'any';
-  const value = text.replace(/^W\//, '').replace(/^"(.*)"$/, '$1');
-  if (!/^[1-9][0-9]{0,9}$/.test(value)) {
-    throw new BadRequest('If-Match must be a definition version, such as "3", or *', [
-      { path: 'header/if-match', message: 'must be a quoted version or *' },
-    ]);
-  }
-  return Number(value);
-}
+/** What a definition write's If-Match may name. */
+export const DEFINITION_IF_MATCH = { what: 'a definition version', any: true, min: 1, maxDigits: 10 } as const;
 
 /** If-Match against the stored definition's version: 412 with the current one when it fails. */
 export function checkIfMatch(expected: number | 'any' | undefined, current: number | undefined, what: string) {
@@ -53,8 +30,6 @@ export function checkIfMatch(expected: number | 'any' | undefined, current: numb
     );
   }
 }
-
-export const actorOf = (request: FastifyRequest) => request.principal?.userId ?? 'anonymous';
 
 export async function provisioned(db: Queryable, worldId: string): Promise<boolean> {
   const { rowCount } = await db.query('SELECT 1 FROM worlds WHERE id = $1', [worldId]);

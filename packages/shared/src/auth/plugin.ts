@@ -40,6 +40,9 @@ export function principalOf(request: FastifyRequest): Principal {
   return request.principal;
 }
 
+/** Who is acting, for authorship, history and events: the principal's user, else 'anonymous'. */
+export const actorOf = (request: FastifyRequest): string => request.principal?.userId ?? 'anonymous';
+
 /**
  * Verifies `Authorization: Bearer <access token>` and decorates `authorize(requirement)`, the
  * preHandler every /v1 route carries. Keys and revocations come from the service: control reads

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Type } from '@sinclair/typebox';
 import { pino } from 'pino';
+import { retryWithBackoff } from '../backoff.js';
 import { BrokerList, ConfigError, loadConfig } from '../config/load.js';
 import { createKafkaBroker } from '../kafka/kafkajs-broker.js';
 import { platformTopics } from '../kafka/topics.js';
@@ -25,8 +26,9 @@ async function main() {
     retries: 0,
   });
   const deadline = Date.now() + config.ONTO_KAFKA_WAIT_MS;
-  for (;;) {
-    try {
+  // Every 500 ms until the broker answers or the wait is over.
+  await retryWithBackoff(
+    async () => {
       const admin = await broker.admin();
       try {
         await admin.ping();
@@ -34,15 +36,12 @@ async function main() {
           platformTopics(config.ONTO_TOPIC_PREFIX, config.ONTO_KAFKA_PARTITIONS),
         );
         log.info({ created, partitions: config.ONTO_KAFKA_PARTITIONS }, 'kafka topics ready');
-        return;
       } finally {
         await admin.disconnect();
       }
-    } catch (error) {
-      if (Date.now() > deadline) throw error;
-      await new Promise((r) => setTimeout(r, 500));
-    }
-  }
+    },
+    { initialMs: 500, maxMs: 500, retryIf: () => Date.now() <= deadline },
+  );
 }
 
 main().catch((error) => {

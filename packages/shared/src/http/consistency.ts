@@ -1,14 +1,11 @@
 import type { FastifyRequest } from 'fastify';
-import { BadRequest } from './problem.js';
-
-const header = (request: FastifyRequest, name: string): string | undefined => {
-  const raw = request.headers[name];
-  return raw === undefined ? undefined : String(raw).trim();
-};
+import { type Backoff, backoffDelay } from '../backoff.js';
+import { requestHeader } from './headers.js';
+import { BadRequest, Unavailable } from './problem.js';
 
 /** `X-Consistency-Token: control=4, data=17`: the versions the caller has seen, by service. */
 export function consistencyToken(request: FastifyRequest): Partial<Record<string, number>> {
-  const raw = header(request, 'x-consistency-token');
+  const raw = requestHeader(request, 'x-consistency-token');
   if (raw === undefined || raw === '') return {};
   const token: Record<string, number> = {};
   for (const part of raw.split(/[,;]/)) {
@@ -21,4 +18,24 @@ export function consistencyToken(request: FastifyRequest): Partial<Record<string
     token[m[1]] = Number(m[2]);
   }
   return token;
+}
+
+/**
+ * Polls `probe` with a growing interval until it reaches `wanted`, at most `boundMs`; then 503
+ * with Retry-After naming what is behind.
+ */
+export async function awaitApplied(
+  probe: () => Promise<number>,
+  wanted: number,
+  options: { boundMs: number; poll: Backoff },
+  behind: (have: number) => string,
+): Promise<number> {
+  const deadline = Date.now() + options.boundMs;
+  for (let attempt = 0; ; attempt++) {
+    const have = await probe();
+    if (have >= wanted) return have;
+    const left = deadline - Date.now();
+    if (left <= 0) throw new Unavailable(behind(have), Math.max(1, Math.ceil(options.boundMs / 1000)));
+    await new Promise((resolve) => setTimeout(resolve, Math.min(backoffDelay(attempt, options.poll), left)));
+  }
 }

@@ -217,3 +217,16 @@ export const ProblemSchema = {
   },
   additionalProperties: true,
 } as const;
+
+/** A route's answer to a problem status: the shared Problem schema, by reference. */
+export const PROBLEM_RESPONSE: { $ref: string } = { $ref: 'Problem#' };
+
+/**
+ * The problem statuses a route can answer, for its response schema: `{ 404: Problem, … }`. Typed
+ * with string keys: numeric ones would narrow the routes' reply typing, which they are not written for.
+ */
+export function problemResponses<const S extends number>(...statuses: S[]): { [K in `${S}`]: { $ref: string } } {
+  return Object.fromEntries(statuses.map((status) => [status, PROBLEM_RESPONSE])) as {
+    [K in `${S}`]: { $ref: string };
+  };
+}

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CompressionTypes, type ICustomPartitioner, Kafka, type logCreator, logLevel, Partitioners } from 'kafkajs';
 import type { Logger } from 'pino';
+import { retryWithBackoff } from '../backoff.js';
 import type { Admin, Broker, Consumer, ConsumerOptions, Headers, IncomingMessage, Producer } from './broker.js';
 import { partitionOfKey } from './murmur2.js';
 
@@ -245,16 +246,16 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
           // A topic is usable once every broker knows it; until then producing fails.
           const names = missing.map((s) => s.name);
           const deadline = Date.now() + 15_000;
-          for (;;) {
-            try {
+          // Every 100 ms for at most 15 s.
+          await retryWithBackoff(
+            async () => {
               const { topics } = await admin.fetchTopicMetadata({ topics: names });
-              if (topics.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))) break;
-            } catch (error) {
-              if (Date.now() > deadline) throw error;
-            }
-            if (Date.now() > deadline) throw new Error(`topics ${names.join(', ')} have no leaders yet`);
-            await new Promise((r) => setTimeout(r, 100));
-          }
+              if (!topics.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))) {
+                throw new Error(`topics ${names.join(', ')} have no leaders yet`);
+              }
+            },
+            { initialMs: 100, maxMs: 100, retryIf: () => Date.now() <= deadline },
+          );
           return names;
         },
         async deleteTopics(names) {

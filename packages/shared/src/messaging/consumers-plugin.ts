@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { Gauge } from 'prom-client';
+import { retryWithBackoff } from '../backoff.js';
 import { withTimeout } from '../http/health.js';
 import type { Admin } from '../kafka/broker.js';
 import { physicalTopic } from '../kafka/topics.js';
@@ -80,18 +81,15 @@ export const consumersPlugin = fp(
     app.addHook('onReady', async () => {
       for (const consumer of consumers) {
         starting.push(
-          (async () => {
-            for (let attempt = 0; !closing; attempt++) {
-              try {
-                await consumer.start();
-                return;
-              } catch (err) {
-                app.log.warn({ err, attempt }, 'consumer could not start; retrying');
-                await consumer.stop().catch(() => {});
-                await new Promise((r) => setTimeout(r, Math.min(500 * 2 ** attempt, 10_000)));
-              }
-            }
-          })(),
+          retryWithBackoff(() => consumer.start(), {
+            initialMs: 500,
+            maxMs: 10_000,
+            stopped: () => closing,
+            onRetry: async (err, attempt) => {
+              app.log.warn({ err, attempt }, 'consumer could not start; retrying');
+              await consumer.stop().catch(() => {});
+            },
+          }),
         );
       }
     });

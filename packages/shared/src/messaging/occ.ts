@@ -1,3 +1,5 @@
+import { equalJitter, retryWithBackoff } from '../backoff.js';
+
 /** The last attempt of an optimistic write still found the data changed under it. */
 export class ConcurrencyConflictError extends Error {
   override readonly name = 'ConcurrencyConflictError';
@@ -33,23 +35,24 @@ export interface OccOptions {
 
 /**
  * Runs `attempt` until it succeeds, retrying conflicts (StaleWriteError, serialization failures,
- * deadlocks) after baseDelay · 2^n with full jitter; after the last retry throws
+ * deadlocks) after baseDelay · 2^n with equal jitter; after the last retry throws
  * ConcurrencyConflictError with the final conflict as its cause. Other errors pass through.
  */
 export async function withOcc<T>(attempt: (n: number) => Promise<T>, options: OccOptions = {}): Promise<T> {
   const maxRetries = options.maxRetries ?? 5;
-  const base = options.baseDelayMs ?? 100;
-  const max = options.maxDelayMs ?? 5000;
-  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const random = options.random ?? Math.random;
-  for (let n = 0; ; n++) {
-    try {
-      return await attempt(n);
-    } catch (error) {
-      if (!isConflict(error)) throw error;
-      if (n >= maxRetries) throw new ConcurrencyConflictError(n + 1, { cause: error });
-      const ceiling = Math.min(base * 2 ** n, max);
-      await sleep(ceiling / 2 + random() * (ceiling / 2));
-    }
+  try {
+    return await retryWithBackoff(attempt, {
+      initialMs: options.baseDelayMs ?? 100,
+      maxMs: options.maxDelayMs ?? 5000,
+      maxRetries,
+      retryIf: isConflict,
+      jitter: (delayMs) => equalJitter(delayMs, random),
+      ...(options.sleep ? { sleep: options.sleep } : {}),
+    });
+  } catch (error) {
+    // A conflict leaves the retry only once the retries are spent.
+    if (isConflict(error)) throw new ConcurrencyConflictError(maxRetries + 1, { cause: error });
+    throw error;
   }
 }

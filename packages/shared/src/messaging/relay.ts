@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { backoffDelay } from '../backoff.js';
 import { queryTogether } from '../db/pipeline.js';
 import { withTimeout } from '../http/health.js';
 import type { Producer } from '../kafka/broker.js';
@@ -381,7 +382,10 @@ export class OutboxRelay {
         if (this.signals !== signalled) continue;
       } catch (err) {
         failures++;
-        const delay = Math.min(this.opts.backoffInitialMs * 2 ** (failures - 1), this.opts.backoffMaxMs);
+        const delay = backoffDelay(failures - 1, {
+          initialMs: this.opts.backoffInitialMs,
+          maxMs: this.opts.backoffMaxMs,
+        });
         log.warn({ err, failures, retryInMs: delay }, 'outbox publish failed; rows stay pending');
         await this.sleep(delay, this.backingOff);
         continue;

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { Unavailable } from '../http/problem.js';
+import { awaitApplied } from '../http/consistency.js';
 import type { Queryable } from '../messaging/outbox.js';
 import { emptySchema, type SchemaDocument } from './schema.js';
 
@@ -60,22 +60,13 @@ export class SchemaReplica {
    * Waits until the world's replica has applied `wanted` (a version the caller saw in control),
    * polling with a growing interval, at most the bound; then 503 with Retry-After.
    */
-  async awaitVersion(worldId: string, wanted: number): Promise<number> {
-    const deadline = Date.now() + this.waitBoundMs;
-    let delay = 10;
-    for (;;) {
-      const version = await replicaVersion(this.pool, worldId);
-      if (version >= wanted) return version;
-      const left = deadline - Date.now();
-      if (left <= 0) {
-        throw new Unavailable(
-          `data has applied schema version ${version} of ${worldId}, not yet ${wanted}; retry shortly`,
-          Math.max(1, Math.ceil(this.waitBoundMs / 1000)),
-        );
-      }
-      await new Promise((r) => setTimeout(r, Math.min(delay, left)));
-      delay = Math.min(delay * 2, 200);
-    }
+  awaitVersion(worldId: string, wanted: number): Promise<number> {
+    return awaitApplied(
+      () => replicaVersion(this.pool, worldId),
+      wanted,
+      { boundMs: this.waitBoundMs, poll: { initialMs: 10, maxMs: 200 } },
+      (version) => `data has applied schema version ${version} of ${worldId}, not yet ${wanted}; retry shortly`,
+    );
   }
 }
 

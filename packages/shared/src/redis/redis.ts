@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { Redis } from 'ioredis';
+import { backoffDelay } from '../backoff.js';
 import { withTimeout } from '../http/health.js';
 
 declare module 'fastify' {
@@ -19,7 +20,7 @@ export function createRedis(url: string, onError: (err: Error) => void): Redis {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
     connectTimeout: 2000,
-    retryStrategy: (attempt) => Math.min(100 * 2 ** attempt, 2000),
+    retryStrategy: (attempt) => backoffDelay(attempt, { initialMs: 100, maxMs: 2000 }),
   });
   redis.on('error', onError);
   return redis;

@@ -1,5 +1,6 @@
 import {
   type Broker,
+  backoffDelay,
   encodeEvent,
   HEARTBEAT_KEY,
   newEvent,
@@ -70,8 +71,11 @@ export class IdentityHeartbeat {
       this.beating = this.beat().finally(() => {
         this.beating = undefined;
         if (!this.running) return;
-        const backoff = this.failures > 0 ? Math.min(this.intervalMs * 2 ** this.failures, 5000) : this.intervalMs;
-        this.schedule(Math.max(0, backoff - (Date.now() - started)));
+        const next =
+          this.failures > 0
+            ? backoffDelay(this.failures, { initialMs: this.intervalMs, maxMs: 5000 })
+            : this.intervalMs;
+        this.schedule(Math.max(0, next - (Date.now() - started)));
       });
     }, delayMs);
     this.timer.unref();

@@ -7,6 +7,7 @@ import {
   identityMessage,
   NotFound,
   principalOf,
+  problemResponses,
   recordAudit,
   signAccessToken,
   Unauthorized,
@@ -47,8 +48,6 @@ const Role = Type.Union(
   { description: 'viewer < editor < owner' },
 );
 const World = Type.String({ pattern: WORLD_ID });
-const Problem = { $ref: 'Problem#' };
-const problems = (...codes: number[]) => Object.fromEntries(codes.map((c) => [c, Problem]));
 
 const User = Type.Object({
   id: Type.String(),
@@ -99,7 +98,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
             expiresIn: Type.Integer({ description: 'seconds' }),
             expiresAt: Type.String({ format: 'date-time' }),
           }),
-          ...problems(400, 401),
+          ...problemResponses(400, 401),
         },
       },
     },
@@ -137,7 +136,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
       schema: {
         tags: ['identity'],
         summary: 'Revoke the access token this request presents (sign out)',
-        response: { 204: Type.Null(), ...problems(401, 503) },
+        response: { 204: Type.Null(), ...problemResponses(401, 503) },
       },
     },
     async (request, reply) => {
@@ -182,7 +181,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
           },
           { additionalProperties: false },
         ),
-        response: { 201: User, ...problems(400, 401, 403, 409, 503) },
+        response: { 201: User, ...problemResponses(400, 401, 403, 409, 503) },
       },
     },
     async (request, reply) => {
@@ -207,7 +206,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         tags: ['identity'],
         summary: 'A user, with its platform and world roles (the user or an administrator)',
         params: UserParams,
-        response: { 200: User, ...problems(400, 401, 403, 404, 503) },
+        response: { 200: User, ...problemResponses(400, 401, 403, 404, 503) },
       },
     },
     async (request) => {
@@ -229,7 +228,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         tags: ['identity'],
         summary: "The user's API tokens, without their secrets",
         params: UserParams,
-        response: { 200: Type.Object({ tokens: Type.Array(ApiToken) }), ...problems(400, 401, 403, 404, 503) },
+        response: { 200: Type.Object({ tokens: Type.Array(ApiToken) }), ...problemResponses(400, 401, 403, 404, 503) },
       },
     },
     async (request) => {
@@ -254,7 +253,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         ),
         response: {
           201: Type.Composite([ApiToken, Type.Object({ token: Type.String() })]),
-          ...problems(400, 401, 403, 404, 503),
+          ...problemResponses(400, 401, 403, 404, 503),
         },
       },
     },
@@ -279,7 +278,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         tags: ['identity'],
         summary: 'Revoke an API token and every access token exchanged from it, everywhere',
         params: TokenParams,
-        response: { 204: Type.Null(), ...problems(400, 401, 403, 404, 503) },
+        response: { 204: Type.Null(), ...problemResponses(400, 401, 403, 404, 503) },
       },
     },
     async (request, reply) => {
@@ -313,7 +312,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         params: Type.Object({ world: World }),
         response: {
           200: Type.Object({ members: Type.Array(Type.Object({ userId: Type.String(), role: Role })) }),
-          ...problems(400, 401, 403, 503),
+          ...problemResponses(400, 401, 403, 503),
         },
       },
     },
@@ -337,7 +336,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
           'A weaker role than the one held revokes the access tokens the user holds (they carry the stronger one).',
         params: MemberParams,
         body: Type.Object({ role: Role }, { additionalProperties: false }),
-        response: { 200: Membership, ...problems(400, 401, 403, 404, 503) },
+        response: { 200: Membership, ...problemResponses(400, 401, 403, 404, 503) },
       },
     },
     async (request) => {
@@ -374,7 +373,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         tags: ['identity'],
         summary: "Take a user's role in the world away; the user's access tokens are revoked",
         params: MemberParams,
-        response: { 204: Type.Null(), ...problems(400, 401, 403, 404, 503) },
+        response: { 204: Type.Null(), ...problemResponses(400, 401, 403, 404, 503) },
       },
     },
     async (request, reply) => {

@@ -1,9 +1,18 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { inTransaction, PreconditionFailed, recordAudit, Unprocessable, WORLD_ID, withOcc } from '@onto/shared';
+import {
+  actorOf,
+  ifMatch,
+  inTransaction,
+  PreconditionFailed,
+  problemResponses,
+  recordAudit,
+  Unprocessable,
+  WORLD_ID,
+  withOcc,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { actorOf, ifMatchVersion } from '../http.js';
 import { lockWorld, lockWritableWorld } from '../worlds/repository.js';
 import { checkActionType, checkLinkType, checkObjectType, NAME, type SchemaDocument, usesOf } from './model.js';
 import { currentSchema, history, writeVersion } from './repository.js';
@@ -13,7 +22,6 @@ const TypeParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
   apiName: Type.String({ pattern: NAME.source }),
 });
-const Problem = { $ref: 'Problem#' };
 const Schema = Type.Object({
   version: Type.Integer(),
   objectTypes: Type.Record(Type.String(), Type.Unknown()),
@@ -33,16 +41,7 @@ const Written = Type.Object({
     }),
   ),
 });
-const errors = {
-  400: Problem,
-  401: Problem,
-  403: Problem,
-  404: Problem,
-  409: Problem,
-  412: Problem,
-  422: Problem,
-  503: Problem,
-};
+const errors = problemResponses(400, 401, 403, 404, 409, 412, 422, 503);
 
 type Kind = 'objectTypes' | 'linkTypes' | 'actionTypes';
 const KINDS: { path: string; kind: Kind; label: string }[] = [
@@ -182,7 +181,7 @@ export default fp(
       action: string,
       mutate: (doc: SchemaDocument) => SchemaDocument,
     ) {
-      const expected = ifMatchVersion(request);
+      const expected = ifMatch(request, { what: 'a schema version', any: false, min: 0, maxDigits: 9 });
       const { world, apiName } = request.params as { world: string; apiName: string };
       const result = await withOcc(() =>
         inTransaction(

@@ -1,11 +1,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  actorOf,
   Conflict,
   enqueue,
   Forbidden,
   inTransaction,
   NotFound,
   newEvent,
+  problemResponses,
   recordAudit,
   TOPICS,
   WORLD_ID,
@@ -14,14 +16,12 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
-import { actorOf } from '../http.js';
 import { grantRole } from '../identity/roles.js';
 import { emptySchema } from '../schema/model.js';
 import { currentSchema, writeVersion } from '../schema/repository.js';
 import { lockWorld, WORLD_STATUSES } from './repository.js';
 
-const Problem = { $ref: 'Problem#' };
-const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 503: Problem };
+const errors = problemResponses(400, 401, 403, 404, 409, 503);
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
 const World = Type.Object({
   id: Type.String(),

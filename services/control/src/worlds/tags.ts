@@ -1,14 +1,21 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Conflict, inTransaction, NotFound, recordAudit, Unprocessable, WORLD_ID } from '@onto/shared';
+import {
+  actorOf,
+  Conflict,
+  inTransaction,
+  NotFound,
+  problemResponses,
+  recordAudit,
+  Unprocessable,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { actorOf } from '../http.js';
 import { currentSchema } from '../schema/repository.js';
 import { lockWorld } from './repository.js';
 
-const Problem = { $ref: 'Problem#' };
-const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 422: Problem, 503: Problem };
+const errors = problemResponses(400, 401, 403, 404, 409, 422, 503);
 const TAG = '^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$';
 const Ref = Type.Object(
   { control: Type.Integer({ minimum: 0, description: 'schema version' }) },

@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { canonicalJson, HttpProblem, type ObjectType, PayloadTooLarge, WORLD_ID } from '@onto/shared';
+import { canonicalJson, HttpProblem, type ObjectType, PayloadTooLarge, problemResponses, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { inWorldTransaction, originOf } from '../http.js';
@@ -138,7 +138,6 @@ export default async function bulk(fastify: FastifyInstance) {
   app.addContentTypeParser(NDJSON, { parseAs: 'string', bodyLimit: BULK.bodyLimit }, (_req, body, done) =>
     done(null, body),
   );
-  const Problem = { $ref: 'Problem#' };
   app.post(
     '/v1/worlds/:world/bulk/:type',
     {
@@ -164,14 +163,7 @@ export default async function bulk(fastify: FastifyInstance) {
             seq: Type.Integer({ description: 'the highest data seq of the objects written or left as they were' }),
           }),
           // 422 is left undeclared so that its errors keep their `line`.
-          400: Problem,
-          401: Problem,
-          403: Problem,
-          404: Problem,
-          409: Problem,
-          413: Problem,
-          415: Problem,
-          503: Problem,
+          ...problemResponses(400, 401, 403, 404, 409, 413, 415, 503),
         },
       },
     },

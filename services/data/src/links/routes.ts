@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { BadRequest, decodeCursor, encodeCursor, NotFound, WORLD_ID } from '@onto/shared';
+import { BadRequest, decodeCursor, encodeCursor, NotFound, problemResponses, WORLD_ID } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -12,8 +12,7 @@ import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { traverse } from './repository.js';
 import { type LinkChange, putLink, removeLink } from './write.js';
 
-const Problem = { $ref: 'Problem#' };
-const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 412: Problem, 503: Problem };
+const errors = problemResponses(400, 401, 403, 404, 409, 412, 503);
 const Pk = (description: string) => Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description });
 const LinkParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),

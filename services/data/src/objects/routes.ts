@@ -5,6 +5,7 @@ import {
   encodeCursor,
   NotFound,
   type ObjectType,
+  problemResponses,
   Unprocessable,
   WORLD_ID,
 } from '@onto/shared';
@@ -19,18 +20,7 @@ import { deleteObject } from './write.js';
 import { type WriteGroupOptions, WriteGroups } from './write-group.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
-const Problem = { $ref: 'Problem#' };
-const errors = {
-  400: Problem,
-  401: Problem,
-  403: Problem,
-  404: Problem,
-  409: Problem,
-  412: Problem,
-  413: Problem,
-  422: Problem,
-  503: Problem,
-};
+const errors = problemResponses(400, 401, 403, 404, 409, 412, 413, 422, 503);
 const TypeParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
   type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),

@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { consistencyToken, NotFound, SchemaReplica, WORLD_ID } from '@onto/shared';
+import { consistencyToken, NotFound, problemResponses, SchemaReplica, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -17,8 +17,6 @@ declare module 'fastify' {
     awaitConsistency(request: FastifyRequest, worldId: string): Promise<void>;
   }
 }
-
-const Problem = { $ref: 'Problem#' };
 
 /**
  * data's replica of every world's schema (consumer `data-schema` on onto.schema), the indexes
@@ -59,11 +57,7 @@ export default fp(
               version: Type.Integer({ description: '0 before the first schema.updated' }),
               appliedAt: Type.Union([Type.String(), Type.Null()]),
             }),
-            400: Problem,
-            401: Problem,
-            403: Problem,
-            404: Problem,
-            503: Problem,
+            ...problemResponses(400, 401, 403, 404, 503),
           },
         },
       },

@@ -5,6 +5,7 @@ import {
   inTransaction,
   NotFound,
   principalOf,
+  problemResponses,
   Unprocessable,
   UUID_V7,
   WORLD_ID,
@@ -50,8 +51,7 @@ export interface ActionsOptions {
 }
 
 const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
-const Problem = { $ref: 'Problem#' };
-const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 422: Problem, 503: Problem };
+const errors = problemResponses(400, 401, 403, 404, 409, 422, 503);
 const Json = Type.Unknown();
 const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
 const ActionBody = Type.Object({

@@ -1,21 +1,12 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } from '@onto/shared';
+import { actorOf, Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
 import { definitionResource } from '../definition-routes.js';
 import type { Engine } from '../engine/engine.js';
 import { definitionsOf } from '../engine/world-model.js';
-import {
-  actorOf,
-  decodeCursor,
-  encodeCursor,
-  errors,
-  NAME,
-  notProvisioned,
-  provisioned,
-  ReadHeaders,
-} from '../http.js';
+import { decodeCursor, encodeCursor, errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
 import { ALERT_TYPE } from '../rules/model.js';
 import { DECISION_COLUMNS, type Decision, decideManually } from './make.js';
 import { APPROVALS, DECISION_STATUSES, type DecisionDefinition, type DecisionInput, resolveDecision } from './model.js';

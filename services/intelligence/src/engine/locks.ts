@@ -1,18 +1,8 @@
-import type { Queryable, Statement } from '@onto/shared';
+import { advisoryLockKey, lockSpace, type Queryable, type Statement } from '@onto/shared';
 
-// Advisory lock namespace of a world's evaluation ("ievl"): every transaction that reads or
-// changes what a world's derived values, alerts or definitions depend on holds it.
-const WORLD_LOCK_SPACE = 0x6965766c;
-
-/** FNV-1a of the world id as a signed 32-bit integer. */
-function worldKey(worldId: string): number {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < worldId.length; i++) {
-    hash ^= worldId.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193);
-  }
-  return hash | 0;
-}
+// Advisory lock namespace of a world's evaluation: every transaction that reads or changes what
+// a world's derived values, alerts or definitions depend on holds it.
+const WORLD_LOCK_SPACE = lockSpace('ievl');
 
 /**
  * Serialises a world's evaluation until the transaction ends (docs/adr/0010): a recompute reads
@@ -33,7 +23,7 @@ export function lockWorldsStatement(worldIds: Iterable<string>): Statement | und
   if (keys.length === 0) return undefined;
   return {
     text: 'SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int[]) WITH ORDINALITY AS u(k, n) ORDER BY n',
-    values: [WORLD_LOCK_SPACE, keys.map(worldKey)],
+    values: [WORLD_LOCK_SPACE, keys.map(advisoryLockKey)],
   };
 }
 
