@@ -12,7 +12,7 @@ export interface DeadRecord {
   value: Buffer | string | null;
 }
 
-/** The headers every dead letter carries besides the record's own (README, "Dead letters"). */
+/** The headers every dead letter carries besides the record's own (ADR 5, the README's topic table). */
 export const DLQ_HEADERS = {
   error: 'onto-error',
   errorType: 'onto-error-type',
