@@ -45,18 +45,26 @@ export {
   InboxConsumer,
   type InboxConsumerOptions,
   isInfrastructureError,
+  type PassThrough,
   type PrepareEffects,
   pruneInbox,
   type ReceivedEvent,
   uuidv7Floor,
 } from './messaging/consumer.js';
-export { consumersPlugin, type ServiceConsumerOptions } from './messaging/consumers-plugin.js';
+export {
+  type ConsumerStatus,
+  consumersPlugin,
+  type ServiceConsumerOptions,
+  type ServiceRecordConsumerOptions,
+} from './messaging/consumers-plugin.js';
+export { DeadLetters, type DeadRecord, DLQ_HEADERS } from './messaging/dead-letters.js';
 export * from './messaging/envelope.js';
 export { ConcurrencyConflictError, isConflict, type OccOptions, StaleWriteError, withOcc } from './messaging/occ.js';
 export * from './messaging/outbox.js';
 export { afterCommit, afterRollback, markOutboxWritten, onLocalOutboxWrite } from './messaging/outbox-signal.js';
 export { type OutboxPluginOptions, outboxPlugin } from './messaging/plugin.js';
 export { ProcessedCache } from './messaging/processed-cache.js';
+export { RecordConsumer, type RecordConsumerOptions } from './messaging/record-consumer.js';
 export * from './messaging/relay.js';
 export { upsertIfNewer } from './messaging/upsert.js';
 export { UUID_V7, uuidv7 } from './messaging/uuidv7.js';

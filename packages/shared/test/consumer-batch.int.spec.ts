@@ -254,7 +254,7 @@ describe('inbox consumer, one batch at a time', () => {
       },
       { mergeBatches: true, ...(mergeKey ? { mergeKey } : {}) },
     );
-    const queued = () => (c as unknown as { waiting: unknown[] }).waiting.length;
+    const queued = () => (c as unknown as { merger: { waiting: unknown[] } }).merger.waiting.length;
     return { c, calls, open, queued };
   }
 

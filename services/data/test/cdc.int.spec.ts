@@ -136,14 +136,16 @@ describe('cdc consumer', () => {
     } finally {
       await reader.disconnect();
     }
-    expect(dead.map((d) => d.headers['x-dlq-offset'])).toEqual(['9', '10']);
-    expect(JSON.parse(dead[0]?.headers['x-dlq-errors'] ?? '[]')).toEqual(
+    expect(dead.map((d) => d.headers['onto-original-offset'])).toEqual(['9', '10']);
+    expect(JSON.parse(dead[0]?.headers['onto-errors'] ?? '[]')).toEqual(
       expect.arrayContaining([
         { path: '/properties/name', message: 'is required' },
         { path: '/properties/balance', message: expect.any(String) },
       ]),
     );
-    expect(dead[1]?.headers['x-dlq-error']).toMatch(/not a change event/);
+    expect(dead[1]?.headers['onto-error']).toMatch(/not a change event/);
+    expect(dead.map((d) => d.headers['onto-error-type'])).toEqual(['CdcRefusal', 'CdcRefusal']);
+    expect(dead[0]?.headers['onto-consumer']).toBe(`${s.prefix}data-cdc`);
 
     // A later change of a deleted object recreates it.
     await producer.send([{ topic, messages: [change('c', 40, { account_id: 'c', full_name: 'Cid again' })] }]);

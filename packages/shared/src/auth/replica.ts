@@ -1,14 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import type { Redis } from 'ioredis';
 import type { CryptoKey } from 'jose';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Gauge, type Registry } from 'prom-client';
 import { Unavailable } from '../http/problem.js';
-import type { Broker, IncomingMessage } from '../kafka/broker.js';
-import { physicalTopic } from '../kafka/topics.js';
-import { type ApplyEffects, InboxConsumer } from '../messaging/consumer.js';
+import type { IncomingMessage } from '../kafka/broker.js';
+import type { ApplyEffects, InboxConsumer } from '../messaging/consumer.js';
+import type { ConsumerStatus, ServiceConsumerOptions } from '../messaging/consumers-plugin.js';
 import { type EventEnvelope, parseEvent } from '../messaging/envelope.js';
 import { HEARTBEAT_KEY, identityPayload } from './events.js';
 import { authPlugin, type RevocationView } from './plugin.js';
@@ -23,17 +22,14 @@ import type { Principal } from './types.js';
 
 export interface IdentityReplicaOptions {
   pool: pg.Pool;
-  broker: Broker;
-  redis?: Redis;
-  topicPrefix: string;
-  /** The inbox consumer's name and group id. */
-  consumerName: string;
   /** Past this lag behind control's watermark, requests are refused with 503. */
   maxLagMs: number;
   /** How often the in-memory view is reloaded from the database (other instances' consumers). */
   pollIntervalMs?: number;
   logger: Logger;
   registry?: Registry;
+  /** How the replica's consumer (see consumerOptions) fares, for `describe`. */
+  consumerStatus?: () => ConsumerStatus | undefined;
 }
 
 /** The identity consumer's session timeout: how long a crashed member keeps the partition. */
@@ -47,8 +43,6 @@ interface Snapshot {
   generations: { userId: string; minGeneration: number }[];
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
 /**
  * data's and intelligence's view of identity: the signing keys and revocations control published
  * on onto.identity, kept in the service's database (tables of its migration 001) and in memory,
@@ -58,26 +52,20 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
  * when the watermark is older than the bound, so a revoked token is never accepted past it.
  */
 export class IdentityReplica implements KeyRing, RevocationView {
-  readonly topic: string;
   private watermark: number | undefined;
   private revision = 0;
   private readonly keys = new Map<string, CryptoKey>();
   private readonly revokedApiTokens = new Set<string>();
   private readonly revokedAccessTokens = new Map<string, number>();
   private readonly minGenerations = new Map<string, number>();
-  private consumer: InboxConsumer | undefined;
-  private starting: Promise<void> | undefined;
   private loading: Promise<void> | undefined;
   private reloadAgain = false;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private loads = 0;
-  private startAttempts = 0;
-  private lastStartError: string | undefined;
   private readonly log: Logger;
 
   constructor(private readonly opts: IdentityReplicaOptions) {
-    this.topic = physicalTopic(opts.topicPrefix, 'onto.identity');
     this.log = opts.logger.child({ component: 'identity-replica' });
     if (opts.registry && !opts.registry.getSingleMetric('onto_identity_replica_lag_seconds')) {
       const replica = this;
@@ -98,28 +86,56 @@ export class IdentityReplica implements KeyRing, RevocationView {
     await this.reload().catch((err) => this.log.warn({ err }, 'could not load the identity replica'));
     this.timer = setInterval(() => this.kick(), this.opts.pollIntervalMs ?? 200);
     this.timer.unref();
-    this.starting = this.startConsumer();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
-    // A broker that does not answer can hold a start for many seconds; it stops itself when it ends.
-    await Promise.race([this.starting, sleep(300)]);
-    await this.consumer?.stop().catch(() => {});
-    this.consumer = undefined;
     await this.loading;
+  }
+
+  /**
+   * The inbox consumer of onto.identity that keeps the replica's tables, for `addConsumer`: named
+   * `name` (before the service's prefix).
+   */
+  consumerOptions(name: string): ServiceConsumerOptions {
+    return {
+      name,
+      topics: ['onto.identity'],
+      apply: this.apply,
+      passThrough: {
+        take: asHeartbeat,
+        afterBatch: async (beats) => {
+          if (beats.length === 0) return this.kick();
+          try {
+            await this.onHeartbeats(beats);
+          } catch (err) {
+            // The watermark stays where it was: requests fail closed until the next heartbeat lands.
+            this.log.warn({ err }, 'could not record a heartbeat');
+          }
+        },
+      },
+      // A revocation is never skipped: one that cannot be applied holds the partition, the
+      // watermark stops, and requests fail closed until it applies.
+      maxAttempts: Number.POSITIVE_INFINITY,
+      partitionsConsumedConcurrently: 1,
+      // While a crashed instance's member still holds the partition, no instance of the service
+      // applies heartbeats and every request fails closed: let the broker give the partition up
+      // after 10 s of silence, not kafkajs's default 30 s.
+      sessionTimeoutMs: IDENTITY_SESSION_TIMEOUT_MS,
+    };
   }
 
   /** What this replica knows and how its consumer fares: for diagnostics, not for decisions. */
   describe(): Record<string, unknown> {
+    const consumer = this.opts.consumerStatus?.();
     return {
       keys: [...this.keys.keys()],
       lagMs: this.lagMs() ?? null,
       revision: this.revision,
-      consumerRunning: this.consumer !== undefined,
-      startAttempts: this.startAttempts,
-      lastStartError: this.lastStartError ?? null,
+      consumerRunning: consumer?.running ?? false,
+      startAttempts: consumer?.startAttempts ?? 0,
+      lastStartError: consumer?.lastStartError ?? null,
     };
   }
 
@@ -287,50 +303,6 @@ export class IdentityReplica implements KeyRing, RevocationView {
     );
     this.kick();
   }
-
-  private async startConsumer(): Promise<void> {
-    for (let attempt = 0; !this.stopped; attempt++) {
-      this.startAttempts = attempt + 1;
-      const consumer = new InboxConsumer({
-        name: this.opts.consumerName,
-        topics: [this.topic],
-        broker: separatingHeartbeats(this.opts.broker, async (beats) => {
-          if (beats.length === 0) return this.kick();
-          try {
-            await this.onHeartbeats(beats);
-          } catch (err) {
-            // The watermark stays where it was: requests fail closed until the next heartbeat lands.
-            this.log.warn({ err }, 'could not record a heartbeat');
-          }
-        }),
-        pool: this.opts.pool,
-        ...(this.opts.redis ? { redis: this.opts.redis } : {}),
-        apply: this.apply,
-        // A revocation is never skipped: one that cannot be applied holds the partition, the
-        // watermark stops, and requests fail closed until it applies.
-        maxAttempts: Number.POSITIVE_INFINITY,
-        logger: this.opts.logger,
-        ...(this.opts.registry ? { registry: this.opts.registry } : {}),
-        partitionsConsumedConcurrently: 1,
-        // While a crashed instance's member still holds the partition, no instance of the service
-        // applies heartbeats and every request fails closed: let the broker give the partition up
-        // after 10 s of silence, not kafkajs's default 30 s.
-        sessionTimeoutMs: IDENTITY_SESSION_TIMEOUT_MS,
-      });
-      try {
-        await consumer.start();
-        if (this.stopped) await consumer.stop();
-        else this.consumer = consumer;
-        return;
-      } catch (err) {
-        await consumer.stop().catch(() => {});
-        this.lastStartError = err instanceof Error ? err.message : String(err);
-        this.log.warn({ err, attempt }, 'identity consumer could not start; retrying');
-        const until = Date.now() + Math.min(500 * 2 ** attempt, 10_000);
-        while (!this.stopped && Date.now() < until) await sleep(100);
-      }
-    }
-  }
 }
 
 async function insertKeys(tx: pg.ClientBase, keys: PublicSigningKey[], revision: number) {
@@ -353,38 +325,6 @@ function asHeartbeat(message: IncomingMessage): EventEnvelope | undefined {
   }
 }
 
-/**
- * The broker as the inbox consumer sees it, minus heartbeats: each batch's other events are
- * handled (and committed to the inbox) first, then `afterBatch` gets its heartbeats (maybe none),
- * so that a watermark is only raised once everything before it in the partition has been applied.
- */
-function separatingHeartbeats(broker: Broker, afterBatch: (beats: EventEnvelope[]) => Promise<void>): Broker {
-  return {
-    producer: () => broker.producer(),
-    admin: () => broker.admin(),
-    async consumer(options) {
-      const inner = await broker.consumer(options);
-      return {
-        run: (handle) =>
-          inner.run(async (batch) => {
-            const beats: EventEnvelope[] = [];
-            const rest: IncomingMessage[] = [];
-            for (const message of batch.messages) {
-              const beat = asHeartbeat(message);
-              if (beat) beats.push(beat);
-              else rest.push(message);
-            }
-            if (rest.length > 0) await handle({ ...batch, messages: rest });
-            if (batch.isRunning()) await afterBatch(beats);
-          }),
-        stop: () => inner.stop(),
-        disconnect: () => inner.disconnect(),
-        committedOffsets: (topic) => inner.committedOffsets(topic),
-      };
-    },
-  };
-}
-
 declare module 'fastify' {
   interface FastifyInstance {
     /** data's and intelligence's replica of identity (keys, revocations, control's watermark). */
@@ -402,21 +342,21 @@ export interface IdentityReplicaPluginOptions {
 /** The auth plugin on a replica of onto.identity: for the services other than control. */
 export const identityReplicaPlugin = fp(
   async (app: FastifyInstance, opts: IdentityReplicaPluginOptions) => {
+    let consumer: InboxConsumer | undefined;
     const replica = new IdentityReplica({
       pool: app.pg,
-      broker: app.broker,
-      redis: app.redis,
-      topicPrefix: app.topicPrefix,
-      consumerName: `${app.topicPrefix}${opts.consumer}`,
       maxLagMs: opts.maxLagMs,
       ...(opts.pollIntervalMs ? { pollIntervalMs: opts.pollIntervalMs } : {}),
       logger: app.log as never,
       registry: app.metrics,
+      consumerStatus: () => (consumer ? app.consumerStatus(consumer) : undefined),
     });
+    // Started and stopped with the service's other consumers.
+    consumer = app.addConsumer(replica.consumerOptions(opts.consumer));
     app.decorate('identityReplica', replica);
     await app.register(authPlugin, { keys: replica, revocations: replica });
     app.addHook('onReady', () => replica.start());
     app.addHook('onClose', () => replica.stop());
   },
-  { name: 'onto-identity-replica', dependencies: ['onto-postgres', 'onto-redis', 'onto-kafka', 'onto-metrics'] },
+  { name: 'onto-identity-replica', dependencies: ['onto-postgres', 'onto-consumers', 'onto-metrics'] },
 );

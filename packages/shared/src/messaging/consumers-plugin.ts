@@ -6,6 +6,7 @@ import { withTimeout } from '../http/health.js';
 import type { Admin } from '../kafka/broker.js';
 import { physicalTopic } from '../kafka/topics.js';
 import { InboxConsumer, type InboxConsumerOptions } from './consumer.js';
+import { RecordConsumer, type RecordConsumerOptions } from './record-consumer.js';
 
 export type ServiceConsumerOptions = Omit<
   InboxConsumerOptions,
@@ -15,10 +16,27 @@ export type ServiceConsumerOptions = Omit<
   topics: string[];
 };
 
+/** A consumer of records that are not onto's events (CDC): see RecordConsumer. */
+export type ServiceRecordConsumerOptions = Omit<RecordConsumerOptions, 'broker' | 'logger' | 'topics'> & {
+  /** Logical topic names; the service's topic prefix is added. */
+  topics: string[];
+};
+
+/** How a consumer's start in the background fares: for diagnostics. */
+export interface ConsumerStatus {
+  running: boolean;
+  startAttempts: number;
+  lastStartError: string | null;
+}
+
 declare module 'fastify' {
   interface FastifyInstance {
     /** Registers an inbox consumer that runs while the service does. */
     addConsumer(options: ServiceConsumerOptions): InboxConsumer;
+    /** Registers a consumer of records that are not onto's events, run the same way. */
+    addConsumer(options: ServiceRecordConsumerOptions): RecordConsumer;
+    /** How a consumer registered here fares. */
+    consumerStatus(consumer: InboxConsumer | RecordConsumer): ConsumerStatus;
   }
 }
 
@@ -33,7 +51,7 @@ export interface ConsumersPluginOptions {
  */
 export const consumersPlugin = fp(
   async (app: FastifyInstance, opts: ConsumersPluginOptions) => {
-    const consumers: InboxConsumer[] = [];
+    const consumers = new Map<InboxConsumer | RecordConsumer, ConsumerStatus>();
     const groups: { group: string; topics: string[] }[] = [];
     let closing = false;
     const starting: Promise<void>[] = [];
@@ -57,39 +75,55 @@ export const consumersPlugin = fp(
         }
       },
     });
-    app.decorate('addConsumer', (options: ServiceConsumerOptions) => {
-      const consumer = new InboxConsumer({
-        ...(opts.retentionMs === undefined ? {} : { retentionMs: opts.retentionMs }),
-        ...options,
-        // The prefix namespaces the group too, so that test runs or tenants sharing a broker
-        // never join each other's groups.
-        name: `${app.topicPrefix}${options.name}`,
-        topics: options.topics.map((t) => physicalTopic(app.topicPrefix, t)),
-        broker: app.broker,
-        pool: app.pg,
-        redis: app.redis,
-        logger: app.log as never,
-        registry: app.metrics,
-      });
-      consumers.push(consumer);
-      groups.push({
-        group: `${app.topicPrefix}${options.name}`,
-        topics: options.topics.map((t) => physicalTopic(app.topicPrefix, t)),
-      });
+    function add(options: ServiceConsumerOptions | ServiceRecordConsumerOptions): InboxConsumer | RecordConsumer {
+      // The prefix namespaces the group too, so that test runs or tenants sharing a broker
+      // never join each other's groups.
+      const name = `${app.topicPrefix}${options.name}`;
+      const topics = options.topics.map((t) => physicalTopic(app.topicPrefix, t));
+      const common = { name, topics, broker: app.broker, logger: app.log as never };
+      const consumer =
+        'handle' in options
+          ? new RecordConsumer({ ...options, ...common })
+          : new InboxConsumer({
+              ...(opts.retentionMs === undefined ? {} : { retentionMs: opts.retentionMs }),
+              ...options,
+              ...common,
+              pool: app.pg,
+              redis: app.redis,
+              registry: app.metrics,
+            });
+      consumers.set(consumer, { running: false, startAttempts: 0, lastStartError: null });
+      groups.push({ group: name, topics });
       return consumer;
+    }
+    app.decorate('addConsumer', add as FastifyInstance['addConsumer']);
+    app.decorate('consumerStatus', (consumer: InboxConsumer | RecordConsumer): ConsumerStatus => {
+      const status = consumers.get(consumer);
+      if (!status) throw new Error('not a consumer of this service');
+      return { ...status };
     });
     app.addHook('onReady', async () => {
-      for (const consumer of consumers) {
+      for (const [consumer, status] of consumers) {
         starting.push(
-          retryWithBackoff(() => consumer.start(), {
-            initialMs: 500,
-            maxMs: 10_000,
-            stopped: () => closing,
-            onRetry: async (err, attempt) => {
-              app.log.warn({ err, attempt }, 'consumer could not start; retrying');
-              await consumer.stop().catch(() => {});
+          retryWithBackoff(
+            async (attempt) => {
+              status.startAttempts = attempt + 1;
+              await consumer.start();
+              // A start that outlived the close's wait stops itself.
+              if (closing) await consumer.stop();
+              else status.running = true;
             },
-          }),
+            {
+              initialMs: 500,
+              maxMs: 10_000,
+              stopped: () => closing,
+              onRetry: async (err, attempt) => {
+                status.lastStartError = err instanceof Error ? err.message : String(err);
+                app.log.warn({ err, attempt }, 'consumer could not start; retrying');
+                await consumer.stop().catch(() => {});
+              },
+            },
+          ),
         );
       }
     });
@@ -98,7 +132,7 @@ export const consumersPlugin = fp(
       // A start against an unreachable broker can hang for its whole connection timeout.
       await withTimeout(Promise.all(starting), 500, 'consumer start in progress').catch(() => {});
       await withTimeout(
-        Promise.all(consumers.map((c) => c.stop().catch(() => {}))),
+        Promise.all([...consumers.keys()].map((c) => c.stop().catch(() => {}))),
         5000,
         'consumers did not stop in time',
       ).catch((err) => app.log.warn({ err }, 'closing without waiting for the consumers'));

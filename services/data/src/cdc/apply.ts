@@ -19,6 +19,7 @@ export interface Coordinates {
 
 /** A record the mapping or the schema refuses: dead-lettered, never retried. */
 export class CdcRefusal extends Error {
+  override readonly name = 'CdcRefusal';
   constructor(
     message: string,
     readonly errors: { path: string; message: string }[] = [],

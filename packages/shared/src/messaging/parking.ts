@@ -1,0 +1,260 @@
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { queryTogether, type Statement } from '../db/pipeline.js';
+import { inTransaction } from '../db/transaction.js';
+import type { Headers } from '../kafka/broker.js';
+import type { ConsumerMetrics } from './consumer-metrics.js';
+import type { ApplyEffects, DeferralPolicy, ReceivedEvent } from './consumer-options.js';
+import type { DeadLetters } from './dead-letters.js';
+import type { EventEnvelope } from './envelope.js';
+import { keyOf, partitionKey, recordEvents } from './inbox-statements.js';
+import { isInfrastructureError } from './infrastructure-errors.js';
+
+/** How often a consumer that knows of no parked events looks anyway (see mayHaveParked). */
+const DEFERRED_SWEEP_MS = 5000;
+
+interface ParkingOptions {
+  consumer: string;
+  pool: pg.Pool;
+  apply: ApplyEffects;
+  deferral: Required<DeferralPolicy>;
+  deadLetters: DeadLetters;
+  metrics: ConsumerMetrics;
+  log: Logger;
+}
+
+interface Parked {
+  event_id: string;
+  topic: string;
+  partition: number;
+  offset: string;
+  partition_key: string;
+  caused_by: string | null;
+  body: string;
+  headers: Headers;
+  attempts: number;
+  due: boolean;
+}
+
+/**
+ * An inbox consumer's parked events (`inbox_deferred`): events whose cause has not been handled,
+ * with the events of their key queued behind them. Parking is a statement of the batch's
+ * transaction; passes over the parked events run after batches and on one timer, apply those
+ * whose cause is now handled, back the others off and, past the bound, apply the exhaustion policy.
+ */
+export class Parking {
+  private timer: NodeJS.Timeout | undefined;
+  private passRunning: Promise<void> | undefined;
+  /**
+   * This process may have parked events: true from the start (another process may have left
+   * some), after parking, and until a pass finds none. While false, no pass runs after a batch
+   * and the timer sleeps until the next sweep — the passes were most of an idle service's queries,
+   * the timer most of its wakeups — and a sweep every DEFERRED_SWEEP_MS still finds what another
+   * instance of the group parked and left behind.
+   */
+  private mayHaveParked = true;
+  /** Counts parkings, so that a pass that read before one is committed does not clear mayHaveParked. */
+  private parkings = 0;
+  /** When the armed timer fires (see arm). */
+  private due = 0;
+  private lastSweep = 0;
+  private running = false;
+
+  constructor(private readonly opts: ParkingOptions) {}
+
+  /** Passes may run from now on; the timer is armed by `arm`, once the consumer runs. */
+  start(): void {
+    this.running = true;
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.passRunning;
+  }
+
+  /** A mark to give `afterBatch`: how many parkings were made so far. */
+  mark(): number {
+    return this.parkings;
+  }
+
+  /** Parks the events, in their order; they count as parked once the transaction commits. */
+  statement(events: ReceivedEvent[]): Statement {
+    this.parkings++; // afterBatch raises mayHaveParked once this parking is committed
+    this.opts.log.debug({ parked: events.map((e) => e.event.event_id) }, 'events parked until their cause is handled');
+    return {
+      text: `INSERT INTO inbox_deferred
+         (consumer, event_id, topic, partition, "offset", partition_key, caused_by, body, headers, next_attempt_at)
+       SELECT $1, e, t, p, o, k, c, b, h, now() + make_interval(secs => $10::float8 / 1000)
+         FROM unnest($2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::uuid[], $8::text[], $9::jsonb[])
+           WITH ORDINALITY AS u(e, t, p, o, k, c, b, h, n)
+        ORDER BY n
+       ON CONFLICT (consumer, event_id) DO NOTHING`,
+      values: [
+        this.opts.consumer,
+        events.map((e) => e.event.event_id),
+        events.map((e) => e.message.topic),
+        events.map((e) => e.message.partition),
+        events.map((e) => e.message.offset),
+        events.map(partitionKey),
+        events.map((e) => e.event.caused_by),
+        events.map((e) => JSON.stringify(e.event)),
+        events.map((e) => JSON.stringify(e.message.headers)),
+        this.opts.deferral.initialDelayMs,
+      ],
+    };
+  }
+
+  /** After a batch committed: takes what it (or one beside it) parked since `mark`, then kicks a pass. */
+  afterBatch(mark: number): void {
+    if (this.parkings !== mark) {
+      // Events were parked (here, or by a batch beside this one) and are committed now. A pass
+      // that read before the commit did not see them and may have cleared the flag: raise it,
+      // and count once more so that such a pass still in flight cannot clear it again; the next
+      // pass, now or at the timer, takes them.
+      this.mayHaveParked = true;
+      this.parkings++;
+      this.arm();
+    }
+    this.kick();
+  }
+
+  private kick(sweep = false) {
+    if (this.passRunning || !this.running || !(this.mayHaveParked || sweep)) return;
+    if (sweep) this.lastSweep = Date.now();
+    this.passRunning = this.retry()
+      .then(() => {})
+      .catch((err) => this.opts.log.warn({ err }, 'retrying parked events failed'))
+      .finally(() => {
+        this.passRunning = undefined;
+        this.arm();
+      });
+  }
+
+  /**
+   * Arms the one timer of the parked-event passes: every `initialDelayMs` while this process may
+   * have parked events (their backoff starts there), otherwise only for the next sweep. An idle
+   * consumer used to wake every 100 ms to find it had nothing to do; with a dozen consumers in
+   * three services that was most of the stack's timer wakeups (ADR 19).
+   */
+  arm(): void {
+    if (!this.running) return;
+    const now = Date.now();
+    const due = this.mayHaveParked ? now + this.opts.deferral.initialDelayMs : this.lastSweep + DEFERRED_SWEEP_MS;
+    if (this.timer !== undefined && this.due <= due) return;
+    clearTimeout(this.timer);
+    this.due = due;
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        if (Date.now() - this.lastSweep >= DEFERRED_SWEEP_MS) this.kick(true);
+        else this.kick();
+        this.arm();
+      },
+      Math.max(0, due - now),
+    );
+    this.timer.unref();
+  }
+
+  /**
+   * One pass over the parked events in the order they were parked: applies those whose cause is
+   * now handled and that have nothing parked before them on their key; backs off the others and,
+   * past the bound, applies the exhaustion policy. Answers how many it applied or dropped.
+   */
+  async retry(): Promise<number> {
+    const { consumer, deferral } = this.opts;
+    let progressed = 0;
+    const parkingsBefore = this.parkings;
+    await inTransaction(this.opts.pool, async (tx) => {
+      const { rows } = await tx.query<Parked>(
+        `SELECT event_id::text, topic, partition, "offset"::text, partition_key, caused_by::text, body, headers,
+                attempts, next_attempt_at <= now() AS due
+           FROM inbox_deferred WHERE consumer = $1 ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED`,
+        [consumer],
+      );
+      // Events parked since this pass read are not in its rows: they keep the flag up.
+      if (this.parkings === parkingsBefore) this.mayHaveParked = rows.length > 0;
+      if (rows.length === 0) return;
+      const blocked = new Set<string>();
+      for (const row of rows) {
+        const key = keyOf(row);
+        if (blocked.has(key)) continue;
+        const event = JSON.parse(row.body) as EventEnvelope;
+        const item: ReceivedEvent = {
+          event,
+          message: {
+            topic: row.topic,
+            partition: row.partition,
+            offset: row.offset,
+            key: row.partition_key,
+            headers: row.headers,
+          },
+        };
+        const known =
+          row.caused_by === null ||
+          (
+            await tx.query(
+              `SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = $2::uuid
+               UNION ALL SELECT 1 FROM outbox WHERE event_id = $2::uuid LIMIT 1`,
+              [consumer, row.caused_by],
+            )
+          ).rowCount;
+        const exhausted = row.due && row.attempts + 1 >= deferral.maxAttempts;
+        if (known || (exhausted && deferral.onExhausted === 'apply')) {
+          await tx.query('SAVEPOINT parked');
+          try {
+            const fresh = await recordEvents(tx, consumer, [item], 'applied');
+            const last = fresh.length > 0 ? ((await this.opts.apply(tx, [item])) ?? []) : [];
+            await queryTogether(tx, [
+              ...last,
+              {
+                text: 'DELETE FROM inbox_deferred WHERE consumer = $1 AND event_id = $2',
+                values: [consumer, row.event_id],
+              },
+              { text: 'RELEASE SAVEPOINT parked' },
+            ]);
+            this.opts.metrics.count('applied', fresh.length);
+            progressed++;
+            continue;
+          } catch (error) {
+            await tx.query('ROLLBACK TO SAVEPOINT parked');
+            if (isInfrastructureError(error)) throw error;
+            this.opts.log.warn({ err: error, eventId: row.event_id }, 'parked event failed');
+            if (row.attempts + 1 >= deferral.maxAttempts) {
+              await this.drop(tx, item, error as Error);
+              progressed++;
+              continue;
+            }
+          }
+        } else if (exhausted) {
+          await this.drop(tx, item, new Error(`cause ${row.caused_by} never arrived`));
+          progressed++;
+          continue;
+        }
+        blocked.add(key);
+        if (row.due) {
+          await tx.query(
+            `UPDATE inbox_deferred SET attempts = attempts + 1,
+                    next_attempt_at = now() + make_interval(secs => $3::float8 * power(2, attempts + 1) / 1000)
+              WHERE consumer = $1 AND event_id = $2`,
+            [consumer, row.event_id, deferral.initialDelayMs],
+          );
+        }
+      }
+    });
+    if (progressed > 0) this.kick();
+    return progressed;
+  }
+
+  /** Gives up on a parked event: off the parking, into the DLQ, into the inbox as dead-lettered. */
+  private async drop(tx: pg.PoolClient, item: ReceivedEvent, error: Error) {
+    await tx.query('DELETE FROM inbox_deferred WHERE consumer = $1 AND event_id = $2', [
+      this.opts.consumer,
+      item.event.event_id,
+    ]);
+    await this.opts.deadLetters.send({ ...item.message, value: JSON.stringify(item.event) }, error, 'CauseMissing');
+    await recordEvents(tx, this.opts.consumer, [item], 'dead_lettered');
+    this.opts.metrics.count('dead_lettered');
+  }
+}
