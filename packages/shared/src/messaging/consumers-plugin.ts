@@ -72,7 +72,10 @@ export const consumersPlugin = fp(
         for (const topic of new Set(groups.flatMap((g) => g.topics.map(dlqOf)))) {
           try {
             const offsets = await withTimeout(kafka.partitionOffsets(topic), 1000, 'dlq offsets');
-            this.set({ topic }, offsets.reduce((sum, p) => sum + Number(BigInt(p.high) - BigInt(p.low)), 0));
+            this.set(
+              { topic },
+              offsets.reduce((sum, p) => sum + Number(BigInt(p.high) - BigInt(p.low)), 0),
+            );
           } catch {
             // a DLQ topic not created yet, or a slow broker: no value this scrape
           }
