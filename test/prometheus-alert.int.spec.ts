@@ -233,7 +233,23 @@ describe('a stopped consumer fires the lag alert in Prometheus', () => {
     expect(await alerts()).toEqual([]);
   }, 120_000);
 
+  it('fires the dead-letter alert once a record is dead-lettered', async () => {
+    const dlq = `${physicalTopic(topics.prefix, LOGICAL_TOPIC)}.dlq`;
+    const dlqAlert = async () => {
+      const body = (await (await fetch(`${prometheusUrl}/api/v1/alerts`)).json()) as { data: { alerts: PromAlert[] } };
+      return body.data.alerts.find(
+        (a) => a.labels.alertname === 'OntoDeadLetterTopicNotEmpty' && a.labels.topic === dlq && a.state === 'firing',
+      );
+    };
+    expect(await dlqAlert()).toBeUndefined();
+    await publish(1, -1); // not an event envelope: the consumer dead-letters it
+    const alert = await waitUntil('OntoDeadLetterTopicNotEmpty to fire', dlqAlert);
+    expect(alert.annotations.summary).toBe(`Dead-lettered records waiting in ${dlq}: 1`);
+  }, 120_000);
+
   it('fires the warning past 1,000 records behind, then the critical past 10,000', async () => {
+    // everything so far consumed and committed, so that the lag is exactly what follows
+    await waitUntil('the lag to be 0', async () => ((await scrapedLag()) === 0 ? true : undefined));
     await consumer.stop();
     await publish(1100, 0);
     const warning = await waitUntil('OntoConsumerLagWarning to fire', firing('OntoConsumerLagWarning'));
