@@ -4,7 +4,7 @@ import { Gauge } from 'prom-client';
 import { retryWithBackoff } from '../backoff.js';
 import { withTimeout } from '../http/health.js';
 import type { Admin } from '../kafka/broker.js';
-import { physicalTopic } from '../kafka/topics.js';
+import { dlqOf, physicalTopic } from '../kafka/topics.js';
 import { InboxConsumer, type InboxConsumerOptions } from './consumer.js';
 import { RecordConsumer, type RecordConsumerOptions } from './record-consumer.js';
 
@@ -55,7 +55,12 @@ export const consumersPlugin = fp(
     const groups: { group: string; topics: string[] }[] = [];
     let closing = false;
     const starting: Promise<void>[] = [];
-    let admin: Admin | undefined;
+    // One admin for both gauges, whose collects prom-client runs concurrently.
+    let admin: Promise<Admin> | undefined;
+    const kafkaAdmin = () => {
+      admin ??= withTimeout(app.broker.admin(), 1000, 'kafka admin');
+      return admin;
+    };
     new Gauge({
       name: 'onto_consumer_lag',
       help: 'Records not yet consumed, by consumer group and topic (end offsets minus committed)',
@@ -64,14 +69,35 @@ export const consumersPlugin = fp(
       async collect() {
         // Asked of the broker at scrape time, bounded: a scrape never hangs on Kafka.
         try {
-          admin ??= await withTimeout(app.broker.admin(), 1000, 'kafka admin');
+          const kafka = await kafkaAdmin();
           for (const { group, topics } of groups) {
             for (const topic of topics) {
-              this.set({ consumer: group, topic }, await withTimeout(admin.consumerLag(group, topic), 1000, 'lag'));
+              this.set({ consumer: group, topic }, await withTimeout(kafka.consumerLag(group, topic), 1000, 'lag'));
             }
           }
         } catch {
           admin = undefined; // reconnect at the next scrape; the last values stay
+        }
+      },
+    });
+    new Gauge({
+      name: 'onto_dlq_depth',
+      help: 'Records held in a dead-letter topic (end offsets minus earliest; a redrive deletes what it re-published)',
+      labelNames: ['topic'] as const,
+      registers: [app.metrics],
+      async collect() {
+        const kafka = await kafkaAdmin().catch(() => undefined);
+        if (!kafka) return; // the lag gauge drops the failed admin; the last values stay
+        for (const topic of new Set(groups.flatMap((g) => g.topics.map(dlqOf)))) {
+          try {
+            const offsets = await withTimeout(kafka.partitionOffsets(topic), 1000, 'dlq offsets');
+            this.set(
+              { topic },
+              offsets.reduce((sum, p) => sum + Number(BigInt(p.high) - BigInt(p.low)), 0),
+            );
+          } catch {
+            // a DLQ topic not created yet, or a slow broker: no value this scrape
+          }
         }
       },
     });
@@ -136,7 +162,7 @@ export const consumersPlugin = fp(
         5000,
         'consumers did not stop in time',
       ).catch((err) => app.log.warn({ err }, 'closing without waiting for the consumers'));
-      await admin?.disconnect().catch(() => {});
+      await admin?.then((a) => a.disconnect()).catch(() => {});
     });
   },
   { name: 'onto-consumers', dependencies: ['onto-postgres', 'onto-redis', 'onto-kafka', 'onto-metrics'] },
