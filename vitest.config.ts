@@ -1,21 +1,37 @@
 import { defaultClientConditions, defaultServerConditions } from 'vite';
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
 
 // Workspace sources are imported as TypeScript through the "@onto/source" export condition,
 // so tests never run against a stale build.
 const source = '@onto/source';
 
+const folders = ['{packages,services,bench}/*/test/**', 'test/**'];
+const unitSpecs = folders.map((folder) => `${folder}/*.unit.spec.ts`);
+
 export default defineConfig({
   resolve: { conditions: [source, ...defaultClientConditions] },
   ssr: { resolve: { conditions: [source, ...defaultServerConditions] } },
   test: {
-    include: ['{packages,services,bench}/*/test/**/*.spec.ts', 'test/**/*.spec.ts'],
-    globalSetup: ['packages/shared/src/testing/global-setup.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Two cores: a few files at once keep the broker and the database busy without thrashing.
     maxWorkers: 3,
     pool: 'forks',
     reporters: ['default', './test/summary-reporter.ts'],
+    // Tiers by suffix: `pnpm test:unit` runs `unit` alone, `vitest run` both.
+    projects: [
+      // Needs nothing running: no endpoints, no containers.
+      { extends: true, test: { name: 'unit', include: unitSpecs } },
+      // Needs PostgreSQL, Redis and Kafka. Every other spec lands here, so none is left out.
+      {
+        extends: true,
+        test: {
+          name: 'int',
+          include: folders.map((folder) => `${folder}/*.spec.ts`),
+          exclude: [...configDefaults.exclude, ...unitSpecs],
+          globalSetup: ['packages/shared/src/testing/global-setup.ts'],
+        },
+      },
+    ],
   },
 });

@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { testBroker, testEndpoints } from '@onto/shared/testing';
+import { committedToEnd, eventually, testBroker, testEndpoints } from '@onto/shared/testing';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { startService } from '../bench/lib/services.js';
@@ -31,6 +31,18 @@ describe.runIf(built)('data killed in the middle of a bulk write', () => {
         headers: { 'content-type': 'application/x-ndjson', authorization: `Bearer ${stack.token}` },
         body,
       });
+    // 503 + Retry-After while data's identity replica is behind control (ADR 6): until it answers.
+    const replicaCaughtUp = (url: string) =>
+      eventually(
+        "data's identity replica caught up with control",
+        async () =>
+          (
+            await fetch(`${url}/v1/worlds/${W}/schema-version`, {
+              headers: { authorization: `Bearer ${stack.token}` },
+            })
+          ).status !== 503,
+        { timeoutMs: 40_000, intervalMs: 250 },
+      );
     const stored = async (round: string) => {
       const { rows } = await db.query<{ heads: number; history: number; events: number }>(
         `SELECT (SELECT count(*)::int FROM object_heads WHERE world_id = $1 AND pk LIKE $2) AS heads,
@@ -90,65 +102,61 @@ describe.runIf(built)('data killed in the middle of a bulk write', () => {
             if (request === sent) ended = outcome;
           });
         watch(request);
-        let seen: number | undefined;
-        for (let i = 0; i < 600 && seen === undefined; i++) {
-          if (ended) {
-            // 503 + Retry-After while data's identity replica is behind control (ADR 6), as it can
-            // be on a busy machine: the same request again. Anything else ended the write early.
-            if (ended.status !== 503) throw new Error(`the write ended before ${step}: ${ended.status} ${ended.text}`);
-            ended = undefined;
-            await new Promise((res) => setTimeout(res, 250));
-            request = send();
-            watch(request);
-          }
-          const { rows } = await db.query<{ pid: number }>(
-            `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-                AND query LIKE $1 || '%'`,
-            [step],
-          );
-          seen = rows[0]?.pid;
-          if (seen === undefined) await new Promise((res) => setTimeout(res, 50));
-        }
+        const seen = await eventually(
+          `data waiting at ${step}`,
+          async () => {
+            if (ended) {
+              // A 503 while data's identity replica is behind control, as it can be on a busy
+              // machine: the same request again once it caught up. Anything else ended the write early.
+              if (ended.status !== 503)
+                throw new Error(`the write ended before ${step}: ${ended.status} ${ended.text}`);
+              ended = undefined;
+              await replicaCaughtUp(data.url);
+              request = send();
+              watch(request);
+            }
+            const { rows } = await db.query<{ pid: number }>(
+              `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+                  AND query LIKE $1 || '%'`,
+              [step],
+            );
+            return rows[0]?.pid;
+          },
+          { timeoutMs: 60_000, intervalMs: 50 },
+        );
         expect(seen, `data waits at ${step}`).toBeDefined();
         await data.kill();
         expect((await request).status).toBe('killed');
         await blocker.query('ROLLBACK');
         await blocker.end();
-        // Its backend notices the lost connection and rolls back.
-        for (let i = 0; i < 200; i++) {
-          const { rows } = await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [seen]);
-          if (rows.length === 0) break;
-          await new Promise((res) => setTimeout(res, 50));
-        }
+        // Its backend notices the lost connection and rolls back; the assertion below is what counts.
+        await eventually(
+          "the killed process's backend gone",
+          async () => (await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [seen])).rowCount === 0,
+          { timeoutMs: 10_000, intervalMs: 50 },
+        ).catch(() => {});
         expect(await stored(round), step).toEqual({ heads: 0, history: 0, events: 0 });
 
         // A new process: the same request again writes everything once.
         data = await startService('data', env);
-        let res: Response;
-        for (let tries = 0; ; tries++) {
-          // 503 + Retry-After until its identity replica caught up with control (ADR 6).
-          res = await post(data.url, body);
-          if (res.status !== 503 || tries >= 160) break;
-          await new Promise((r) => setTimeout(r, 250));
-        }
+        await replicaCaughtUp(data.url);
+        const res = await post(data.url, body);
         expect(res.status, await res.clone().text()).toBe(200);
         expect(await res.json()).toMatchObject({ created: N, updated: 0, unchanged: 0 });
         expect(await stored(round)).toEqual({ heads: N, history: N, events: N });
       }
 
       // The relay publishes every bundle: every event reaches the topic, under its own event id.
-      for (let i = 0; i < 600; i++) {
-        const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending');
-        if (rows[0]?.n === 0) break;
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await eventually(
+        'the outbox published',
+        async () => (await db.query('SELECT 1 FROM outbox_pending LIMIT 1')).rowCount === 0,
+        { timeoutMs: 60_000, intervalMs: 100 },
+      );
       const ids = new Set<string>();
       const keys = new Set<string>();
-      const consumer = await testBroker(endpoints.kafkaBrokers).consumer({
-        groupId: `bulk-crash-${Date.now()}`,
-        topics: [`${stack.topics.prefix}onto.changes.objects`],
-        fromBeginning: true,
-      });
+      const broker = testBroker(endpoints.kafkaBrokers);
+      const reader = { groupId: `bulk-crash-${Date.now()}`, topic: `${stack.topics.prefix}onto.changes.objects` };
+      const consumer = await broker.consumer({ groupId: reader.groupId, topics: [reader.topic], fromBeginning: true });
       let records = 0;
       try {
         await consumer.run(async (batch) => {
@@ -159,9 +167,16 @@ describe.runIf(built)('data killed in the middle of a bulk write', () => {
             keys.add(String(m.key));
           }
         });
-        const until = Date.now() + 60_000;
-        while (records < steps.length * N && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
-        await new Promise((r) => setTimeout(r, 500)); // anything beyond shows up too
+        await eventually(
+          () => `${steps.length * N} records (have ${records})`,
+          () => records >= steps.length * N,
+          {
+            timeoutMs: 60_000,
+            intervalMs: 100,
+          },
+        );
+        // Nothing publishes any more: reading to the end shows anything beyond too.
+        await committedToEnd(broker, reader.groupId, reader.topic, { timeoutMs: 60_000 });
       } finally {
         await consumer.disconnect();
       }

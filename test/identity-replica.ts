@@ -1,5 +1,11 @@
 import { fastifyOptions, loadConfig, type MigrationTrack } from '@onto/shared';
-import { buildTestService, createTestDatabase, createTestTopics, testEndpoints } from '@onto/shared/testing';
+import {
+  buildTestService,
+  createTestDatabase,
+  createTestTopics,
+  eventually,
+  testEndpoints,
+} from '@onto/shared/testing';
 import type { TObject } from '@sinclair/typebox';
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -46,16 +52,6 @@ async function buildWithProbes(service: ReplicaService, prefix: string) {
       await db.drop();
     },
   };
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 /**
@@ -106,10 +102,14 @@ export function describeIdentityReplica(service: ReplicaService) {
     }
     /** Polls the replica until `status` answers; returns how long that took. */
     async function timeUntil(token: string, status: number, from = Date.now()) {
-      await until(`${status} from ${service.name}`, async () => {
-        const res = await call(replica.app, 'GET', '/v1/worlds/alpha/probe', token);
-        return res.statusCode === status ? res : undefined;
-      });
+      await eventually(
+        `${status} from ${service.name}`,
+        async () => {
+          const res = await call(replica.app, 'GET', '/v1/worlds/alpha/probe', token);
+          return res.statusCode === status ? res : undefined;
+        },
+        { intervalMs: 20 }, // the time it took is measured
+      );
       return Date.now() - from;
     }
 
@@ -124,7 +124,7 @@ export function describeIdentityReplica(service: ReplicaService) {
       admin = await exchange(BOOTSTRAP);
       replica = await buildWithProbes(service, prefix);
       // Fresh once the consumer has joined and applied control's key and a heartbeat.
-      await until('the replica to catch up', async () => {
+      await eventually('the replica to catch up', async () => {
         const res = await call(replica.app, 'GET', '/v1/probe/admin', admin);
         return res.statusCode === 200 ? res : undefined;
       });

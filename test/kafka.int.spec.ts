@@ -104,7 +104,8 @@ describe('Kafka round trip through the local broker', () => {
         active++;
         mostActive = Math.max(mostActive, active);
         try {
-          await new Promise((r) => setTimeout(r, 20)); // the next batch is fetched meanwhile
+          // Handling takes time, which is what is tested: the next batch is fetched meanwhile.
+          await new Promise((r) => setTimeout(r, 20));
           const offsets = batch.messages.map((m) => Number(m.offset));
           handled.push(offsets);
           if (failedFrom === undefined && offsets.length >= 2 && (offsets[0] as number) >= 5) {
@@ -148,6 +149,7 @@ describe('Kafka round trip through the local broker', () => {
       void consumer.run(async (batch) => {
         active++;
         mostActive = Math.max(mostActive, active);
+        // Handling takes time, which is what is tested: the other partitions' batches queue meanwhile.
         await new Promise((r) => setTimeout(r, 30));
         active--;
         seen += batch.messages.length;
@@ -166,7 +168,8 @@ describe('Kafka round trip through the local broker', () => {
     const started = new Promise<void>((resolve) => {
       void consumer.run(async (batch) => {
         resolve();
-        await new Promise((r) => setTimeout(r, 300)); // still working when stop() is called
+        // Handling takes time, which is what is tested: the batch is still in hand when stop() is called.
+        await new Promise((r) => setTimeout(r, 300));
         finished += batch.messages.length;
       });
     });

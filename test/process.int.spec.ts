@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { createTestDatabase, testEndpoints } from '@onto/shared/testing';
+import { createTestDatabase, eventually, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
@@ -29,12 +29,14 @@ function start(name: string, env: Record<string, string | undefined>): Run {
 }
 
 async function waitForListening(run: Run, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!run.output().includes('Server listening')) {
-    if (run.child.exitCode !== null) throw new Error(`server exited: ${run.output()}`);
-    if (Date.now() > deadline) throw new Error(`server did not listen: ${run.output()}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await eventually(
+    () => `the server to listen: ${run.output()}`,
+    () => {
+      if (run.child.exitCode !== null) throw new Error(`server exited: ${run.output()}`);
+      return run.output().includes('Server listening');
+    },
+    { timeoutMs, intervalMs: 50 },
+  );
 }
 
 let nextPort = 14_100 + Math.floor(Math.random() * 500);
@@ -88,7 +90,7 @@ describe.runIf(SERVICES.every((s) => existsSync(serverJs(s.name))))('service pro
       await waitForListening(run);
       const started = Date.now();
       const inFlight = fetch(`http://127.0.0.1:${port}/ready`);
-      await new Promise((r) => setTimeout(r, 300));
+      await eventually('the request received', () => run.output().includes('"url":"/ready"'));
       run.child.kill('SIGTERM');
       const res = await inFlight;
       expect(res.status).toBe(503);

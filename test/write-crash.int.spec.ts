@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { testEndpoints } from '@onto/shared/testing';
+import { eventually, testEndpoints } from '@onto/shared/testing';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { startService } from '../bench/lib/services.js';
@@ -103,18 +103,22 @@ describe.runIf(built)('data killed while it commits writes in groups', () => {
       // Until its identity replica has caught up with control it answers 503 + Retry-After, as
       // documented: the killed process's consumer keeps the identity partition until its session
       // times out (10 s, ADR 6).
-      let again: Response;
+      const url = `${restarted.url}/v1/worlds/${W}/objects/Item/${pk}`;
       let refusal = '';
-      for (let tries = 0; ; tries++) {
-        again = await fetch(`${restarted.url}/v1/worlds/${W}/objects/Item/${pk}`, {
-          method: 'PUT',
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${stack.token}` },
-          body: JSON.stringify({ properties: { id: pk, name: `item ${pk}`, amount: -1, status: 'open' } }),
-        });
-        if (again.status !== 503 || tries >= 160) break;
-        refusal = await again.text();
-        await new Promise((r) => setTimeout(r, 250));
-      }
+      const again = await eventually(
+        () => `an answer other than 503 (the last: ${refusal})`,
+        async () => {
+          const res = await fetch(url, {
+            method: 'PUT',
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${stack.token}` },
+            body: JSON.stringify({ properties: { id: pk, name: `item ${pk}`, amount: -1, status: 'open' } }),
+          });
+          if (res.status !== 503) return res;
+          refusal = await res.text();
+          return undefined;
+        },
+        { timeoutMs: 40_000, intervalMs: 250 },
+      );
       expect(again.status, refusal).toBe(200);
       expect(((await again.json()) as { version: number }).version).toBe((head.get(pk) ?? version) + 1);
     } finally {

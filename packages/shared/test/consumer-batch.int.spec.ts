@@ -5,8 +5,8 @@ import type { IncomingBatch, IncomingMessage } from '../src/kafka/broker.js';
 import { type ApplyEffects, InboxConsumer, type ReceivedEvent } from '../src/messaging/consumer.js';
 import { encodeEvent } from '../src/messaging/envelope.js';
 import { ProcessedCache } from '../src/messaging/processed-cache.js';
-import { testBroker, testLogger } from '../src/testing/index.js';
-import { effectCounts, kernelFixture, orderEvent, recordEffects, waitFor } from './kernel.js';
+import { eventually, testBroker, testLogger } from '../src/testing/index.js';
+import { effectCounts, kernelFixture, orderEvent, recordEffects } from './kernel.js';
 
 type Message = ReturnType<typeof orderEvent>;
 
@@ -263,9 +263,9 @@ describe('inbox consumer, one batch at a time', () => {
     const groups = [0, 1, 2].map((p) => [orderEvent(`merge-${p}`, 1), orderEvent(`merge-${p}`, 2)]);
     const batches = groups.map((g, p) => batchOf(g, p));
     const running = [c.handleBatch(batches[0] as IncomingBatch)];
-    await waitFor('the first transaction at its gate', async () => calls.length === 1);
+    await eventually('the first transaction at its gate', async () => calls.length === 1);
     running.push(...batches.slice(1).map((b) => c.handleBatch(b)));
-    await waitFor('the other two batches waiting', async () => queued() === 2);
+    await eventually('the other two batches waiting', async () => queued() === 2);
     open();
     await Promise.all(running);
 
@@ -293,9 +293,9 @@ describe('inbox consumer, one batch at a time', () => {
     const { c, calls, open, queued } = gatedMerger((partitions) => partitions.length > 1);
     const [p0, p1, p2] = [0, 1, 2].map((p) => [orderEvent(`merge-fail-${p}`, 1)]);
     const first = c.handleBatch(batchOf(p0 as Message[], 0));
-    await waitFor('the first transaction at its gate', async () => calls.length === 1);
+    await eventually('the first transaction at its gate', async () => calls.length === 1);
     const rest = [c.handleBatch(batchOf(p1 as Message[], 1)), c.handleBatch(batchOf(p2 as Message[], 2))];
-    await waitFor('the other two batches waiting', async () => queued() === 2);
+    await eventually('the other two batches waiting', async () => queued() === 2);
     open();
     await Promise.all([first, ...rest]);
 
@@ -312,11 +312,11 @@ describe('inbox consumer, one batch at a time', () => {
       [orderEvent('by-key-a2', 1, { world: 'world-a' })],
     ] as Message[][];
     const first = c.handleBatch(batchOf(a1 as Message[], 0));
-    await waitFor('the first transaction at its gate', async () => calls.length === 1);
+    await eventually('the first transaction at its gate', async () => calls.length === 1);
     await c.handleBatch(batchOf(b as Message[], 1)); // done while world a's first is still at its gate
     expect(calls).toEqual([[0], [1]]);
     const second = c.handleBatch(batchOf(a2 as Message[], 2));
-    await waitFor("world a's second batch waiting", async () => queued() === 1);
+    await eventually("world a's second batch waiting", async () => queued() === 1);
     open();
     await Promise.all([first, second]);
     expect(calls).toEqual([[0], [1], [2]]);
@@ -335,11 +335,11 @@ describe('inbox consumer, one batch at a time', () => {
       expect([...(await here.claim([b as string]))]).toEqual([]); // a's marker went ahead of this claim
       expect([...(await elsewhere.claim([a as string]))]).toEqual([a]);
       here.markDone([c as string]);
-      await waitFor(
+      await eventually(
         'the marker written without a claim',
         async () =>
           (await redis.get(`onto:inbox:${(here as unknown as { scope: string }).scope}:markers:${c}`)) === 'done',
-        2000,
+        { timeoutMs: 2000 },
       );
     } finally {
       redis.disconnect();
@@ -363,11 +363,11 @@ describe('inbox consumer, one batch at a time', () => {
       const messages = Array.from({ length: 30 }, (_, i) => orderEvent(`offsets-${i % 7}`, Math.floor(i / 7) + 1));
       await producer.send([{ topic, messages: messages.map((m) => ({ key: m.key, value: encodeEvent(m.event) })) }]);
       await c.start();
-      await waitFor('effects', async () => (await counts(messages)).every((x) => x === 1), 20_000);
-      await waitFor(
+      await eventually('effects', async () => (await counts(messages)).every((x) => x === 1), { timeoutMs: 20_000 });
+      await eventually(
         'offsets committed to the end',
         async () => (await admin.consumerLag(`offsets-${n - 1}`, topic)) === 0,
-        10_000,
+        { timeoutMs: 10_000 },
       );
     } finally {
       await c.stop();

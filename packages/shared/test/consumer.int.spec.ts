@@ -10,7 +10,7 @@ import { InboxConsumer, type InboxConsumerOptions } from '../src/messaging/consu
 import { encodeEvent } from '../src/messaging/envelope.js';
 import { ProcessedCache } from '../src/messaging/processed-cache.js';
 import { upsertIfNewer } from '../src/messaging/upsert.js';
-import { createTestDatabase, testBroker, testLogger } from '../src/testing/index.js';
+import { consumedPastSentinel, createTestDatabase, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import {
   effectCounts,
   kernelFixture,
@@ -18,8 +18,8 @@ import {
   orderEvent,
   readTopic,
   recordEffects,
+  sentinelsBehind,
   spawnFixture,
-  waitFor,
 } from './kernel.js';
 
 type Message = ReturnType<typeof orderEvent>;
@@ -60,8 +60,9 @@ describe('inbox consumer', () => {
       },
     ]);
 
-  async function consume(topic: string, extra: Partial<InboxConsumerOptions> = {}) {
-    const consumer = new InboxConsumer({
+  /** The consumer of `topic`, its group named `c-${topic}`, not started. */
+  function consumerOf(topic: string, extra: Partial<InboxConsumerOptions> = {}) {
+    return new InboxConsumer({
       name: `c-${topic}`,
       topics: [topic],
       broker: testBroker(fx.endpoints.kafkaBrokers),
@@ -71,9 +72,21 @@ describe('inbox consumer', () => {
       retryDelayMs: 10,
       ...extra,
     });
+  }
+
+  async function consume(topic: string, extra: Partial<InboxConsumerOptions> = {}) {
+    const consumer = consumerOf(topic, extra);
     await consumer.start();
     return consumer;
   }
+
+  /** Waits until the consumer of `topic` has committed past sentinels sent behind `messages`, on their keys. */
+  const consumedPast = (topic: string, messages: Message[]) =>
+    consumedPastSentinel(testBroker(fx.endpoints.kafkaBrokers), producer, {
+      groupId: `c-${topic}`,
+      topic,
+      sentinels: sentinelsBehind(messages),
+    });
 
   const countsFor = async (messages: Message[]) => {
     const counts = await effectCounts(fx.pool);
@@ -87,9 +100,9 @@ describe('inbox consumer', () => {
     await publish(topic, [...messages, messages[0] as Message, messages[2] as Message]);
     const consumer = await consume(topic, { registry });
     try {
-      await waitFor('effects', async () => (await countsFor(messages)).every((n) => n > 0));
+      await eventually('effects', async () => (await countsFor(messages)).every((n) => n > 0));
       await publish(topic, messages); // redelivered again, later
-      await waitFor(
+      await eventually(
         'the redeliveries seen',
         async () => /onto_inbox_duplicates_total\{[^}]*\} 5/.test(await registry.metrics()) || undefined,
       );
@@ -122,7 +135,7 @@ describe('inbox consumer', () => {
       },
     });
     try {
-      await waitFor('good effects', async () => (await countsFor(good)).every((n) => n === 1));
+      await eventually('good effects', async () => (await countsFor(good)).every((n) => n === 1));
       const dead = await readTopic(testBroker(fx.endpoints.kafkaBrokers), dlqOf(topic), 2);
       expect(dead).toHaveLength(2);
       const bad = dead.find((d) => String(d.value).startsWith('{"not"'));
@@ -163,7 +176,9 @@ describe('inbox consumer', () => {
     });
     try {
       await publish(topic, [stubborn, after]);
-      await waitFor('both applied', async () => (await countsFor([stubborn, after])).every((n) => n === 1), 20_000);
+      await eventually('both applied', async () => (await countsFor([stubborn, after])).every((n) => n === 1), {
+        timeoutMs: 20_000,
+      });
       expect(failuresLeft).toBeLessThan(0);
       const { rows } = await fx.pool.query<{ event_id: string }>(
         `SELECT event_id::text FROM effects WHERE key = 'hold' ORDER BY applied_at`,
@@ -204,7 +219,7 @@ describe('inbox consumer', () => {
       // kill lands in one of the two windows.
       const first = spawnFixture('consumer-process', { ...env, APPLY_DELAY_MS: '150', COMMIT_DELAY_MS: '150' });
       const applied = async () => (await countsFor(messages)).reduce((a, b) => a + b, 0);
-      await waitFor('some effects', async () => (await applied()) > 0, 30_000).catch((error) => {
+      await eventually('some effects', async () => (await applied()) > 0, { timeoutMs: 30_000 }).catch((error) => {
         throw new Error(`${error.message}; the consumer printed: ${first.output()}`);
       });
       first.child.kill('SIGKILL'); // a batch is open: its effects are applied but not committed
@@ -216,14 +231,14 @@ describe('inbox consumer', () => {
 
       const second = spawnFixture('consumer-process', env);
       try {
-        await waitFor('every effect', async () => (await countsFor(messages)).every((n) => n > 0), 60_000).catch(
-          (error) => {
-            throw new Error(
-              `${error.message}; the killed consumer printed: ${first.output().slice(-2000)}; the restarted one: ${second.output().slice(-3000)}`,
-            );
-          },
-        );
-        await new Promise((r) => setTimeout(r, 500));
+        await eventually('every effect', async () => (await countsFor(messages)).every((n) => n > 0), {
+          timeoutMs: 60_000,
+        }).catch((error) => {
+          throw new Error(
+            `${error.message}; the killed consumer printed: ${first.output().slice(-2000)}; the restarted one: ${second.output().slice(-3000)}`,
+          );
+        });
+        await consumedPast(topic, messages); // a late redelivery would have been applied by then
         const counts = await countsFor(messages);
         expect(counts.filter((n) => n !== 1)).toEqual([]);
       } finally {
@@ -246,7 +261,7 @@ describe('inbox consumer', () => {
       retryStrategy: () => 100,
     });
     redis.on('error', () => {});
-    await waitFor('redis', async () => redis.status === 'ready');
+    await eventually('redis', async () => redis.status === 'ready');
     const topic = await freshTopic();
     const registry = new Registry();
     const consumer = await consume(topic, { redis, registry });
@@ -257,14 +272,14 @@ describe('inbox consumer', () => {
     try {
       const before = [orderEvent('r', 1), orderEvent('r', 2)];
       await publish(topic, before);
-      await waitFor('before', async () => (await countsFor(before)).every((n) => n === 1));
+      await eventually('before', async () => (await countsFor(before)).every((n) => n === 1));
 
       server.kill('SIGKILL');
       await new Promise((resolve) => server.once('exit', resolve));
       const during = [orderEvent('r', 3), orderEvent('s', 1)];
       await publish(topic, [...during, ...before, ...during]);
-      await waitFor('during', async () => (await countsFor(during)).every((n) => n >= 1));
-      await waitFor(
+      await eventually('during', async () => (await countsFor(during)).every((n) => n >= 1));
+      await eventually(
         'duplicates caught by PostgreSQL',
         async () => (await metric('onto_inbox_duplicates_total', 'postgres')) >= 4,
       );
@@ -272,13 +287,13 @@ describe('inbox consumer', () => {
       expect(await countsFor([...before, ...during])).toEqual([1, 1, 1, 1]);
 
       server = redisServer();
-      await waitFor('redis back', async () => redis.status === 'ready', 15_000);
+      await eventually('redis back', async () => redis.status === 'ready', { timeoutMs: 15_000 });
       const after = [orderEvent('r', 4)];
       await publish(topic, after);
-      await waitFor('after', async () => (await countsFor(after))[0] === 1);
+      await eventually('after', async () => (await countsFor(after))[0] === 1);
       const redisHits = await metric('onto_inbox_duplicates_total', 'redis');
       await publish(topic, after);
-      await waitFor(
+      await eventually(
         'a duplicate caught by redis',
         async () => (await metric('onto_inbox_duplicates_total', 'redis')) > redisHits,
       );
@@ -299,8 +314,10 @@ describe('inbox consumer', () => {
     const consumer = await consume(topic, { deferral: { initialDelayMs: 50, maxAttempts: 20 } });
     try {
       await publish(topic, [effect, follower, unrelated]);
-      await waitFor('the unrelated event', async () => (await countsFor([unrelated]))[0] === 1);
-      await new Promise((r) => setTimeout(r, 300));
+      await eventually('the unrelated event', async () => (await countsFor([unrelated]))[0] === 1);
+      // Behind the unrelated event: one behind the effect's key would be parked with it. The group's
+      // commits cover every partition, so the effect and its follower were handled (parked) by then.
+      await consumedPast(topic, [unrelated]);
       expect(await countsFor([effect, follower])).toEqual([0, 0]);
       const parked = await fx.pool.query<{ event_id: string }>(
         'SELECT event_id::text FROM inbox_deferred WHERE consumer = $1 ORDER BY seq',
@@ -309,7 +326,7 @@ describe('inbox consumer', () => {
       expect(parked.rows.map((r) => r.event_id)).toEqual([effect.event.event_id, follower.event.event_id]);
 
       await publish(topic, [cause]);
-      await waitFor('all applied', async () => (await countsFor([cause, effect, follower])).every((n) => n === 1));
+      await eventually('all applied', async () => (await countsFor([cause, effect, follower])).every((n) => n === 1));
       const { rows } = await fx.pool.query<{ event_id: string }>(
         'SELECT event_id::text FROM effects ORDER BY applied_at',
       );
@@ -331,7 +348,7 @@ describe('inbox consumer', () => {
     const effect = orderEvent('raced-effect', 1, { causedBy: cause.event.event_id });
     let consumer: InboxConsumer | undefined;
     let raced = false;
-    consumer = await consume(topic, {
+    consumer = consumerOf(topic, {
       deferral: { initialDelayMs: 50, maxAttempts: 20 },
       faults: {
         // The effect's parking is written, not committed: a pass now reads no parked events.
@@ -342,18 +359,23 @@ describe('inbox consumer', () => {
         },
       },
     });
+    // Counts the consumer's passes over parked events, the first of which runs on its own timer.
+    const pass = consumer.retryDeferred.bind(consumer);
+    let passes = 0;
+    consumer.retryDeferred = () => pass().finally(() => passes++);
+    await consumer.start();
     try {
-      // After the consumer's first sweep, which would otherwise find the effect by chance.
-      await new Promise((r) => setTimeout(r, 300));
+      // After the consumer's first pass, which would otherwise find the effect by chance.
+      await eventually("the consumer's first pass over parked events", () => passes > 0);
       await publish(topic, [effect]);
-      await waitFor('the effect parked', async () => {
+      await eventually('the effect parked', async () => {
         const { rowCount } = await fx.pool.query('SELECT 1 FROM inbox_deferred WHERE consumer = $1', [`c-${topic}`]);
         return (rowCount ?? 0) > 0;
       });
       expect(raced).toBe(true);
       const sent = Date.now();
       await publish(topic, [cause]);
-      await waitFor('both applied', async () => (await countsFor([cause, effect])).every((n) => n === 1));
+      await eventually('both applied', async () => (await countsFor([cause, effect])).every((n) => n === 1));
       // Not at the next 5 s sweep: the pass that read too early did not leave the effect behind.
       expect(Date.now() - sent).toBeLessThan(2000);
     } finally {
@@ -369,7 +391,7 @@ describe('inbox consumer', () => {
     try {
       const began = Date.now();
       await publish(topic, [orphan, follower]);
-      await waitFor('the follower', async () => (await countsFor([follower]))[0] === 1, 20_000);
+      await eventually('the follower', async () => (await countsFor([follower]))[0] === 1, { timeoutMs: 20_000 });
       // The retries follow the backoff (20, 40 ms), not the 5 s sweep of a consumer that knows of
       // nothing parked: the timer is armed again when an event is parked.
       expect(Date.now() - began).toBeLessThan(4000);

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InboxConsumer, pruneInbox, uuidv7Floor } from '../src/messaging/consumer.js';
 import { uuidv7 } from '../src/messaging/uuidv7.js';
-import { testBroker, testLogger } from '../src/testing/index.js';
-import { effectCounts, kernelFixture, orderEvent, recordEffects, waitFor } from './kernel.js';
+import { eventually, testBroker, testLogger } from '../src/testing/index.js';
+import { effectCounts, kernelFixture, orderEvent, recordEffects } from './kernel.js';
 
 const DAY = 24 * 3600_000;
 
@@ -109,11 +109,11 @@ describe('inbox retention', () => {
       const second = orderEvent('r1', 2);
       const record = (m: typeof first) => ({ key: m.key, value: JSON.stringify(m.event) });
       await producer.send([{ topic, messages: [record(first)] }]);
-      await waitFor('the first event applied', async () => (await remaining(name)).has(first.event.event_id));
-      await waitFor('the stale row pruned', async () => !(await remaining(name)).has(stale as string));
+      await eventually('the first event applied', async () => (await remaining(name)).has(first.event.event_id));
+      await eventually('the stale row pruned', async () => !(await remaining(name)).has(stale as string));
       // Redelivered after a pruning pass, then followed on its partition by a new event.
       await producer.send([{ topic, messages: [record(first), record(second)] }]);
-      await waitFor('the second event applied', async () => (await remaining(name)).has(second.event.event_id));
+      await eventually('the second event applied', async () => (await remaining(name)).has(second.event.event_id));
       const counts = await effectCounts(fx.pool);
       expect(counts.get(first.event.event_id)).toBe(1);
       expect(counts.get(second.event.event_id)).toBe(1);

@@ -1,13 +1,20 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import type { Broker, IncomingMessage, Producer } from '../src/kafka/broker.js';
+import type { Broker, IncomingMessage, OutgoingMessage, Producer } from '../src/kafka/broker.js';
 import { TOPICS } from '../src/kafka/topics.js';
 import { kernelMigrations } from '../src/kernel-migrations.js';
 import type { ApplyEffects } from '../src/messaging/consumer.js';
-import { newEvent } from '../src/messaging/envelope.js';
+import { encodeEvent, newEvent } from '../src/messaging/envelope.js';
 import type { OutboxMessage } from '../src/messaging/outbox.js';
-import { createTestDatabase, createTestTopics, testEndpoints } from '../src/testing/index.js';
+import type { OutboxRelay } from '../src/messaging/relay.js';
+import {
+  committedToEnd,
+  createTestDatabase,
+  createTestTopics,
+  eventually,
+  testEndpoints,
+} from '../src/testing/index.js';
 
 export const kernelTracks = [
   kernelMigrations,
@@ -52,6 +59,18 @@ export function orderEvent(key: string, version: number, extra: { causedBy?: str
   } satisfies OutboxMessage<'object.updated'>;
 }
 
+/**
+ * One sentinel per partition key of `messages`: an order event of the same key, sent after them, so
+ * that it lands behind them on their partition. Its effect is recorded like any other.
+ */
+export function sentinelsBehind(messages: ReturnType<typeof orderEvent>[]): OutgoingMessage[] {
+  const byKey = new Map(messages.map((m) => [m.key, m]));
+  return [...byKey.values()].map((m) => {
+    const sentinel = orderEvent(String(m.event.payload.key), 1_000_000, { world: m.event.world_id });
+    return { key: sentinel.key, value: encodeEvent(sentinel.event) };
+  });
+}
+
 /** The effect of an order event: one row in `effects`, and a version-checked balance. */
 export const recordEffects: ApplyEffects = async (tx, events) => {
   await tx.query(
@@ -72,21 +91,11 @@ export async function effectCounts(pool: pg.Pool): Promise<Map<string, number>> 
   return new Map(rows.map((r) => [r.event_id, r.n]));
 }
 
-export async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined | false>,
-  timeoutMs = 20_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-/** Reads a topic from the beginning with a group of its own until `expected` records arrived. */
+/**
+ * Reads a topic from the beginning with a group of its own until `expected` records arrived, then
+ * on to the end of every partition, so that a record beyond the expected shows up too: call it once
+ * nothing that is tested still produces to the topic.
+ */
 export async function readTopic(
   broker: Broker,
   topic: string,
@@ -94,25 +103,35 @@ export async function readTopic(
   timeoutMs = 30_000,
 ): Promise<IncomingMessage[]> {
   const received: IncomingMessage[] = [];
-  const consumer = await broker.consumer({
-    groupId: `reader-${Math.random().toString(36).slice(2)}`,
-    topics: [topic],
-    fromBeginning: true,
-  });
+  const groupId = `reader-${Math.random().toString(36).slice(2)}`;
+  const consumer = await broker.consumer({ groupId, topics: [topic], fromBeginning: true });
   try {
     await consumer.run(async (batch) => {
       received.push(...batch.messages);
     });
-    await waitFor(
-      `${expected} records on ${topic} (have ${received.length})`,
-      async () => received.length >= expected,
-      timeoutMs,
+    await eventually(
+      () => `${expected} records on ${topic} (have ${received.length})`,
+      () => received.length >= expected,
+      { timeoutMs },
     );
-    await new Promise((r) => setTimeout(r, 300)); // anything beyond the expected shows up too
+    await committedToEnd(broker, groupId, topic, { timeoutMs });
     return received;
   } finally {
     await consumer.disconnect();
   }
+}
+
+/**
+ * Calls `idle` after every claim of `relay` that found nothing to publish: the loop that made it
+ * then sleeps until it is woken or its poll is due.
+ */
+export function onIdleClaim(relay: OutboxRelay, idle: () => void): void {
+  const claim = relay.publishBatch.bind(relay);
+  relay.publishBatch = async (loop) => {
+    const published = await claim(loop);
+    if (published === 0) idle();
+    return published;
+  };
 }
 
 /** Wraps a real producer so a test can make its next sends fail. */

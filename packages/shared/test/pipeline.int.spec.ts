@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inTransactionTogether, queryTogether, statementName } from '../src/db/pipeline.js';
-import { createTestDatabase, testEndpoints } from '../src/testing/index.js';
+import { blockedOnLock, createTestDatabase, testEndpoints } from '../src/testing/index.js';
 import { kernelTracks } from './kernel.js';
 
 describe('statements in one round trip', () => {
@@ -138,7 +138,7 @@ describe('statements in one round trip', () => {
         { text: 'SELECT key FROM balances' },
         { text: 'COMMIT' },
       ]);
-      await new Promise((r) => setTimeout(r, 100));
+      await blockedOnLock(pool, '%pg_advisory_xact_lock%'); // the read is sent behind the lock
       await holder.query('COMMIT');
       const results = await pending;
       expect(results[2]?.rows).toEqual([{ key: 'seen' }]);

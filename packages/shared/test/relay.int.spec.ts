@@ -4,8 +4,17 @@ import type { Producer } from '../src/kafka/broker.js';
 import { InboxConsumer } from '../src/messaging/consumer.js';
 import { enqueue } from '../src/messaging/outbox.js';
 import { OutboxRelay, pendingRows } from '../src/messaging/relay.js';
-import { testBroker, testLogger } from '../src/testing/index.js';
-import { effectCounts, kernelFixture, orderEvent, readTopic, recordEffects, spawnFixture, waitFor } from './kernel.js';
+import { consumedPastSentinel, eventually, testBroker, testLogger } from '../src/testing/index.js';
+import {
+  effectCounts,
+  kernelFixture,
+  onIdleClaim,
+  orderEvent,
+  readTopic,
+  recordEffects,
+  sentinelsBehind,
+  spawnFixture,
+} from './kernel.js';
 
 describe('outbox relay', () => {
   let fx: Awaited<ReturnType<typeof kernelFixture>>;
@@ -17,17 +26,16 @@ describe('outbox relay', () => {
    * backend inside a claim until PostgreSQL notices the closed socket; TRUNCATE then may deadlock
    * with it and be the one rolled back (a CI run saw it), so it is tried again.
    */
-  const emptyOutbox = async (...more: string[]) => {
-    for (let attempt = 1; ; attempt++) {
+  const emptyOutbox = (...more: string[]) =>
+    eventually('the outbox emptied without a deadlock', async () => {
       try {
         await fx.pool.query(`TRUNCATE ${['outbox', 'outbox_pending', 'outbox_sent', ...more].join(', ')}`);
-        return;
+        return true;
       } catch (error) {
-        if ((error as { code?: string }).code !== '40P01' || attempt === 5) throw error;
-        await new Promise((r) => setTimeout(r, 100 * attempt));
+        if ((error as { code?: string }).code !== '40P01') throw error;
+        return false;
       }
-    }
-  };
+    });
 
   beforeAll(async () => {
     fx = await kernelFixture();
@@ -74,8 +82,13 @@ describe('outbox relay', () => {
     });
     await consumer.start();
     try {
-      await waitFor('three effects', async () => (await effectCounts(fx.pool)).size === 3);
-      await new Promise((r) => setTimeout(r, 500));
+      await eventually('three effects', async () => (await effectCounts(fx.pool)).size === 3);
+      // The second copies were handled by then: applying one again would count it twice.
+      await consumedPastSentinel(testBroker(fx.endpoints.kafkaBrokers), producer, {
+        groupId: 'twice',
+        topic,
+        sentinels: sentinelsBehind(messages),
+      });
       const counts = await effectCounts(fx.pool);
       expect(ids.map((id) => counts.get(id))).toEqual([1, 1, 1]);
       const { rows } = await fx.pool.query('SELECT count(*)::int AS n FROM outbox_sent_rows');
@@ -102,7 +115,9 @@ describe('outbox relay', () => {
       }),
     );
     try {
-      await waitFor('both relays', async () => relays.every((r) => r.output().includes('relay started')), 30_000);
+      await eventually('both relays', async () => relays.every((r) => r.output().includes('relay started')), {
+        timeoutMs: 30_000,
+      });
       // Written while both relays run: each version of a key in its own transaction, in order.
       for (let v = 1; v <= versions; v++) {
         await enqueue(
@@ -112,7 +127,7 @@ describe('outbox relay', () => {
         );
       }
       const total = keys.length * versions;
-      await waitFor('the outbox drained', async () => (await pending()) === 0, 60_000);
+      await eventually('the outbox drained', async () => (await pending()) === 0, { timeoutMs: 60_000 });
       const published = relays.map((r) => r.output().match(/published (\d+)/g)?.length ?? 0);
       expect(
         published.every((n) => n > 0),
@@ -152,9 +167,11 @@ describe('outbox relay', () => {
     const env = { DATABASE_URL: fx.db.url, KAFKA_BROKERS: fx.endpoints.kafkaBrokers, BATCH_SIZE: '50' };
     const first = spawnFixture('relay-process', { ...env, PUBLISH_DELAY_MS: '200' });
     // Killed after some batches were acknowledged, while the next is published but not yet marked.
-    await waitFor('a batch acknowledged', async () => (await pending()) < 600, 30_000);
+    await eventually('a batch acknowledged', async () => (await pending()) < 600, { timeoutMs: 30_000 });
     const batches = first.output().split('published').length;
-    await waitFor('the next batch published', async () => first.output().split('published').length > batches, 30_000);
+    await eventually('the next batch published', async () => first.output().split('published').length > batches, {
+      timeoutMs: 30_000,
+    });
     first.child.kill('SIGKILL');
     await first.exited;
     const left = await pending();
@@ -163,7 +180,7 @@ describe('outbox relay', () => {
 
     const second = spawnFixture('relay-process', env);
     try {
-      await waitFor('the outbox drained', async () => (await pending()) === 0, 60_000);
+      await eventually('the outbox drained', async () => (await pending()) === 0, { timeoutMs: 60_000 });
     } finally {
       second.child.kill('SIGTERM');
       await second.exited;
@@ -177,13 +194,21 @@ describe('outbox relay', () => {
 
   it('wakes at once when a transaction of this process enqueues, without waiting for its poll', async () => {
     await emptyOutbox();
-    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 60_000 });
+    const relay = new OutboxRelay({
+      pool: fx.pool,
+      producer,
+      logger: testLogger,
+      concurrency: 2,
+      pollIntervalMs: 60_000,
+    });
+    let idle = 0;
+    onIdleClaim(relay, () => idle++);
     await relay.start();
     try {
-      await new Promise((r) => setTimeout(r, 200)); // the relay is asleep on its 60 s poll
+      await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
       const started = Date.now();
       await inTransaction(fx.pool, (tx) => enqueue(tx, orderEvent('local-wake', 1), fx.prefix));
-      await waitFor('sent', async () => (await pending()) === 0, 5000);
+      await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
       expect(Date.now() - started).toBeLessThan(2000);
     } finally {
       await relay.stop();
@@ -198,11 +223,14 @@ describe('outbox relay', () => {
       POLL_MS: '60000',
     });
     try {
-      await waitFor('the relay', async () => other.output().includes('relay started'), 30_000);
-      await new Promise((r) => setTimeout(r, 300)); // its first poll found nothing; it sleeps 60 s
+      await eventually('the relay', async () => other.output().includes('relay started'), { timeoutMs: 30_000 });
+      await eventually(
+        'both loops of the relay asleep on their 60 s poll',
+        () => other.output().split('found nothing').length > 2,
+      );
       const started = Date.now();
       await inTransaction(fx.pool, (tx) => enqueue(tx, orderEvent('notify', 1), fx.prefix));
-      await waitFor('sent by the other process', async () => (await pending()) === 0, 10_000);
+      await eventually('sent by the other process', async () => (await pending()) === 0, { timeoutMs: 10_000 });
       expect(Date.now() - started).toBeLessThan(3000);
       expect(other.output()).toContain('published 1');
     } finally {
@@ -213,10 +241,13 @@ describe('outbox relay', () => {
 
   it('falls back to polling when a notification is lost', async () => {
     await emptyOutbox();
-    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, pollIntervalMs: 300 });
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, concurrency: 2, pollIntervalMs: 300 });
+    let idle = 0;
+    onIdleClaim(relay, () => idle++);
     await relay.start();
     try {
-      await new Promise((r) => setTimeout(r, 100));
+      // After the loops' first claims, so that a poll, not the start, finds the row.
+      await eventually('both loops asleep until their poll', () => idle >= 2);
       // Inserted behind enqueue's back: no NOTIFY is sent, as when the listener was reconnecting.
       const m = orderEvent('lost-notify', 1);
       await fx.pool.query(
@@ -224,7 +255,7 @@ describe('outbox relay', () => {
          INSERT INTO outbox_pending (lane, id) SELECT 0, id FROM o`,
         [m.event.event_id, fx.topic('onto.changes.objects'), m.key, JSON.stringify(m.event)],
       );
-      await waitFor('sent by the poll', async () => (await pending()) === 0, 5000);
+      await eventually('sent by the poll', async () => (await pending()) === 0, { timeoutMs: 5000 });
     } finally {
       await relay.stop();
     }

@@ -8,7 +8,7 @@ import {
   parseEvent,
   signAccessToken,
 } from '@onto/shared';
-import { createTestDatabase, createTestTopics, testBroker, testEndpoints } from '@onto/shared/testing';
+import { createTestDatabase, createTestTopics, eventually, testBroker, testEndpoints } from '@onto/shared/testing';
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import control, { migrations } from '../src/app.js';
@@ -331,13 +331,7 @@ describe('control identity', () => {
         .filter((m) => m.key === 'heartbeat')
         .map((m) => parseEvent(m.value))
         .map((e) => e.payload as { watermark: number; keys: { kid: string }[] });
-    const until = async (what: string, check: () => boolean, ms = 10_000) => {
-      const deadline = Date.now() + ms;
-      while (!check()) {
-        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    };
+    const until = (what: string, check: () => boolean) => eventually(what, check, { timeoutMs: 10_000 });
     try {
       await consumer.run(async (batch) => {
         seen.push(...batch.messages);

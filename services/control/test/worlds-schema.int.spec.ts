@@ -1,5 +1,13 @@
 import { type IncomingMessage, parseEvent } from '@onto/shared';
-import { buildTestService, createTestTopics, type TestService, testBroker, testEndpoints } from '@onto/shared/testing';
+import {
+  buildTestService,
+  committedToEnd,
+  createTestTopics,
+  eventually,
+  type TestService,
+  testBroker,
+  testEndpoints,
+} from '@onto/shared/testing';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as data from '../../data/src/app.js';
@@ -54,14 +62,16 @@ async function stack(provisioners: ('data' | 'intelligence')[], timeoutMs = 30_0
     prefix: topics.prefix,
     admin,
     call,
-    async until(world: string, status: string, timeout = 20_000) {
-      const deadline = Date.now() + timeout;
-      for (;;) {
-        const res = await call('GET', `/v1/worlds/${world}`);
-        if (res.json().status === status) return res.json();
-        if (Date.now() > deadline) throw new Error(`world ${world} is ${res.json().status}, not ${status}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
+    until(world: string, status: string, timeoutMs = 20_000) {
+      let last: { status?: string; confirmedBy?: string[]; failure?: string | null } = {};
+      return eventually(
+        () => `world ${world} to be ${status}, not ${last.status}`,
+        async () => {
+          last = (await call('GET', `/v1/worlds/${world}`)).json();
+          return last.status === status ? last : undefined;
+        },
+        { timeoutMs, intervalMs: 100 },
+      );
     },
     async close() {
       await Promise.all([c, ...Object.values(others)].map((s) => s.close()));
@@ -172,16 +182,18 @@ describe('worlds and their schema', () => {
     ]);
 
     const records: IncomingMessage[] = [];
-    const consumer = await testBroker(testEndpoints().kafkaBrokers).consumer({
-      groupId: `${s.prefix}schema-reader`,
-      topics: [`${s.prefix}onto.schema`],
-    });
+    const broker = testBroker(testEndpoints().kafkaBrokers);
+    const reader = { groupId: `${s.prefix}schema-reader`, topic: `${s.prefix}onto.schema` };
+    const consumer = await broker.consumer({ groupId: reader.groupId, topics: [reader.topic] });
     await consumer.run(async (batch) => {
       records.push(...batch.messages);
     });
-    const deadline = Date.now() + 15_000;
-    while (records.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-    await consumer.disconnect();
+    try {
+      await eventually('two schema records', () => records.length >= 2, { timeoutMs: 15_000 });
+      await committedToEnd(broker, reader.groupId, reader.topic); // a third one shows up too
+    } finally {
+      await consumer.disconnect();
+    }
     const events = records.map((r) => ({ record: r, event: parseEvent(r.value) }));
     expect(events.map((e) => e.event.version)).toEqual([1, 2]);
     for (const { record, event } of events) {
@@ -322,17 +334,17 @@ describe('worlds and their schema', () => {
     const res = await s.call('DELETE', '/v1/worlds/staging');
     expect(res.statusCode, res.body).toBe(202);
     expect(res.json().status).toBe('DELETING');
-    await expect(
-      (async () => {
-        const deadline = Date.now() + 20_000;
-        for (;;) {
-          const { rows } = await s.control.app.pg.query(`SELECT status FROM worlds WHERE id = 'staging'`);
-          if (rows[0]?.status === 'DELETED') return 'DELETED';
-          if (Date.now() > deadline) return rows[0]?.status;
-          await new Promise((r) => setTimeout(r, 100));
-        }
-      })(),
-    ).resolves.toBe('DELETED');
+    let status: string | undefined;
+    await eventually(
+      () => `world staging DELETED, not ${status}`,
+      async () => {
+        const { rows } = await s.control.app.pg.query(`SELECT status FROM worlds WHERE id = 'staging'`);
+        status = rows[0]?.status;
+        return status === 'DELETED';
+      },
+      { intervalMs: 100 },
+    );
+    expect(status).toBe('DELETED');
     for (const svc of ['data', 'intelligence']) {
       const { rows } = await (s.others[svc] as Service).app.pg.query(`SELECT id FROM worlds WHERE id = 'staging'`);
       expect(rows, svc).toEqual([]);
@@ -381,17 +393,30 @@ describe('a world that a service never provisions', () => {
       const failed = await s.until('doomed', 'FAILED', 15_000);
       expect(failed.failure).toBe('provisioning timed out waiting for intelligence');
       expect(failed.confirmedBy).toEqual(['data']);
-      const deadline = Date.now() + 15_000;
+      const dataPg = (s.others.data as Service).app.pg;
       let rows: unknown[] = [{}];
-      while (rows.length > 0 && Date.now() < deadline) {
-        rows = (await (s.others.data as Service).app.pg.query(`SELECT id FROM worlds WHERE id = 'doomed'`)).rows;
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await eventually(
+        'doomed dropped in data',
+        async () => {
+          rows = (await dataPg.query(`SELECT id FROM worlds WHERE id = 'doomed'`)).rows;
+          return rows.length === 0;
+        },
+        { timeoutMs: 15_000, intervalMs: 100 },
+      );
       expect(rows).toEqual([]); // compensated
+      // Whatever data reported about the drop has been published and handled by control by then.
+      await eventually(
+        "data's outbox published",
+        async () => (await dataPg.query('SELECT 1 FROM outbox_pending LIMIT 1')).rowCount === 0,
+      );
+      await committedToEnd(
+        testBroker(testEndpoints().kafkaBrokers),
+        `${s.prefix}control-worlds`,
+        `${s.prefix}onto.storage`,
+      );
       const { rows: control } = await s.control.app.pg.query(
         `SELECT status, dropped_by FROM worlds WHERE id = 'doomed'`,
       );
-      await new Promise((r) => setTimeout(r, 500));
       expect(control[0]?.status).toBe('FAILED');
       expectProblem(await s.call('POST', '/v1/worlds', s.admin, { id: 'child', from: { world: 'doomed' } }), 409);
     } finally {

@@ -1,5 +1,5 @@
 import { encodeEvent, newEvent, uuidv7 } from '@onto/shared';
-import { testBroker, testEndpoints } from '@onto/shared/testing';
+import { blockedOnLock, testBroker, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cutCommit } from '../src/storage/commit.js';
 import { dataStack, type Stack } from './stack.js';
@@ -152,7 +152,7 @@ describe('change events and the schema replica', () => {
       const cutting = cutCommit(pool).then((c) => {
         cut = c;
       });
-      await new Promise((r) => setTimeout(r, 200));
+      await blockedOnLock(pool, 'LOCK TABLE object_heads%'); // the cut waits for the write
       expect(cut).toBeUndefined();
       await writer.query('ROLLBACK');
       await cutting;

@@ -1,5 +1,13 @@
 import { type EventEnvelope, type IncomingMessage, parseEvent } from '@onto/shared';
-import { buildTestService, createTestTopics, type TestService, testBroker, testEndpoints } from '@onto/shared/testing';
+import {
+  buildTestService,
+  committedToEnd,
+  createTestTopics,
+  eventually,
+  type TestService,
+  testBroker,
+  testEndpoints,
+} from '@onto/shared/testing';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { expect } from 'vitest';
 import * as control from '../../control/src/app.js';
@@ -75,15 +83,17 @@ export async function dataStack(
       return inject(i.app, method, url, call);
     },
 
-    /** Polls `probe` until it returns something, at most `ms`. */
+    /** Polls `probe` until it returns something other than undefined (null and false count), at most `ms`. */
     async until<T>(what: string, probe: () => Promise<T | undefined>, ms = 15_000): Promise<T> {
-      const deadline = Date.now() + ms;
-      for (;;) {
-        const value = await probe();
-        if (value !== undefined) return value;
-        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-        await new Promise((r) => setTimeout(r, 25));
-      }
+      const found = await eventually(
+        what,
+        async () => {
+          const value = await probe();
+          return value === undefined ? undefined : { value };
+        },
+        { timeoutMs: ms },
+      );
+      return found.value;
     },
 
     /**
@@ -171,23 +181,29 @@ export async function dataStack(
       return res.json().accessToken as string;
     },
 
-    /** Every record on a (logical) topic until `done` says enough, read with a group of its own. */
+    /**
+     * Every record on a (logical) topic until `done` says enough, and then on to the end of every
+     * partition, so that a record beyond them (a duplicate, say) shows up too; read with a group of
+     * its own.
+     */
     async records(
       topic: string,
       done: (events: { record: IncomingMessage; event: EventEnvelope }[]) => boolean,
       ms = 15_000,
     ) {
       const seen: { record: IncomingMessage; event: EventEnvelope }[] = [];
-      const consumer = await testBroker(kafkaBrokers).consumer({
+      const broker = testBroker(kafkaBrokers);
+      const reader = {
         groupId: `${topics.prefix}reader-${Math.random().toString(36).slice(2)}`,
-        topics: [`${topics.prefix}${topic}`],
-        maxWaitTimeMs: 100,
-      });
+        topic: `${topics.prefix}${topic}`,
+      };
+      const consumer = await broker.consumer({ groupId: reader.groupId, topics: [reader.topic], maxWaitTimeMs: 100 });
       await consumer.run(async (batch) => {
         for (const record of batch.messages) seen.push({ record, event: parseEvent(record.value) });
       });
       try {
-        await s.until(`records on ${topic}`, async () => (done(seen) ? true : undefined), ms);
+        await eventually(`records on ${topic}`, () => done(seen), { timeoutMs: ms });
+        await committedToEnd(broker, reader.groupId, reader.topic, { timeoutMs: ms });
       } finally {
         await consumer.disconnect();
       }

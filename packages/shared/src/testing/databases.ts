@@ -3,6 +3,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
 import { type MigrationTrack, migrate } from '../db/migrate.js';
+import { eventually } from './eventually.js';
 
 function withDatabase(url: string, database: string): string {
   const u = new URL(url);
@@ -80,12 +81,11 @@ function ownDatabase(serverUrl: string, name: string): TestDatabase {
     // emits an error, on a pool that no test listens to any more (a CI run failed on one).
     drop: () =>
       admin(serverUrl, async (client) => {
-        const deadline = Date.now() + 2000;
-        for (;;) {
-          const { rowCount } = await client.query('SELECT 1 FROM pg_stat_activity WHERE datname = $1', [name]);
-          if (!rowCount || Date.now() > deadline) break;
-          await new Promise((r) => setTimeout(r, 20));
-        }
+        await eventually(
+          `the connections to ${name} closed`,
+          async () => !(await client.query('SELECT 1 FROM pg_stat_activity WHERE datname = $1', [name])).rowCount,
+          { timeoutMs: 2000, intervalMs: 20 },
+        ).catch(() => {}); // those still open after that are ended by FORCE
         await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       }).then(() => {}),
   };

@@ -1,4 +1,7 @@
 export { buildTestService, type TestService } from './app.js';
 export { createEmptyTestDatabase, createTestDatabase, type TestDatabase } from './databases.js';
 export { dockerAvailable, ENV, endpointsFromEnv, type TestEndpoints, testEndpoints } from './env.js';
+export { type EventuallyOptions, eventually } from './eventually.js';
 export { createTestTopics, testBroker, testLogger } from './kafka.js';
+export { blockedOnLock } from './locks.js';
+export { committedToEnd, consumedPastSentinel } from './sentinel.js';

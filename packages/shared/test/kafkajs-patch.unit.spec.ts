@@ -304,6 +304,7 @@ describe('the patched request timeout check (a timer while requests are in fligh
     const answered = send(q, 3);
     const short = send(q, 1);
     const long = send(q, 2, 600);
+    // The broker's answer to the first request, due before any timeout: part of the scenario, not a wait.
     setTimeout(() => q.fulfillRequest({ correlationId: 3, payload: null, size: 0 }), 50);
     const [a, s, l] = await Promise.all([answered, short, long]);
     expect(a.outcome).toBe('answered');
