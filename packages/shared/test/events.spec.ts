@@ -83,9 +83,7 @@ describe('CloudEvents headers', () => {
     const event = objectCreated(created);
     const reordered = JSON.stringify({ payload: event.payload, ...event });
     expect(reordered).not.toBe(canonicalJson(event));
-    expect(cloudEventHeaders(event.event_id, reordered)).toEqual(
-      cloudEventHeaders(event.event_id, encodeEvent(event)),
-    );
+    expect(cloudEventHeaders(event.event_id, reordered)).toEqual(cloudEventHeaders(event.event_id, encodeEvent(event)));
     expect(cloudEventHeaders('id-1', '{"payload":{"key":"k"},"version":1}')).toEqual({
       ce_specversion: '1.0',
       ce_id: 'id-1',

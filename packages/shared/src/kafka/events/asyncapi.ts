@@ -1,4 +1,10 @@
-import { EVENT_TYPES, EventEnvelopeSchema, type EventType, PRODUCERS, type ProducerName } from '../../messaging/envelope.js';
+import {
+  EVENT_TYPES,
+  EventEnvelopeSchema,
+  type EventType,
+  PRODUCERS,
+  type ProducerName,
+} from '../../messaging/envelope.js';
 import { dlqOf, FIXED_PARTITIONS, TOPIC_NAMES, TOPICS, type TopicName } from '../topics.js';
 import { CLOUDEVENTS_SPEC_VERSION, cloudEventSource } from './cloudevents.js';
 import { EVENT_SCHEMA_VERSION, eventSchemaId, TOPIC_CONSUMERS } from './contract.js';

@@ -18,7 +18,9 @@ export interface SchemaLock {
 
 export function currentSchemaLock(): SchemaLock {
   const types = Object.keys(EVENT_TYPES).sort() as EventType[];
-  return { events: Object.fromEntries(types.map((t) => [t, { version: EVENT_SCHEMA_VERSION, schema: eventSchema(t) }])) };
+  return {
+    events: Object.fromEntries(types.map((t) => [t, { version: EVENT_SCHEMA_VERSION, schema: eventSchema(t) }])),
+  };
 }
 
 export interface BreakingChange {
@@ -29,14 +31,23 @@ export interface BreakingChange {
 
 const variants = (s: Schema): Schema[] => (Array.isArray(s.anyOf) ? (s.anyOf as Schema[]) : [s]);
 const label = (s: Schema) =>
-  'const' in s ? JSON.stringify(s.const) : typeof s.type === 'string' ? s.type : Object.keys(s).length ? 'schema' : 'any';
+  'const' in s
+    ? JSON.stringify(s.const)
+    : typeof s.type === 'string'
+      ? s.type
+      : Object.keys(s).length
+        ? 'schema'
+        : 'any';
 
 /** What makes `after` accept less, or promise less, than `before`, at `path`. */
 function compare(before: Schema, after: Schema, path: string, out: (path: string, change: string) => void): void {
   // A schema that accepts anything (`{}`, or a description only) promises nothing: any change to it is allowed.
   const open = (s: Schema) => !('type' in s) && !('anyOf' in s) && !('const' in s);
   if (open(before)) return;
-  if (open(after)) return out(path, `was ${label(before)}, is now any value`);
+  if (open(after)) {
+    out(path, `was ${label(before)}, is now any value`);
+    return;
+  }
   if (Array.isArray(before.anyOf) || Array.isArray(after.anyOf)) {
     const now = variants(after);
     for (const old of variants(before)) {
@@ -63,7 +74,10 @@ function compare(before: Schema, after: Schema, path: string, out: (path: string
     }
     return;
   }
-  if (before.type !== after.type) return out(path, `type was ${label(before)}, is now ${label(after)}`);
+  if (before.type !== after.type) {
+    out(path, `type was ${label(before)}, is now ${label(after)}`);
+    return;
+  }
   for (const bound of ['minimum', 'minLength', 'minItems'] as const) {
     const [b, a] = [before[bound] as number | undefined, after[bound] as number | undefined];
     if (a !== undefined && (b === undefined || a > b)) out(path, `${bound} raised from ${b ?? 'none'} to ${a}`);
@@ -79,7 +93,10 @@ function compare(before: Schema, after: Schema, path: string, out: (path: string
     compare(before.items as Schema, after.items as Schema, `${path}[]`, out);
   }
   if (before.type !== 'object') return;
-  const [bp, ap] = [(before.properties ?? {}) as Record<string, Schema>, (after.properties ?? {}) as Record<string, Schema>];
+  const [bp, ap] = [
+    (before.properties ?? {}) as Record<string, Schema>,
+    (after.properties ?? {}) as Record<string, Schema>,
+  ];
   const [br, ar] = [new Set((before.required ?? []) as string[]), new Set((after.required ?? []) as string[])];
   for (const [name, schema] of Object.entries(bp)) {
     const at = `${path}/${name}`;
@@ -123,7 +140,10 @@ export function breakingChanges(previous: SchemaLock, current: SchemaLock): Brea
 export function compatibilityReport(previous: SchemaLock, current: SchemaLock): { ok: boolean; text: string } {
   const breaking = breakingChanges(previous, current);
   const added = Object.keys(current.events).filter((t) => !(t in previous.events));
-  const lines = breaking.map((b) => `BREAKING ${b.type} v${current.events[b.type]?.version ?? previous.events[b.type]?.version}${b.path ? ` ${b.path}` : ''}: ${b.change}`);
+  const lines = breaking.map(
+    (b) =>
+      `BREAKING ${b.type} v${current.events[b.type]?.version ?? previous.events[b.type]?.version}${b.path ? ` ${b.path}` : ''}: ${b.change}`,
+  );
   if (added.length > 0) lines.push(`new event types: ${added.join(', ')}`);
   lines.push(
     breaking.length === 0
