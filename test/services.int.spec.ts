@@ -85,7 +85,7 @@ describe.each(SERVICES)('$name service', (service) => {
     expect(doc.asyncapi).toBe('3.0.0');
     const own = TOPIC_NAMES.filter((t) => TOPICS[t].producer === service.name);
     expect(own.length).toBeGreaterThan(0);
-    expect(Object.keys(doc.channels).filter((c) => !c.endsWith('.dlq'))).toEqual(own);
+    expect(Object.keys(doc.channels)).toEqual(expect.arrayContaining(own));
   });
 });
 

@@ -7,7 +7,7 @@ import {
 } from '../../messaging/envelope.js';
 import { dlqOf, FIXED_PARTITIONS, TOPIC_NAMES, TOPICS, type TopicName } from '../topics.js';
 import { CLOUDEVENTS_SPEC_VERSION, cloudEventSource } from './cloudevents.js';
-import { EVENT_SCHEMA_VERSION, eventSchemaId, TOPIC_CONSUMERS } from './contract.js';
+import { EVENT_SCHEMA_VERSION, eventSchemaId, producerOf, TOPIC_CONSUMERS } from './contract.js';
 import { EVENT_PAYLOADS } from './payloads.js';
 
 /**
@@ -81,7 +81,7 @@ export function eventSchema(type: EventType): Json {
     properties: {
       ...properties,
       type: { type: 'string', const: type },
-      producer: { type: 'string', const: TOPICS[EVENT_TYPES[type]].producer },
+      producer: { type: 'string', const: producerOf(type, EVENT_TYPES[type]) },
       payload: plain(EVENT_PAYLOADS[type]),
     },
   };
@@ -117,14 +117,15 @@ export function asyncApiDocument(service?: ProducerName): Json {
   const messages: Json = {};
   let deadLetters = false;
   for (const topic of TOPIC_NAMES) {
-    const producer = TOPICS[topic].producer as ProducerName;
+    const owner = TOPICS[topic].producer as ProducerName;
     const consumers = TOPIC_CONSUMERS[topic];
     const types = typesOf(topic);
-    if (!service || producer === service) {
+    const producers = [...new Set(types.map((t) => producerOf(t, topic)))];
+    if (!service || producers.includes(service)) {
       channels[topic] = {
         address: topic,
         title: topic,
-        description: `Produced by ${producer}; consumed by ${consumers.map((c) => `${c.service} (group ${c.group})`).join(', ') || 'no onto service'}. Key: ${keySchema(topic).description}.`,
+        description: `Produced by ${producers.join(' and ')} (owner ${owner}); consumed by ${consumers.map((c) => `${c.service} (group ${c.group})`).join(', ') || 'no onto service'}. Key: ${keySchema(topic).description}.`,
         messages: Object.fromEntries(types.map((t) => [t, { $ref: `#/components/messages/${t}` }])),
         bindings: {
           kafka: {
@@ -140,19 +141,23 @@ export function asyncApiDocument(service?: ProducerName): Json {
           title: t,
           summary: plain(EVENT_PAYLOADS[t]).description ?? t,
           contentType: 'application/json',
-          headers: eventHeaders(t, producer),
+          headers: eventHeaders(t, producerOf(t, topic)),
           payload: eventSchema(t),
           bindings: { kafka: { key: keySchema(topic), bindingVersion: KAFKA_BINDING } },
           'x-onto-schema-version': EVENT_SCHEMA_VERSION,
         };
       }
-      operations[`${producer}.send.${topic}`] = {
-        action: 'send',
-        title: `${producer} publishes ${topic}`,
-        channel: channelRef(topic),
-        messages: types.map((t) => ({ $ref: `#/channels/${topic}/messages/${t}` })),
-        tags: [tagRef(producer)],
-      };
+      for (const producer of producers.filter((p) => !service || p === service)) {
+        operations[`${producer}.send.${topic}`] = {
+          action: 'send',
+          title: `${producer} publishes on ${topic}`,
+          channel: channelRef(topic),
+          messages: types
+            .filter((t) => producerOf(t, topic) === producer)
+            .map((t) => ({ $ref: `#/channels/${topic}/messages/${t}` })),
+          tags: [tagRef(producer)],
+        };
+      }
       for (const c of consumers) {
         operations[`${c.group}.receive.${topic}`] = {
           action: 'receive',

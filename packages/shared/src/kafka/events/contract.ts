@@ -1,7 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
-import type { EventType } from '../../messaging/envelope.js';
-import type { TopicName } from '../topics.js';
+import type { EventType, ProducerName } from '../../messaging/envelope.js';
+import { TOPICS, type TopicName } from '../topics.js';
 import { EVENT_PAYLOADS } from './payloads.js';
 
 /**
@@ -17,6 +17,16 @@ export const payloadSchemaOf = (type: EventType): TSchema => EVENT_PAYLOADS[type
 
 /** The JSON Schema id of an event type's payload: also its CloudEvents `dataschema`. */
 export const eventSchemaId = (type: string, version = EVENT_SCHEMA_VERSION) => `urn:onto:event:${type}:v${version}`;
+
+/** Events published on a topic by a service other than its owner: data's answers to the action saga. */
+const PRODUCED_ELSEWHERE: Partial<Record<EventType, ProducerName>> = {
+  'action.step.completed': 'data',
+  'action.step.refused': 'data',
+};
+
+/** The service that produces an event type. */
+export const producerOf = (type: EventType, topic: TopicName): ProducerName =>
+  PRODUCED_ELSEWHERE[type] ?? (TOPICS[topic].producer as ProducerName);
 
 /** The consumer groups of each topic: a service and its group's name (before the topic prefix). */
 export const TOPIC_CONSUMERS: Record<TopicName, { service: string; group: string }[]> = {
