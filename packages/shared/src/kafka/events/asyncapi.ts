@@ -25,7 +25,15 @@ const plain = (schema: unknown): Json => JSON.parse(JSON.stringify(schema));
 /** The fields a topic's partition key is made of, in order, read from the catalogue's key function. */
 export function keyParts(topic: TopicName): string[] {
   const parts: string[] = [];
-  const probe = new Proxy({}, { get: (_target, name) => (parts.push(String(name)), String(name)) });
+  const probe = new Proxy(
+    {},
+    {
+      get: (_target, name) => {
+        parts.push(String(name));
+        return String(name);
+      },
+    },
+  );
   (TOPICS[topic].key as (p: never) => string)(probe as never);
   return parts;
 }
