@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import {
@@ -72,6 +73,8 @@ interface Read {
 
 describe('every event the services produce matches the published contract', () => {
   let s: IntelligenceStack;
+  /** What the first test read of onto.changes.objects, for the consumer guide's example to match. */
+  let objectRecords: Read[] = [];
 
   beforeAll(async () => {
     s = await intelligenceStack({ partitions: 2 });
@@ -290,8 +293,39 @@ describe('every event the services produce matches the published contract', () =
           faults.push(`${at} ${event.type}: header ${name} is ${r.headers[name]}, not ${value}`);
       }
     }
+    objectRecords = records.filter((r) => r.topic === 'onto.changes.objects');
     expect(faults).toEqual([]);
     expect([...typesSeen()].sort()).toEqual(expected.sort());
     expect(records.length).toBeGreaterThan(expected.length);
   }, 240_000);
+  it("runs the consumer guide's kcat + jq example: one line per event, filtered on ce_type, duplicates dropped", async () => {
+    const updates = objectRecords.filter((r) => r.headers.ce_type === 'object.updated');
+    expect(updates.length).toBeGreaterThan(1);
+    // A redelivery, as at-least-once delivery may make one: the same record once more.
+    const kafka = new Kafka({ brokers: testEndpoints().kafkaBrokers.split(','), logLevel: logLevel.NOTHING });
+    const producer = kafka.producer();
+    await producer.connect();
+    const again = updates[0] as Read;
+    await producer.send({
+      topic: `${s.prefix}onto.changes.objects`,
+      messages: [{ key: again.key, value: again.value, headers: again.headers, partition: again.partition }],
+    });
+    await producer.disconnect();
+    const script = fileURLToPath(new URL('../docs/examples/consume.sh', import.meta.url));
+    const output = execFileSync(
+      'bash',
+      [script, testEndpoints().kafkaBrokers, `${s.prefix}onto.changes.objects`, 'object.updated'],
+      { encoding: 'utf8' },
+    );
+    const lines = output
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.id).sort()).toEqual(updates.map((r) => r.headers.ce_id).sort());
+    expect(new Set(lines.map((l) => l.type))).toEqual(new Set(['object.updated']));
+    expect(lines.find((l) => l.subject === `${W}/Order/o-1` && l.payload.after?.amount === 5)).toMatchObject({
+      world: W,
+      payload: { type: 'Order', pk: 'o-1', before: { amount: 500 } },
+    });
+  });
 });
