@@ -79,6 +79,11 @@ describe('CloudEvents headers', () => {
     expect(headers).toMatchObject({ ce_type: 'object.created', ce_source: '/onto/data' });
   });
 
+  it('unescape a JSON string value: a key with a quote and a backslash', () => {
+    const event = { ...objectCreated(created), key: 'a"b\\c/é' };
+    expect(cloudEventHeaders(event.event_id, canonicalJson(event)).ce_subject).toBe('a"b\\c/é');
+  });
+
   it('read a body in another key order by parsing it whole, and carry only the id for a non-event', () => {
     const event = objectCreated(created);
     const reordered = JSON.stringify({ payload: event.payload, ...event });

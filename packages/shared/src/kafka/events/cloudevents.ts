@@ -18,18 +18,44 @@ interface EnvelopeHead {
   world_id?: unknown;
 }
 
+/** The JSON string value of `"name":` at or after `from` (before `to`), or undefined. */
+function stringField(body: string, name: string, from: number, to: number): string | undefined {
+  const at = body.indexOf(`,"${name}":"`, from);
+  if (at < 0 || at > to) return undefined;
+  const open = at + name.length + 4;
+  let close = open + 1;
+  let escaped = false;
+  for (; close < body.length; close++) {
+    const c = body.charCodeAt(close);
+    if (c === 0x5c) {
+      escaped = true;
+      close++;
+    } else if (c === 0x22) break;
+  }
+  const text = body.slice(open, close + 1);
+  return escaped ? (JSON.parse(text) as string) : text.slice(1, -1);
+}
+
 /**
  * The envelope fields the headers need, read from its canonical JSON (keys sorted) without
- * parsing the payload: the fields before it are flat, and so are the ones after it, from
- * `"producer"` on. A quote inside a JSON string is escaped, so `,"payload":` and `,"producer":"`
- * appear unescaped only as the envelope's own keys. Any other body is parsed whole.
+ * parsing the payload: `key` and `occurred_at` come before it, `producer`, `type` and `world_id`
+ * after it. A quote inside a JSON string is escaped, so `,"payload":` and `,"producer":"` appear
+ * unescaped only as the envelope's own keys. Any other body is parsed whole. (Parsing the two
+ * flat parts and spreading them cost more than parsing the whole 1.3 kB body.)
  */
 function envelopeHead(body: string): EnvelopeHead {
   const payload = body.indexOf(',"payload":');
   const producer = body.lastIndexOf(',"producer":"');
   try {
     if (body.startsWith('{"causal_order":') && payload > 0 && producer > payload) {
-      return { ...JSON.parse(`${body.slice(0, payload)}}`), ...JSON.parse(`{${body.slice(producer + 1)}`) };
+      const head: EnvelopeHead = {
+        key: stringField(body, 'key', 0, payload),
+        occurred_at: stringField(body, 'occurred_at', 0, payload),
+        producer: stringField(body, 'producer', producer, body.length),
+        type: stringField(body, 'type', producer, body.length),
+        world_id: stringField(body, 'world_id', producer, body.length),
+      };
+      if (Object.values(head).every((v) => v !== undefined)) return head;
     }
     const parsed: unknown = JSON.parse(body);
     return parsed !== null && typeof parsed === 'object' ? (parsed as EnvelopeHead) : {};
