@@ -1,4 +1,4 @@
-import { enqueue, newEvent, TOPICS } from '@onto/shared';
+import { asyncApiDocument, enqueue, newEvent, TOPIC_NAMES, TOPICS } from '@onto/shared';
 import { buildTestService, createTestTopics, testBroker, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
@@ -76,6 +76,17 @@ describe.each(SERVICES)('$name service', (service) => {
     expect(doc.info.title).toBe(`onto ${service.name}`);
     expect(doc.paths['/ready'].get.responses).toHaveProperty('503');
   });
+
+  it('serves the AsyncAPI document of the topics it produces', async () => {
+    const res = await built.app.inject({ method: 'GET', url: '/docs/asyncapi.json' });
+    expect(res.statusCode).toBe(200);
+    const doc = res.json();
+    expect(doc).toEqual(asyncApiDocument(service.name as never));
+    expect(doc.asyncapi).toBe('3.0.0');
+    const own = TOPIC_NAMES.filter((t) => TOPICS[t].producer === service.name);
+    expect(own.length).toBeGreaterThan(0);
+    expect(Object.keys(doc.channels)).toEqual(expect.arrayContaining(own));
+  });
 });
 
 describe.each(SERVICES)('$name service outbox', (service) => {
@@ -91,7 +102,13 @@ describe.each(SERVICES)('$name service outbox', (service) => {
         version: 1,
         producer: 'control',
         producerSeq: 1,
-        payload: { from: service.name },
+        payload: {
+          version: 1,
+          previousVersion: 0,
+          diff: { changes: [], breaking: false },
+          schema: {},
+          author: service.name,
+        },
       });
       await enqueue(built.app.pg, { event, key: TOPICS['onto.schema'].key({ worldId: 'relay-check' }) }, topics.prefix);
       const consumer = await testBroker(kafkaBrokers).consumer({
@@ -104,7 +121,7 @@ describe.each(SERVICES)('$name service outbox', (service) => {
         });
       });
       await consumer.disconnect();
-      expect(JSON.parse(received)).toMatchObject({ event_id: event.event_id, payload: { from: service.name } });
+      expect(JSON.parse(received)).toMatchObject({ event_id: event.event_id, payload: { author: service.name } });
       const { rows } = await built.app.pg.query(
         'SELECT s.sent_at IS NOT NULL AS sent FROM outbox LEFT JOIN outbox_sent_rows s USING (id) WHERE event_id = $1',
         [event.event_id],

@@ -33,6 +33,7 @@ export { type BaseServiceConfig, fastifyOptions, type PlatformOptions, platformP
 export * from './http/problem.js';
 export { runService } from './http/server.js';
 export type * from './kafka/broker.js';
+export * from './kafka/events/index.js';
 export { createKafkaBroker, type KafkaBrokerOptions } from './kafka/kafkajs-broker.js';
 export { kafkaPlugin } from './kafka/plugin.js';
 export * from './kafka/topics.js';

@@ -12,7 +12,16 @@ const base = () =>
     version: 3,
     producer: 'data',
     producerSeq: 17,
-    payload: { after: { amount: 12 } },
+    payload: {
+      type: 'Order',
+      pk: '42',
+      version: 3,
+      before: { amount: 10 },
+      after: { amount: 12 },
+      actor: 'alice',
+      requestId: 'r1',
+      schemaVersion: 1,
+    },
   }) as unknown as Record<string, unknown>;
 
 describe('canonical JSON', () => {

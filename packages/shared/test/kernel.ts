@@ -5,9 +5,10 @@ import type { Broker, IncomingMessage, OutgoingMessage, Producer } from '../src/
 import { TOPICS } from '../src/kafka/topics.js';
 import { kernelMigrations } from '../src/kernel-migrations.js';
 import type { ApplyEffects } from '../src/messaging/consumer.js';
-import { encodeEvent, newEvent } from '../src/messaging/envelope.js';
+import { type EventEnvelope, encodeEvent, validateEvent } from '../src/messaging/envelope.js';
 import type { OutboxMessage } from '../src/messaging/outbox.js';
 import type { OutboxRelay } from '../src/messaging/relay.js';
+import { uuidv7 } from '../src/messaging/uuidv7.js';
 import {
   committedToEnd,
   createTestDatabase,
@@ -45,16 +46,21 @@ export async function kernelFixture() {
 export function orderEvent(key: string, version: number, extra: { causedBy?: string; world?: string } = {}) {
   const worldId = extra.world ?? 'w1';
   return {
-    event: newEvent({
+    // A synthetic event: the envelope is checked, the payload is the tests' own, not object.updated's
+    // published schema (docs/adr/0020), so newEvent's contract check is not asked.
+    event: validateEvent({
+      event_id: uuidv7(),
       type: 'object.updated',
-      worldId,
+      world_id: worldId,
       key: `order/${key}`,
       version,
+      caused_by: extra.causedBy ?? null,
+      causal_order: 0,
       producer: 'data',
-      producerSeq: version,
+      producer_seq: version,
+      occurred_at: new Date().toISOString(),
       payload: { key, seq: version, amount: version * 10 },
-      causedBy: extra.causedBy ?? null,
-    }),
+    }) as EventEnvelope & { type: 'object.updated' },
     key: TOPICS['onto.changes.objects'].key({ worldId, objectType: 'order', pk: key }),
   } satisfies OutboxMessage<'object.updated'>;
 }

@@ -115,8 +115,9 @@ describe('change events and the schema replica', () => {
       payload: {
         version: 1,
         previousVersion: 0,
-        diff: {},
+        diff: { changes: [], breaking: false },
         schema: { objectTypes: {}, linkTypes: {}, actionTypes: {} },
+        author: 'test',
       },
     });
     await producer.send([{ topic: `${s.prefix}onto.schema`, messages: [{ key: W, value: encodeEvent(stale) }] }]);

@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastif
 import fp from 'fastify-plugin';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
+import { asyncApiDocument } from '../kafka/events/asyncapi.js';
 import { kafkaPlugin } from '../kafka/plugin.js';
 import { consumersPlugin } from '../messaging/consumers-plugin.js';
 import { outboxPlugin } from '../messaging/plugin.js';
@@ -97,6 +98,9 @@ export const platformPlugin = fp(
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
     });
     app.get('/docs/json', { schema: { hide: true } }, async () => app.swagger());
+    // The events this service publishes (docs/adr/0020): its part of docs/asyncapi.json.
+    const asyncApi = asyncApiDocument(opts.service);
+    app.get('/docs/asyncapi.json', { schema: { hide: true } }, async () => asyncApi);
 
     await app.register(metricsPlugin, { service: opts.service });
     await app.register(healthPlugin, {});

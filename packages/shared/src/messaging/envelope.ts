@@ -1,5 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { CONTRACT_CHECKS, payloadFault } from '../kafka/events/contract.js';
 import type { TopicName } from '../kafka/topics.js';
 import { canonicalJson } from './canonical-json.js';
 import { UUID_V7, uuidv7 } from './uuidv7.js';
@@ -129,7 +130,7 @@ export interface NewEvent {
 
 /** Builds and validates an envelope; the id is a fresh UUIDv7 unless given. */
 export function newEvent(e: NewEvent): EventEnvelope {
-  return validateEvent({
+  const event = validateEvent({
     event_id: e.eventId ?? uuidv7(),
     type: e.type,
     world_id: e.worldId,
@@ -142,6 +143,10 @@ export function newEvent(e: NewEvent): EventEnvelope {
     occurred_at: (e.occurredAt ?? new Date()).toISOString(),
     payload: e.payload,
   });
+  // Outside production, a payload that breaks its type's published schema is refused (docs/adr/0020).
+  const fault = CONTRACT_CHECKS ? payloadFault(event.type, event.payload) : null;
+  if (fault) throw new InvalidEventError(fault.path, `${event.type}: ${fault.reason}`);
+  return event;
 }
 
 export const encodeEvent = (event: EventEnvelope): string => canonicalJson(event);

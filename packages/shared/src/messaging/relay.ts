@@ -5,6 +5,7 @@ import { backoffDelay } from '../backoff.js';
 import { queryTogether } from '../db/pipeline.js';
 import { withTimeout } from '../http/health.js';
 import type { Producer } from '../kafka/broker.js';
+import { cloudEventHeaders } from '../kafka/events/cloudevents.js';
 import { OUTBOX_CHANNEL, OUTBOX_LANES, type Queryable } from './outbox.js';
 import { OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite } from './outbox-signal.js';
 
@@ -465,7 +466,7 @@ function groupByTopic(rows: PendingRow[]) {
       list.push({
         key: row.partition_key,
         value: row.body,
-        headers: { ...row.headers, 'onto-event-id': row.event_id },
+        headers: { ...row.headers, 'onto-event-id': row.event_id, ...cloudEventHeaders(row.event_id, row.body) },
       });
       continue;
     }
@@ -478,7 +479,12 @@ function groupByTopic(rows: PendingRow[]) {
       if (fields.length !== parts.length + 1) throw new Error(`outbox bundle ${row.id} is malformed at line ${l + 1}`);
       let value = parts[0] as string;
       for (let i = 1; i < parts.length; i++) value += (fields[i + 1] as string) + parts[i];
-      list.push({ key: fields[1] as string, value, headers: { ...row.headers, 'onto-event-id': fields[0] as string } });
+      const eventId = fields[0] as string;
+      list.push({
+        key: fields[1] as string,
+        value,
+        headers: { ...row.headers, 'onto-event-id': eventId, ...cloudEventHeaders(eventId, value) },
+      });
       found++;
     }
     if (found !== row.bundle) throw new Error(`outbox bundle ${row.id} holds ${found} events, not ${row.bundle}`);

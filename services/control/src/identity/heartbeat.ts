@@ -1,6 +1,7 @@
 import {
   type Broker,
   backoffDelay,
+  cloudEventHeaders,
   encodeEvent,
   HEARTBEAT_KEY,
   newEvent,
@@ -104,7 +105,9 @@ export class IdentityHeartbeat {
         producerSeq: this.seq++,
         payload: { watermark: row.watermark, keys: row.keys },
       });
-      await producer.send([{ topic: this.topic, messages: [{ key: HEARTBEAT_KEY, value: encodeEvent(event) }] }]);
+      const value = encodeEvent(event);
+      const headers = { 'onto-event-id': event.event_id, ...cloudEventHeaders(event.event_id, value) };
+      await producer.send([{ topic: this.topic, messages: [{ key: HEARTBEAT_KEY, value, headers }] }]);
       if (this.failures > 0) this.opts.logger.info({ failures: this.failures }, 'identity heartbeats resumed');
       this.failures = 0;
       await this.checkPartitions();

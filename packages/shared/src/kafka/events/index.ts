@@ -1,0 +1,5 @@
+export * from './asyncapi.js';
+export * from './cloudevents.js';
+export * from './compatibility.js';
+export * from './contract.js';
+export { EVENT_PAYLOADS } from './payloads.js';

@@ -1,0 +1,209 @@
+import { type TObject, type TProperties, type TSchema, Type } from '@sinclair/typebox';
+import type { EventType } from '../../messaging/envelope.js';
+import { UUID_V7 } from '../../messaging/uuidv7.js';
+import {
+  StepCommandSchema,
+  StepCompletedSchema,
+  StepRefusalSchema,
+  StepRefusedSchema,
+  StepRequestedSchema,
+} from '../../ontology/actions.js';
+import { HeartbeatPayload, KeysPublishedPayload, RolesChangedPayload, TokenRevokedPayload } from './identity.js';
+
+/**
+ * The payload of every event type onto publishes, version 1 (docs/adr/0020). A payload declares
+ * every field its producer writes: a field produced but not declared fails the producer's check.
+ * The identity payloads are open (auth/events), so control can add a field before replicas read it.
+ */
+
+/** A payload with exactly these fields. */
+const closed = <T extends TProperties>(properties: T, description: string): TObject<T> =>
+  Type.Object(properties, { additionalProperties: false, description });
+
+const Uuid = Type.String({ pattern: UUID_V7.source });
+const Text = Type.String({ minLength: 1 });
+const Count = Type.Integer({ minimum: 0 });
+const Instant = Type.String({ description: 'an ISO 8601 instant' });
+const Properties = Type.Record(Type.String(), Type.Unknown(), { description: "an object's properties" });
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
+const Actor = Type.String({ minLength: 1, description: 'the principal who asked for the change' });
+const RequestId = Type.String({ description: 'the x-request-id of the request that made the change' });
+
+const objectChange = (what: string) =>
+  closed(
+    {
+      type: Type.String({ minLength: 1, description: 'the object type' }),
+      pk: Type.String({ minLength: 1, description: "the object's primary key" }),
+      version: Type.Integer({ minimum: 0, description: "the object's version after the change" }),
+      before: Nullable(Properties),
+      after: Nullable(Properties),
+      actor: Actor,
+      requestId: RequestId,
+      schemaVersion: Type.Integer({ minimum: 0, description: 'the world schema version the change was checked with' }),
+    },
+    what,
+  );
+
+const LinkEnd = closed({ type: Text, pk: Text }, 'one end of a link: an object type and primary key');
+const LinkEnds = closed({ from: LinkEnd, to: LinkEnd }, "a link's two ends");
+const linkChange = (what: string) =>
+  closed(
+    {
+      type: Type.String({ minLength: 1, description: 'the link type' }),
+      pk: Type.String({ minLength: 1, description: "the link's own key: its two ends' primary keys" }),
+      from: LinkEnd,
+      to: LinkEnd,
+      version: Type.Integer({ minimum: 0 }),
+      before: Nullable(LinkEnds),
+      after: Nullable(LinkEnds),
+      actor: Actor,
+      requestId: RequestId,
+    },
+    what,
+  );
+
+const ProvisioningReport = (what: string) =>
+  closed({ service: Type.Union([Type.Literal('data'), Type.Literal('intelligence')]) }, what);
+
+const AlertFields = {
+  alertId: Uuid,
+  rule: Text,
+  ruleVersion: Count,
+  alertType: Text,
+  severity: Text,
+  objectType: Text,
+  pk: Text,
+  raisedAt: Instant,
+  /** The data change that made the condition flip, when one did. */
+  changeEventId: Type.Optional(Uuid),
+};
+
+const DecisionFields = {
+  decisionId: Uuid,
+  definition: Text,
+  definitionVersion: Count,
+  alertId: Uuid,
+  rule: Text,
+  alertType: Text,
+  objectType: Text,
+  pk: Text,
+  actionType: Text,
+  parameters: Nullable(Type.Record(Type.String(), Type.Unknown())),
+  approval: Type.Union([Type.Literal('automatic'), Type.Literal('manual')]),
+  status: Type.Union(['PENDING_APPROVAL', 'APPROVED', 'REJECTED', 'EXECUTED', 'FAILED'].map((s) => Type.Literal(s))),
+  decidedBy: Nullable(Type.String()),
+  reason: Type.Optional(Type.String()),
+  error: Type.Optional(Type.Object({ path: Type.Optional(Type.String()), message: Type.String() })),
+  actionId: Type.Optional(Uuid),
+  /** On decision.executed: the action was one started before under the same idempotency key. */
+  replayed: Type.Optional(Type.Boolean()),
+};
+
+const Phase = Type.Union([Type.Literal('forward'), Type.Literal('compensation')]);
+const RecordedRefusal = Type.Composite([StepRefusalSchema, Type.Object({ step: Count, phase: Phase })]);
+const actionEnd = (what: string) =>
+  closed(
+    {
+      actionId: Uuid,
+      actionType: Text,
+      status: Type.Union([Type.Literal('COMPLETED'), Type.Literal('COMPENSATED'), Type.Literal('FAILED')]),
+      refusal: Nullable(RecordedRefusal),
+      steps: Type.Array(closed({ n: Count, state: Text }, 'a step and the state it ended in')),
+      failure: Type.Optional(Type.Composite([StepRefusalSchema, Type.Object({ step: Count, phase: Phase })])),
+    },
+    what,
+  );
+
+const closedCopy = <T extends TProperties>(schema: TObject<T>, description: string) =>
+  closed(schema.properties, description);
+
+export const EVENT_PAYLOADS = {
+  'schema.updated': closed(
+    {
+      version: Type.Integer({ minimum: 1 }),
+      previousVersion: Count,
+      diff: Type.Object(
+        { changes: Type.Array(Type.Record(Type.String(), Type.Unknown())), breaking: Type.Boolean() },
+        { description: 'what changed from the previous version, and whether stored data may no longer fit' },
+      ),
+      schema: Type.Record(Type.String(), Type.Unknown(), { description: 'the whole schema document' }),
+      author: Text,
+    },
+    "a new version of a world's schema, with the whole document",
+  ),
+  'world.created': closed(
+    {
+      from: Nullable(closed({ world: Text, schemaVersion: Count }, 'the world and schema version it was forked from')),
+      createdBy: Text,
+    },
+    'a world was created and is being provisioned',
+  ),
+  'world.deleted': closed({}, 'a world is being deleted'),
+  'world.drop.requested': closed(
+    { reason: Text, provisioned: Type.Array(Text) },
+    'provisioning failed: the services that provisioned the world drop it',
+  ),
+  'world.merge.requested': Type.Record(Type.String(), Type.Unknown(), {
+    description: 'reserved: declared in the catalogue, not produced yet',
+  }),
+  'identity.token.revoked': TokenRevokedPayload,
+  'identity.roles.changed': RolesChangedPayload,
+  'identity.keys.published': KeysPublishedPayload,
+  'identity.heartbeat': HeartbeatPayload,
+  'storage.schema.updated': closed(
+    {
+      world: Text,
+      version: Type.Integer({ minimum: 1 }),
+      previousVersion: Count,
+      indexes: Type.Array(
+        closed({ name: Text, objectType: Text, property: Text, state: Text }, 'an index the schema asks for'),
+      ),
+    },
+    'data applied a schema version',
+  ),
+  'world.provisioned': ProvisioningReport('data provisioned a world'),
+  'world.provision.failed': Type.Record(Type.String(), Type.Unknown(), {
+    description: 'reserved: declared in the catalogue, not produced yet',
+  }),
+  'world.dropped': ProvisioningReport("data dropped a world's data"),
+  'intelligence.world.provisioned': ProvisioningReport('intelligence provisioned a world'),
+  'intelligence.world.dropped': ProvisioningReport("intelligence dropped a world's data"),
+  'object.created': objectChange('an object was created'),
+  'object.updated': objectChange('an object was changed'),
+  'object.deleted': objectChange('an object was deleted (after is null)'),
+  'link.created': linkChange('a link was created'),
+  'link.deleted': linkChange('a link was deleted'),
+  'alert.raised': closed(
+    { ...AlertFields, status: Type.Literal('OPEN'), objectVersion: Count },
+    "a rule's condition became true for an object",
+  ),
+  'alert.cleared': closed(
+    {
+      ...AlertFields,
+      status: Type.Literal('CLEARED'),
+      objectVersion: Nullable(Count),
+      clearedAt: Nullable(Instant),
+      reason: Nullable(Type.String()),
+    },
+    'an open alert was cleared',
+  ),
+  'decision.made': closed(DecisionFields, 'a decision was recorded for an alert'),
+  'decision.executed': closed(DecisionFields, "a decision's action was started, or failed to start"),
+  'action.requested': closed(
+    {
+      actionId: Uuid,
+      actionType: Text,
+      parameters: Type.Record(Type.String(), Type.Unknown()),
+      steps: Type.Array(StepCommandSchema),
+      actor: Text,
+      cause: Nullable(Type.String()),
+    },
+    'an action was started; its steps follow as action.step.requested',
+  ),
+  'action.step.requested': closedCopy(StepRequestedSchema, 'data is asked to apply one step of an action'),
+  'action.step.completed': closedCopy(StepCompletedSchema, 'data applied a step'),
+  'action.step.refused': closedCopy(StepRefusedSchema, 'data refused a step; nothing of it was applied'),
+  'action.completed': actionEnd('every step of an action was applied'),
+  'action.compensated': actionEnd('an action was refused and its applied steps undone'),
+  'action.failed': actionEnd('an action could not be completed nor compensated'),
+} as const satisfies Record<EventType, TSchema>;
