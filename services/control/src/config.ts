@@ -14,6 +14,19 @@ export const ConfigSchema = Type.Composite([
       default: 900,
       description: 'How long an access token exchanged for an API token is valid',
     }),
+    MAX_OBJECT_TYPES_PER_WORLD: Type.Integer({
+      minimum: 1,
+      maximum: 100_000,
+      default: 200,
+      description: 'Object types one world may have (more is a 422)',
+    }),
+    MAX_INDEXED_PROPERTIES_PER_WORLD: Type.Integer({
+      minimum: 0,
+      maximum: 100_000,
+      default: 64,
+      description:
+        'Properties marked indexed across all object types of one world (each is an index in data; more is a 422)',
+    }),
     WORLD_PROVISION_TIMEOUT_MS: Type.Integer({
       minimum: 500,
       maximum: 3_600_000,
