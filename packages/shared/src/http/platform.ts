@@ -35,6 +35,31 @@ export interface PlatformOptions {
   migrations: MigrationTrack[];
 }
 
+const CLIENT_ERRORS: Record<string, [number, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout'],
+};
+
+function clientErrorProblem(error: Error & { code?: string }, socket: import('node:net').Socket) {
+  if (error.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const [status, title] = CLIENT_ERRORS[error.code ?? ''] ?? [400, 'Bad Request'];
+  const body = JSON.stringify({
+    type: `https://onto.dev/problems/${status === 400 ? 'bad-request' : title.toLowerCase().replaceAll(' ', '-')}`,
+    title,
+    status,
+    detail:
+      status === 431
+        ? 'the request headers are larger than the server accepts'
+        : `the request could not be parsed (${error.code ?? 'malformed'})`,
+  });
+  socket.end(
+    `HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
 /** Fastify's own options for every onto service: logging, request ids, limits. */
 export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOptions {
   return {
@@ -48,6 +73,9 @@ export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOpti
     // Object keys are path parameters and may be long; the routes bound them themselves.
     routerOptions: { maxParamLength: 2048 },
     return503OnClosing: true,
+    // Requests Node's parser refuses (headers too large, raw bytes in the path) never reach the
+    // router: answer them problem+json too, on the socket, as Fastify's default handler does.
+    clientErrorHandler: clientErrorProblem,
     // Errors the router raises before any route runs (a path parameter too long or malformed)
     // answer problem+json like everything else.
     frameworkErrors: (error, request, reply) => {
