@@ -1,0 +1,102 @@
+import { connect } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { expectProblem, type IntelligenceStack, intelligenceStack } from './stack.js';
+
+/** One request written byte for byte to a listening app; the raw answer. */
+async function raw(app: FastifyInstance, request: Buffer): Promise<string> {
+  const address = app.server.address();
+  if (!address || typeof address === 'string') throw new Error('the app is not listening');
+  return new Promise((resolve, reject) => {
+    const socket = connect(address.port, '127.0.0.1', () => socket.end(request));
+    const chunks: Buffer[] = [];
+    socket.on('data', (c) => chunks.push(c));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
+  });
+}
+
+const O = { displayName: 'O', primaryKey: 'id', properties: { id: { type: 'string', required: true } } };
+
+// What an independent fuzzer found (issue 19), each as the request it sent.
+describe('the fuzzer’s findings', () => {
+  let s: IntelligenceStack;
+  const W = 'fuzzed';
+
+  beforeAll(async () => {
+    s = await intelligenceStack();
+    await s.world(W, { objectTypes: { O } });
+  }, 120_000);
+  afterAll(async () => s?.close());
+
+  it('JavaScript property names are names like any other in control’s schema', async () => {
+    const type = await s.controlCall('PUT', `/v1/worlds/${W}/object-types/constructor`, {
+      body: { displayName: 'c', primaryKey: 'valueOf', properties: { valueOf: { type: 'string', required: true } } },
+    });
+    expect(type.statusCode, type.body).toBe(200);
+    expect(type.json().changes).toEqual([{ path: '/objectTypes/constructor', change: 'added', breaking: false }]);
+    const link = await s.controlCall('PUT', `/v1/worlds/${W}/link-types/valueOf`, {
+      body: { from: 'O', to: 'constructor', cardinality: 'ONE_TO_MANY' },
+    });
+    expect(link.statusCode, link.body).toBe(200);
+    const unknownLink = await s.controlCall('PUT', `/v1/worlds/${W}/link-types/toString`, {
+      body: { from: 'O', to: 'hasOwnProperty', cardinality: 'ONE_TO_MANY' },
+    });
+    expect(expectProblem(unknownLink, 422).errors).toEqual([
+      { path: '/to', message: 'object type "hasOwnProperty" does not exist' },
+    ]);
+    const missing = await s.controlCall('DELETE', `/v1/worlds/${W}/action-types/valueOf`);
+    expect(expectProblem(missing, 422).errors).toEqual([{ path: '/actionTypes/valueOf', message: 'does not exist' }]);
+  });
+
+  it('bounds integer parameters in their schemas', async () => {
+    const res = await s.controlCall('GET', `/v1/worlds/${W}/schema/history?before=2147483648`);
+    expect(expectProblem(res, 400).detail).toMatch(/before/);
+    const ok = await s.controlCall('GET', `/v1/worlds/${W}/schema/history?before=2147483647`);
+    expect(ok.statusCode, ok.body).toBe(200);
+  });
+
+  it('grants roles only in worlds that exist', async () => {
+    expect((await s.controlCall('POST', '/v1/users', { body: { id: 'fuzz-user' } })).statusCode).toBe(201);
+    const res = await s.controlCall('PUT', '/v1/worlds/nowhere/members/fuzz-user', { body: { role: 'owner' } });
+    expect(expectProblem(res, 404).detail).toBe('world nowhere does not exist');
+    const { rowCount } = await s.control.app.pg.query('SELECT 1 FROM world_roles WHERE world_id = $1', ['nowhere']);
+    expect(rowCount).toBe(0);
+  });
+
+  it('answers a consistency token for a world nobody has heard of with 404 at once', async () => {
+    for (const [call, url, token] of [
+      [s.intelCall, '/v1/worlds/nowhere/watermarks', 'data=5'],
+      [s.intelCall, '/v1/worlds/nowhere/rules', 'control=3'],
+      [s.dataCall, '/v1/worlds/nowhere/objects/O/x', 'control=3'],
+    ] as const) {
+      const started = Date.now();
+      const res = await call('GET', url, { headers: { 'x-consistency-token': token } });
+      expect(expectProblem(res, 404).detail, url).toMatch(/nowhere/);
+      expect(Date.now() - started, url).toBeLessThan(1000);
+    }
+  });
+
+  it('answers what Node’s parser refuses with problem+json: 431 for large headers, 400 for raw bytes in the path', async () => {
+    const app = s.control.app;
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const large = await raw(
+      app,
+      Buffer.from(`GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`),
+    );
+    expect(large).toMatch(/^HTTP\/1\.1 431 /);
+    expect(large).toMatch(/content-type: application\/problem\+json/i);
+    expect(JSON.parse(large.slice(large.indexOf('\r\n\r\n') + 4))).toMatchObject({ status: 431 });
+    const bytes = await raw(
+      app,
+      Buffer.concat([
+        Buffer.from('GET /v1/worlds/'),
+        Buffer.from([0xff, 0xfe]),
+        Buffer.from(' HTTP/1.1\r\nHost: x\r\n\r\n'),
+      ]),
+    );
+    expect(bytes).toMatch(/^HTTP\/1\.1 400 /);
+    expect(bytes).toMatch(/content-type: application\/problem\+json/i);
+    expect(JSON.parse(bytes.slice(bytes.indexOf('\r\n\r\n') + 4))).toMatchObject({ status: 400 });
+  });
+});
