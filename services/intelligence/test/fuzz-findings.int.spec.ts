@@ -99,4 +99,38 @@ describe('the fuzzer’s findings', () => {
     expect(bytes).toMatch(/content-type: application\/problem\+json/i);
     expect(JSON.parse(bytes.slice(bytes.indexOf('\r\n\r\n') + 4))).toMatchObject({ status: 400 });
   });
+
+  it('publishes OpenAPI documents that say what the servers do', async () => {
+    type Operation = {
+      parameters?: { in: string; name: string; required?: boolean; schema?: { format?: string } }[];
+      requestBody?: { content: Record<string, unknown> };
+      responses: Record<string, { content?: Record<string, unknown> }>;
+    };
+    const docs = {
+      control: (await s.control.app.inject({ method: 'GET', url: '/docs/json' })).json(),
+      data: (await s.data.app.inject({ method: 'GET', url: '/docs/json' })).json(),
+      intelligence: (await s.intelligence?.app.inject({ method: 'GET', url: '/docs/json' }))?.json(),
+    };
+    for (const [service, doc] of Object.entries(docs)) {
+      for (const [path, item] of Object.entries(doc.paths as Record<string, Record<string, Operation>>)) {
+        for (const [method, op] of Object.entries(item)) {
+          const where = `${service} ${method} ${path}`;
+          for (const [status, response] of Object.entries(op.responses)) {
+            if (Number(status) >= 400)
+              expect(Object.keys(response.content ?? {}), `${where} ${status}`).toEqual(['application/problem+json']);
+          }
+          expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['414', '431']));
+          if (op.requestBody) expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['413', '415']));
+          for (const p of op.parameters ?? []) {
+            if (p.in === 'header' && p.name === 'x-caused-by') expect(p.schema?.format, where).toBe('uuid');
+          }
+        }
+      }
+    }
+    const run = docs.intelligence.paths['/v1/worlds/{world}/actions/{actionType}'].post as Operation;
+    expect(run.parameters?.find((p) => p.name === 'idempotency-key')?.required).toBe(true);
+    const bulk = docs.data.paths['/v1/worlds/{world}/bulk/{type}'].post as Operation;
+    expect(Object.keys(bulk.requestBody?.content ?? {}).sort()).toEqual(['application/json', 'application/x-ndjson']);
+    expect(bulk.responses['422']?.content?.['application/problem+json']).toBeDefined();
+  });
 });

@@ -1,7 +1,7 @@
 /// <reference types="@fastify/swagger" preserve="true" />
 import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
-import type { FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifySchema, FastifyServerOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
@@ -58,6 +58,61 @@ function clientErrorProblem(error: Error & { code?: string }, socket: import('no
   socket.end(
     `HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
+}
+
+/**
+ * A route whose body the server parses itself (bulk NDJSON) documents it as `x-document-body`, a
+ * request body in OpenAPI's form (`content` by media type), instead of a schema Fastify validates.
+ */
+function documentedBody({ schema, url }: { schema: FastifySchema; url: string }) {
+  const body = (schema as Record<string, unknown> | undefined)?.['x-document-body'];
+  if (body === undefined) return { schema, url };
+  const { 'x-document-body': _, ...rest } = schema as Record<string, unknown>;
+  return { schema: { ...rest, body } as FastifySchema, url };
+}
+
+// As much of an OpenAPI document as the transforms read.
+interface OpenApiDocument {
+  paths?: Record<string, Record<string, OpenApiOperation | undefined> | undefined>;
+}
+interface OpenApiOperation {
+  requestBody?: unknown;
+  responses?: Record<string, { description?: string; content?: Record<string, unknown> }>;
+}
+
+const PROBLEM_REF = { $ref: '#/components/schemas/Problem' };
+// Answered by the platform, not by routes: for any request, and for any request with a body.
+const ANY_REQUEST: Record<string, string> = {
+  '414': 'URI Too Long',
+  '431': 'Request Header Fields Too Large',
+};
+const WITH_BODY: Record<string, string> = { '413': 'Payload Too Large', '415': 'Unsupported Media Type' };
+
+/**
+ * The document as the servers answer: every error is application/problem+json, and the errors
+ * Fastify and Node answer before a route runs (413, 414, 415, 431) are listed on every operation.
+ */
+function problemResponses(doc: OpenApiDocument) {
+  for (const item of Object.values(doc.paths ?? {})) {
+    for (const method of ['get', 'put', 'post', 'patch', 'delete'] as const) {
+      const op = item?.[method];
+      if (!op) continue;
+      op.responses ??= {};
+      const responses = op.responses;
+      for (const [status, response] of Object.entries(responses)) {
+        const content = response.content;
+        if (Number(status) >= 400 && content?.['application/json']) {
+          content['application/problem+json'] = content['application/json'];
+          delete content['application/json'];
+        }
+      }
+      const added = { ...ANY_REQUEST, ...(op.requestBody ? WITH_BODY : {}) };
+      for (const [status, description] of Object.entries(added)) {
+        responses[status] ??= { description, content: { 'application/problem+json': { schema: PROBLEM_REF } } };
+      }
+    }
+  }
+  return doc;
 }
 
 /** Fastify's own options for every onto service: logging, request ids, limits. */
@@ -123,6 +178,11 @@ export const platformPlugin = fp(
         },
       },
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
+      transform: documentedBody,
+      transformObject: (document) =>
+        'openapiObject' in document
+          ? (problemResponses(document.openapiObject as OpenApiDocument) as typeof document.openapiObject)
+          : document.swaggerObject,
     });
     app.get('/docs/json', { schema: { hide: true } }, async () => app.swagger());
 
