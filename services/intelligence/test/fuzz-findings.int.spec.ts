@@ -24,7 +24,10 @@ describe('the fuzzer’s findings', () => {
   const W = 'fuzzed';
 
   beforeAll(async () => {
-    s = await intelligenceStack();
+    s = await intelligenceStack({
+      controlEnv: { MAX_OBJECT_TYPES_PER_WORLD: '3', MAX_INDEXED_PROPERTIES_PER_WORLD: '1' },
+      intelligenceEnv: { MAX_DEFINITIONS_PER_WORLD: '2' },
+    });
     await s.world(W, { objectTypes: { O } });
   }, 120_000);
   afterAll(async () => s?.close());
@@ -47,6 +50,45 @@ describe('the fuzzer’s findings', () => {
     ]);
     const missing = await s.controlCall('DELETE', `/v1/worlds/${W}/action-types/valueOf`);
     expect(expectProblem(missing, 422).errors).toEqual([{ path: '/actionTypes/valueOf', message: 'does not exist' }]);
+  });
+
+  it('holds each world to its quotas of definitions, object types and indexed properties', async () => {
+    const Q = 'quotas';
+    await s.world(Q, { objectTypes: { O } });
+    const indexed = (name: string) => ({
+      displayName: name,
+      primaryKey: 'id',
+      properties: { id: { type: 'string', required: true }, n: { type: 'integer', indexed: true } },
+    });
+    expect((await s.controlCall('PUT', `/v1/worlds/${Q}/object-types/A`, { body: indexed('A') })).statusCode).toBe(200);
+    const secondIndex = await s.controlCall('PUT', `/v1/worlds/${Q}/object-types/B`, { body: indexed('B') });
+    expect(expectProblem(secondIndex, 422).errors[0].message).toMatch(/MAX_INDEXED_PROPERTIES_PER_WORLD/);
+    expect((await s.controlCall('PUT', `/v1/worlds/${Q}/object-types/B`, { body: O })).statusCode).toBe(200);
+    const fourth = await s.controlCall('PUT', `/v1/worlds/${Q}/object-types/C`, { body: O });
+    expect(expectProblem(fourth, 422).errors[0].message).toMatch(/at most 3 \(MAX_OBJECT_TYPES_PER_WORLD\)/);
+    // Changing a type that exists adds none: allowed at the quota.
+    expect(
+      (await s.controlCall('PUT', `/v1/worlds/${Q}/object-types/B`, { body: { ...O, displayName: 'B' } })).statusCode,
+    ).toBe(200);
+
+    await s.until(`schema of ${Q} in intelligence`, async () => {
+      const res = await s.intelCall('PUT', `/v1/worlds/${Q}/derived-properties/d1`, {
+        body: { objectType: 'B', expression: '1' },
+      });
+      return res.statusCode === 201 ? true : undefined;
+    });
+    const put = (name: string) =>
+      s.intelCall('PUT', `/v1/worlds/${Q}/derived-properties/${name}`, { body: { objectType: 'B', expression: '2' } });
+    expect((await put('d2')).statusCode).toBe(201);
+    expect(expectProblem(await put('d3'), 422).errors).toEqual([
+      { path: '/', message: 'a world may have at most 2 (MAX_DEFINITIONS_PER_WORLD)' },
+    ]);
+    expect((await put('d2')).statusCode).toBe(200);
+    // Another kind has a quota of its own.
+    const rule = await s.intelCall('PUT', `/v1/worlds/${Q}/rules/r1`, {
+      body: { objectType: 'B', condition: 'true', alertType: 'always', severity: 'info' },
+    });
+    expect(rule.statusCode, rule.body).toBe(201);
   });
 
   it('bounds integer parameters in their schemas', async () => {

@@ -348,7 +348,9 @@ export function toCel(value: unknown, type: PropertyType | undefined): unknown {
   if (type.type === 'array' && Array.isArray(value)) return value.map((item) => toCel(item, type.items));
   if (type.type === 'struct' && typeof value === 'object' && !Array.isArray(value)) {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value as Record<string, unknown>)) out[k] = toCel(v, type.fields[k]);
+    for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+      out[k] = toCel(v, Object.hasOwn(type.fields, k) ? type.fields[k] : undefined);
+    }
     return out;
   }
   return value;
@@ -377,6 +379,8 @@ export function propertiesToCel(
   types: Record<string, { type: PropertyType }> | undefined,
 ): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(properties)) out[k] = toCel(v, types?.[k]?.type);
+  for (const [k, v] of Object.entries(properties)) {
+    out[k] = toCel(v, types && Object.hasOwn(types, k) ? types[k]?.type : undefined);
+  }
   return out;
 }
