@@ -1,5 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { bootstrapTokenFault } from '@onto/control/config';
 import { loadConfig } from '@onto/shared';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
@@ -21,9 +23,33 @@ interface ComposeService {
 
 const compose = parse(readFileSync(file, 'utf8'), { merge: true }) as { services: Record<string, ComposeService> };
 
-/** Compose's `${NAME:-default}` interpolation with an empty environment. */
-const interpolate = (value: string | number) =>
-  String(value).replace(/\$\{[A-Z_]+:-([^}]*)\}/g, (_, fallback: string) => fallback);
+// What a deployment sets: the secrets compose demands (`${NAME:?message}`).
+const SECRETS: Record<string, string> = {
+  ONTO_BOOTSTRAP_TOKEN: randomBytes(32).toString('hex'),
+  ONTO_POSTGRES_PASSWORD: randomBytes(32).toString('hex'),
+};
+
+/**
+ * Compose's interpolation: `${NAME:-default}`, `${NAME:?message}` (an error naming the message
+ * when NAME is unset or empty) and `${NAME}`, from `env`.
+ */
+const interpolate = (value: string | number, env: Record<string, string> = SECRETS) =>
+  String(value).replace(/\$\{([A-Z_]+)(?::([-?])([^}]*))?\}/g, (_, name: string, op?: string, arg?: string) => {
+    const set = env[name];
+    if (set !== undefined && set !== '') return set;
+    if (op === '?') throw new Error(`required variable ${name} is missing a value: ${arg}`);
+    return op === '-' ? (arg ?? '') : '';
+  });
+
+/** Every value in the file that compose interpolates. */
+const values = (node: unknown): string[] =>
+  typeof node === 'string'
+    ? [node]
+    : Array.isArray(node)
+      ? node.flatMap(values)
+      : node && typeof node === 'object'
+        ? Object.values(node).flatMap(values)
+        : [];
 
 describe('docker-compose.yml', () => {
   it('runs PostgreSQL 15, Redis 7 and Kafka 4.1, each with a health check', () => {
@@ -34,6 +60,43 @@ describe('docker-compose.yml', () => {
     for (const infra of ['postgres', 'redis', 'kafka']) {
       expect(compose.services[infra]?.healthcheck?.test.length, infra).toBeGreaterThan(0);
     }
+  });
+
+  it('has no default secret: it refuses to start without a bootstrap token and a database password', () => {
+    const control = compose.services.control?.environment ?? {};
+    const postgres = compose.services.postgres?.environment ?? {};
+    for (const value of [control.ONTO_BOOTSTRAP_TOKEN, postgres.POSTGRES_PASSWORD]) {
+      expect(() => interpolate(value ?? '', {})).toThrow(/openssl rand -hex 32/);
+    }
+    expect(() => interpolate(control.ONTO_BOOTSTRAP_TOKEN ?? '', { ONTO_BOOTSTRAP_TOKEN: '' })).toThrow();
+    // Nothing else falls back to a value written in the file.
+    expect(values(compose).filter((v) => /\$\{[A-Z_]+:-/.test(v))).toEqual([]);
+    expect(JSON.stringify(compose)).not.toMatch(/postgres:postgres@|change-me/);
+  });
+
+  it('publishes PostgreSQL, Redis and Kafka only with the override file, on the loopback interface', () => {
+    for (const infra of ['postgres', 'redis', 'kafka']) expect(compose.services[infra]?.ports, infra).toBeUndefined();
+    const override = parse(readFileSync(new URL('../docker-compose.infra-ports.yml', import.meta.url), 'utf8')) as {
+      services: Record<string, ComposeService>;
+    };
+    expect(Object.keys(override.services).sort()).toEqual(['kafka', 'postgres', 'redis']);
+    for (const entry of Object.values(override.services)) {
+      for (const port of entry.ports ?? []) expect(port).toMatch(/^127\.0\.0\.1:/);
+    }
+  });
+
+  it('control refuses a bootstrap token that is short, a pattern, not random, or a published default', () => {
+    for (const token of [
+      'short-token',
+      'change-me-to-a-long-random-token',
+      'abababababababababababababababababab',
+      '0123456789'.repeat(4),
+      'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaabbbbbbbbbb',
+    ]) {
+      expect(bootstrapTokenFault(token), token).toMatch(/; make one with: openssl rand -hex 32$/);
+    }
+    for (let i = 0; i < 200; i++) expect(bootstrapTokenFault(randomBytes(32).toString('hex'))).toBeUndefined();
+    expect(bootstrapTokenFault(SECRETS.ONTO_BOOTSTRAP_TOKEN ?? '')).toBeUndefined();
   });
 
   it('creates one database per service', () => {

@@ -93,6 +93,11 @@ export function describeIdentityReplica(service: ReplicaService) {
     async function user(id: string, roles: Record<string, string> = {}) {
       expect((await call(controlApp(), 'POST', '/v1/users', admin, { id })).statusCode).toBe(201);
       for (const [world, role] of Object.entries(roles)) {
+        // Roles exist only in worlds that exist; READY here without the provisioning saga.
+        await controlApp().pg.query(
+          "INSERT INTO worlds (id, status, created_by) VALUES ($1, 'READY', 'admin') ON CONFLICT DO NOTHING",
+          [world],
+        );
         expect((await call(controlApp(), 'PUT', `/v1/worlds/${world}/members/${id}`, admin, { role })).statusCode).toBe(
           200,
         );

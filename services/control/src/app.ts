@@ -27,7 +27,10 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     migrations,
   });
   await fastify.register(identity, { config });
-  await fastify.register(schemaRoutes);
+  await fastify.register(schemaRoutes, {
+    maxObjectTypes: config.MAX_OBJECT_TYPES_PER_WORLD,
+    maxIndexedProperties: config.MAX_INDEXED_PROPERTIES_PER_WORLD,
+  });
   await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS });
   await fastify.register(worldTags);
   await fastify.register(worldSaga);

@@ -6,13 +6,30 @@ export const ConfigSchema = Type.Composite([
   serviceConfigSchema(4001),
   Type.Object({
     ONTO_BOOTSTRAP_TOKEN: Type.Optional(
-      Type.String({ minLength: 16, description: "The first administrator's API token on a fresh stack" }),
+      Type.String({
+        minLength: 32,
+        description:
+          "The first administrator's API token on a fresh stack: 32 or more random characters (openssl rand -hex 32)",
+      }),
     ),
     ACCESS_TOKEN_TTL_SECONDS: Type.Integer({
       minimum: 1,
       maximum: 86_400,
       default: 900,
       description: 'How long an access token exchanged for an API token is valid',
+    }),
+    MAX_OBJECT_TYPES_PER_WORLD: Type.Integer({
+      minimum: 1,
+      maximum: 100_000,
+      default: 200,
+      description: 'Object types one world may have (more is a 422)',
+    }),
+    MAX_INDEXED_PROPERTIES_PER_WORLD: Type.Integer({
+      minimum: 0,
+      maximum: 100_000,
+      default: 64,
+      description:
+        'Properties marked indexed across all object types of one world (each is an index in data; more is a 422)',
     }),
     WORLD_PROVISION_TIMEOUT_MS: Type.Integer({
       minimum: 500,
@@ -23,3 +40,42 @@ export const ConfigSchema = Type.Composite([
   }),
 ]);
 export type Config = Static<typeof ConfigSchema>;
+
+/** Tokens once published as examples or defaults: anyone who read the repository knows them. */
+const PUBLISHED_TOKENS = new Set(['change-me-to-a-long-random-token']);
+
+/** Shannon entropy of the token's characters, in bits per character. */
+function bitsPerCharacter(token: string): number {
+  const counts = new Map<string, number>();
+  for (const c of token) counts.set(c, (counts.get(c) ?? 0) + 1);
+  let bits = 0;
+  for (const n of counts.values()) bits -= (n / token.length) * Math.log2(n / token.length);
+  return bits;
+}
+
+/** Whether the token is a shorter string repeated (`abcabcabc…`, `0123456789` over and over). */
+function repeats(token: string): boolean {
+  for (let period = 1; period <= token.length / 2; period++) {
+    if (token.slice(period) === token.slice(0, token.length - period)) return true;
+  }
+  return false;
+}
+
+/**
+ * Why a bootstrap token must not be used, or undefined: shorter than 32 characters, a repeated
+ * pattern, under 3 bits of entropy a character, or a published default. A heuristic against the
+ * obvious, not proof of randomness; `openssl rand -hex 32` always passes.
+ */
+export function bootstrapTokenFault(token: string): string | undefined {
+  const fault =
+    token.length < 32
+      ? `is ${token.length} characters long, not at least 32`
+      : PUBLISHED_TOKENS.has(token)
+        ? 'is a published default that anyone who read the repository knows'
+        : repeats(token)
+          ? 'is a short pattern repeated'
+          : bitsPerCharacter(token) < 3
+            ? 'is not random enough (under 3 bits of entropy a character)'
+            : undefined;
+  return fault && `ONTO_BOOTSTRAP_TOKEN ${fault}; make one with: openssl rand -hex 32`;
+}

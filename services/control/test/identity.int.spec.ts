@@ -97,6 +97,10 @@ describe('control identity', () => {
     dropTopics = topics.drop;
     ({ app, close } = await buildControl(prefix));
     admin = await exchange(BOOTSTRAP);
+    // Roles exist only in worlds that exist; these are READY without the provisioning saga.
+    await app.pg.query("INSERT INTO worlds (id, status, created_by) SELECT unnest($1::text[]), 'READY', 'admin'", [
+      ['alpha', 'beta', 'gamma'],
+    ]);
   });
   afterAll(async () => {
     await close?.();

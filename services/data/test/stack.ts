@@ -38,6 +38,7 @@ export async function dataStack(
   opts: {
     partitions?: number;
     dataEnv?: Record<string, string>;
+    controlEnv?: Record<string, string>;
     intelligence?: boolean;
     intelligenceEnv?: Record<string, string>;
   } = {},
@@ -47,7 +48,7 @@ export async function dataStack(
   const env = { ONTO_TOPIC_PREFIX: topics.prefix };
   const c = (await buildTestService(
     { schema: ControlConfig, app: control.default, migrations: control.migrations } as never,
-    { ...env, ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP, WORLD_PROVISION_TIMEOUT_MS: '600000' },
+    { ...env, ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP, WORLD_PROVISION_TIMEOUT_MS: '600000', ...opts.controlEnv },
   )) as TestService<unknown>;
   const d = (await buildTestService({ schema: DataConfig, app: data.default, migrations: data.migrations } as never, {
     ...env,

@@ -28,6 +28,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     config,
     migrations,
   });
+  fastify.decorate('definitionQuota', config.MAX_DEFINITIONS_PER_WORLD);
   await fastify.register(identity, { config });
   await fastify.register(worlds);
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });

@@ -24,6 +24,12 @@ export const ConfigSchema = Type.Composite([
       default: 3600_000,
       description: 'How often expired idempotency keys are deleted',
     }),
+    MAX_DEFINITIONS_PER_WORLD: Type.Integer({
+      minimum: 1,
+      maximum: 100_000,
+      default: 200,
+      description: 'Derived properties, rules and decision definitions a world may have, each (more is a 422)',
+    }),
     ACTION_STEP_RETRY_MS: Type.Integer({
       minimum: 100,
       maximum: 3600_000,

@@ -53,6 +53,16 @@ export async function dataWatermark(db: Queryable, worldId: string): Promise<num
   return rows[0] ? Number(rows[0].seq) : 0;
 }
 
+/** Whether intelligence has provisioned the world, applied any of its schema or any of its data. */
+async function worldKnown(db: Queryable, worldId: string): Promise<boolean> {
+  const { rows } = await db.query<{ known: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) OR EXISTS (SELECT 1 FROM schema_versions WHERE world_id = $1)
+         OR EXISTS (SELECT 1 FROM data_watermarks WHERE world_id = $1) AS known`,
+    [worldId],
+  );
+  return rows[0]?.known === true;
+}
+
 /**
  * The consistency token's two decorators and `GET /v1/worlds/{world}/watermarks`: how far
  * intelligence has applied the world's schema (control's version) and data's writes.
@@ -63,6 +73,10 @@ export default fp(
     const pool: pg.Pool = app.pg;
     app.decorate('awaitConsistency', async (request: FastifyRequest, worldId: string) => {
       const token = consistencyToken(request);
+      // A world intelligence has never heard of is a 404 now, not a 503 after the whole wait.
+      if ((token.control !== undefined || token.data !== undefined) && !(await worldKnown(pool, worldId))) {
+        throw new NotFound(`world ${worldId} is not provisioned in intelligence`);
+      }
       if (token.control !== undefined) await app.schemaReplica.awaitVersion(worldId, token.control);
       if (token.data === undefined) return dataWatermark(pool, worldId);
       return awaitApplied(

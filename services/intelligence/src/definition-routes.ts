@@ -5,7 +5,7 @@
  * kind; each kind says what its body is, how it is checked and saved, and how it is shown.
  */
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { ifMatch, NotFound, type SchemaDocument, WORLD_ID } from '@onto/shared';
+import { ifMatch, NotFound, type SchemaDocument, Unprocessable, WORLD_ID } from '@onto/shared';
 import { type Static, type TObject, type TProperties, type TSchema, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifySchema } from 'fastify';
 import type pg from 'pg';
@@ -24,6 +24,13 @@ import {
   ReadHeaders,
   WriteHeaders,
 } from './http.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** How many definitions of each kind one world may have (MAX_DEFINITIONS_PER_WORLD). */
+    definitionQuota: number;
+  }
+}
 
 /** The world's definitions of the kind as a write finds them, and the one it is about. */
 export interface Found<D> {
@@ -134,6 +141,11 @@ export function definitionResource<D extends Definition, Body extends TObject, I
         const all = await r.table.list(tx, world);
         const existing = all.find((d) => d.name === name);
         checkIfMatch(expected, existing?.version, `${r.what} ${name}`);
+        if (!existing && all.length >= app.definitionQuota) {
+          throw new Unprocessable(`world ${world} already has ${all.length} ${r.path}, the most allowed`, [
+            { path: '/', message: `a world may have at most ${app.definitionQuota} (MAX_DEFINITIONS_PER_WORLD)` },
+          ]);
+        }
         if (existing?.state === 'valid' && r.put.same(existing, input)) return { status: 200, def: existing };
         const { version: schemaVersion, document } = await app.schemaReplica.current(tx, world);
         const version = (existing?.version ?? 0) + 1;

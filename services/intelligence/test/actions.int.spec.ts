@@ -482,7 +482,9 @@ describe('actions: idempotent, executed as sagas', () => {
   it('answers bad input on every endpoint with a 4xx problem, storing nothing', async () => {
     const before = (await intel.pg.query<{ n: number }>('SELECT count(*)::int AS n FROM actions')).rows[0]?.n;
     const missing = expectProblem(await post('placeOrder', { orderId: 'x', customerId: 'c-1', amount: 1 }), 400);
-    expect(missing.errors).toEqual([{ path: 'header/idempotency-key', message: 'is required' }]);
+    expect(missing.errors).toEqual([
+      { path: 'headers/idempotency-key', message: "must have required property 'idempotency-key'" },
+    ]);
     const cases: [string, unknown, number, string?][] = [
       ['placeOrder', { orderId: 'x', customerId: 'c-1', amount: 1.5 }, 422, '/parameters/amount'],
       ['placeOrder', { orderId: 'x', customerId: 'c-1' }, 422, '/parameters/amount'],

@@ -97,6 +97,14 @@ export const authPlugin = fp(
       if (found.some((r) => 'role' in r) && !/(^|\/):world(\/|$)/.test(route.url)) {
         throw new Error(`${route.method} ${route.url} asks for a world role but has no :world parameter`);
       }
+      // Authorised before anything else runs, the body's parsing included (issue 19): an
+      // unauthenticated request costs no memory, whatever it sends.
+      const preHandlers = [route.preHandler ?? []].flat();
+      const authorizing = preHandlers.filter((hook) => requirements.has(hook));
+      if (authorizing.length > 0) {
+        route.preHandler = preHandlers.filter((hook) => !requirements.has(hook));
+        route.onRequest = [...[route.onRequest ?? []].flat(), ...authorizing] as typeof route.onRequest;
+      }
       if (found.length > 0 && route.schema && !route.schema.hide) {
         route.schema = { ...route.schema, security: [{ bearer: [] }] } as typeof route.schema;
       }

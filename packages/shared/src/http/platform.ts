@@ -1,7 +1,7 @@
 /// <reference types="@fastify/swagger" preserve="true" />
 import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
-import type { FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifySchema, FastifyServerOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
@@ -36,6 +36,86 @@ export interface PlatformOptions {
   migrations: MigrationTrack[];
 }
 
+const CLIENT_ERRORS: Record<string, [number, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout'],
+};
+
+function clientErrorProblem(error: Error & { code?: string }, socket: import('node:net').Socket) {
+  if (error.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const [status, title] = CLIENT_ERRORS[error.code ?? ''] ?? [400, 'Bad Request'];
+  const body = JSON.stringify({
+    type: `https://onto.dev/problems/${status === 400 ? 'bad-request' : title.toLowerCase().replaceAll(' ', '-')}`,
+    title,
+    status,
+    detail:
+      status === 431
+        ? 'the request headers are larger than the server accepts'
+        : `the request could not be parsed (${error.code ?? 'malformed'})`,
+  });
+  socket.end(
+    `HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+/**
+ * A route whose body the server parses itself (bulk NDJSON) documents it as `x-document-body`, a
+ * request body in OpenAPI's form (`content` by media type), instead of a schema Fastify validates.
+ */
+function documentedBody({ schema, url }: { schema: FastifySchema; url: string }) {
+  const body = (schema as Record<string, unknown> | undefined)?.['x-document-body'];
+  if (body === undefined) return { schema, url };
+  const { 'x-document-body': _, ...rest } = schema as Record<string, unknown>;
+  return { schema: { ...rest, body } as FastifySchema, url };
+}
+
+// As much of an OpenAPI document as the transforms read.
+interface OpenApiDocument {
+  paths?: Record<string, Record<string, OpenApiOperation | undefined> | undefined>;
+}
+interface OpenApiOperation {
+  requestBody?: unknown;
+  responses?: Record<string, { description?: string; content?: Record<string, unknown> }>;
+}
+
+const PROBLEM_REF = { $ref: '#/components/schemas/Problem' };
+// Answered by the platform, not by routes: for any request, and for any request with a body.
+const ANY_REQUEST: Record<string, string> = {
+  '414': 'URI Too Long',
+  '431': 'Request Header Fields Too Large',
+};
+const WITH_BODY: Record<string, string> = { '413': 'Payload Too Large', '415': 'Unsupported Media Type' };
+
+/**
+ * The document as the servers answer: every error is application/problem+json, and the errors
+ * Fastify and Node answer before a route runs (413, 414, 415, 431) are listed on every operation.
+ */
+function problemResponses(doc: OpenApiDocument) {
+  for (const item of Object.values(doc.paths ?? {})) {
+    for (const method of ['get', 'put', 'post', 'patch', 'delete'] as const) {
+      const op = item?.[method];
+      if (!op) continue;
+      op.responses ??= {};
+      const responses = op.responses;
+      for (const [status, response] of Object.entries(responses)) {
+        const content = response.content;
+        if (Number(status) >= 400 && content?.['application/json']) {
+          content['application/problem+json'] = content['application/json'];
+          delete content['application/json'];
+        }
+      }
+      const added = { ...ANY_REQUEST, ...(op.requestBody ? WITH_BODY : {}) };
+      for (const [status, description] of Object.entries(added)) {
+        responses[status] ??= { description, content: { 'application/problem+json': { schema: PROBLEM_REF } } };
+      }
+    }
+  }
+  return doc;
+}
+
 /** Fastify's own options for every onto service: logging, request ids, limits. */
 export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOptions {
   return {
@@ -49,6 +129,9 @@ export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOpti
     // Object keys are path parameters and may be long; the routes bound them themselves.
     routerOptions: { maxParamLength: 2048 },
     return503OnClosing: true,
+    // Requests Node's parser refuses (headers too large, raw bytes in the path) never reach the
+    // router: answer them problem+json too, on the socket, as Fastify's default handler does.
+    clientErrorHandler: clientErrorProblem,
     // Errors the router raises before any route runs (a path parameter too long or malformed)
     // answer problem+json like everything else.
     frameworkErrors: (error, request, reply) => {
@@ -96,6 +179,11 @@ export const platformPlugin = fp(
         },
       },
       refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
+      transform: documentedBody,
+      transformObject: (document) =>
+        'openapiObject' in document
+          ? (problemResponses(document.openapiObject as OpenApiDocument) as typeof document.openapiObject)
+          : document.swaggerObject,
     });
     app.get('/docs/json', { schema: { hide: true } }, async () => app.swagger());
     // The events this service publishes (docs/adr/0020): its part of docs/asyncapi.json.

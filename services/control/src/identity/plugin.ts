@@ -1,7 +1,7 @@
 import { authPlugin } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import type { Config } from '../config.js';
+import { bootstrapTokenFault, type Config } from '../config.js';
 import { IdentityHeartbeat } from './heartbeat.js';
 import { ControlKeyRing, ControlRevocations, ensureSigningKey } from './keys.js';
 import identityRoutes from './routes.js';
@@ -13,6 +13,10 @@ import identityRoutes from './routes.js';
  */
 export default fp(
   async (app: FastifyInstance, { config }: { config: Config }) => {
+    // Refused at boot: a guessable bootstrap token is platform administration for anyone.
+    const fault =
+      config.ONTO_BOOTSTRAP_TOKEN === undefined ? undefined : bootstrapTokenFault(config.ONTO_BOOTSTRAP_TOKEN);
+    if (fault) throw new Error(fault);
     const signingKey = await ensureSigningKey(app.pg, app.topicPrefix);
     await app.register(authPlugin, { keys: new ControlKeyRing(app.pg), revocations: new ControlRevocations(app.pg) });
     await app.register(identityRoutes, {

@@ -17,6 +17,7 @@ import {
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { lockWorld } from '../worlds/repository.js';
 import type { ActiveKey } from './keys.js';
 import {
   ensureBootstrapAdmin,
@@ -343,6 +344,8 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
       const { world, userId } = request.params;
       const { role } = request.body;
       const result = await transaction(pool, async (tx) => {
+        // A role in a world that does not exist would be inherited by a world created later under its id.
+        await lockWorld(tx, world);
         const change = await grantRole(tx, {
           userId,
           worldId: world,

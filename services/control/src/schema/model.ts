@@ -147,7 +147,7 @@ export function checkObjectType(body: Json, apiName: string): FieldError[] {
     }
   }
   if (typeof body.primaryKey !== 'string') c.add('/primaryKey', 'must name one of the properties');
-  else if (isObject(properties) && !(body.primaryKey in properties)) {
+  else if (isObject(properties) && !Object.hasOwn(properties, body.primaryKey)) {
     c.add('/primaryKey', `${JSON.stringify(body.primaryKey)} is not one of the properties`);
   } else if (isObject(properties)) {
     const pk = properties[body.primaryKey] as Record<string, Json>;
@@ -167,7 +167,7 @@ export function checkLinkType(body: Json, apiName: string, schema: SchemaDocumen
   for (const end of ['from', 'to'] as const) {
     const v = body[end];
     if (typeof v !== 'string') c.add(`/${end}`, 'must name an object type');
-    else if (!(v in schema.objectTypes)) c.add(`/${end}`, `object type ${JSON.stringify(v)} does not exist`);
+    else if (!Object.hasOwn(schema.objectTypes, v)) c.add(`/${end}`, `object type ${JSON.stringify(v)} does not exist`);
   }
   if (!(CARDINALITIES as readonly Json[]).includes(body.cardinality)) {
     c.add('/cardinality', `must be one of ${CARDINALITIES.join(', ')}`);
@@ -216,7 +216,7 @@ export function checkActionType(body: Json, apiName: string, schema: SchemaDocum
       }
       if (edit.op === 'createLink' || edit.op === 'deleteLink') {
         c.only(p, edit, ['op', 'linkType', 'from', 'to']);
-        if (typeof edit.linkType !== 'string' || !(edit.linkType in schema.linkTypes)) {
+        if (typeof edit.linkType !== 'string' || !Object.hasOwn(schema.linkTypes, edit.linkType)) {
           c.add(`${p}/linkType`, `link type ${JSON.stringify(edit.linkType)} does not exist`);
         }
         source(`${p}/from`, edit.from);
@@ -224,7 +224,10 @@ export function checkActionType(body: Json, apiName: string, schema: SchemaDocum
         continue;
       }
       c.only(p, edit, edit.op === 'deleteObject' ? ['op', 'objectType', 'pk'] : ['op', 'objectType', 'pk', 'values']);
-      const type = typeof edit.objectType === 'string' ? schema.objectTypes[edit.objectType] : undefined;
+      const type =
+        typeof edit.objectType === 'string' && Object.hasOwn(schema.objectTypes, edit.objectType)
+          ? schema.objectTypes[edit.objectType]
+          : undefined;
       if (!type) {
         c.add(`${p}/objectType`, `object type ${JSON.stringify(edit.objectType)} does not exist`);
         continue;
@@ -236,7 +239,7 @@ export function checkActionType(body: Json, apiName: string, schema: SchemaDocum
         continue;
       }
       for (const [prop, v] of Object.entries(edit.values)) {
-        if (!(prop in type.properties))
+        if (!Object.hasOwn(type.properties, prop))
           c.add(`${p}/values/${esc(prop)}`, `property ${JSON.stringify(prop)} does not exist on ${type.apiName}`);
         else source(`${p}/values/${esc(prop)}`, v);
       }
@@ -247,7 +250,7 @@ export function checkActionType(body: Json, apiName: string, schema: SchemaDocum
       c.add('/idempotencyKey', 'must list parameters');
     else
       body.idempotencyKey.forEach((k: Json, i: number) => {
-        if (typeof k !== 'string' || !(k in params))
+        if (typeof k !== 'string' || !Object.hasOwn(params, k))
           c.add(`/idempotencyKey/${i}`, `parameter ${JSON.stringify(k)} is not declared`);
       });
   }
@@ -303,7 +306,7 @@ export function diffSchemas(before: SchemaDocument, after: SchemaDocument): Sche
     const b = before[kind] as Record<string, unknown>;
     const a = after[kind] as Record<string, unknown>;
     for (const name of Object.keys(b)) {
-      if (!(name in a)) {
+      if (!Object.hasOwn(a, name)) {
         changes.push({
           path: `/${kind}/${name}`,
           change: 'removed',
@@ -313,7 +316,7 @@ export function diffSchemas(before: SchemaDocument, after: SchemaDocument): Sche
       }
     }
     for (const name of Object.keys(a)) {
-      if (!(name in b)) changes.push({ path: `/${kind}/${name}`, change: 'added', breaking: false });
+      if (!Object.hasOwn(b, name)) changes.push({ path: `/${kind}/${name}`, change: 'added', breaking: false });
       else if (!same(a[name], b[name])) {
         if (kind === 'objectTypes')
           changes.push(
@@ -345,7 +348,7 @@ function diffObjectType(b: ObjectType, a: ObjectType): Change[] {
     changes.push({ path: `${base}/primaryKey`, change: 'changed', breaking: true, reason: 'primary key changed' });
   }
   for (const name of Object.keys(b.properties)) {
-    if (!(name in a.properties)) {
+    if (!Object.hasOwn(a.properties, name)) {
       changes.push({
         path: `${base}/properties/${name}`,
         change: 'removed',
@@ -355,7 +358,7 @@ function diffObjectType(b: ObjectType, a: ObjectType): Change[] {
     }
   }
   for (const [name, def] of Object.entries(a.properties)) {
-    const old = b.properties[name];
+    const old = Object.hasOwn(b.properties, name) ? b.properties[name] : undefined;
     const p = `${base}/properties/${name}`;
     if (!old) {
       const breaking = def.required === true;

@@ -56,7 +56,7 @@ const KINDS: { path: string; kind: Kind; label: string }[] = [
  * with `schema.updated` enqueued in the same transaction.
  */
 export default fp(
-  async (fastify: FastifyInstance) => {
+  async (fastify: FastifyInstance, quotas: { maxObjectTypes: number; maxIndexedProperties: number }) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     app.get(
       '/v1/worlds/:world/schema',
@@ -82,7 +82,7 @@ export default fp(
           tags: ['schema'],
           params: WorldParams,
           querystring: Type.Object({
-            before: Type.Optional(Type.Integer({ minimum: 1 })),
+            before: Type.Optional(Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 })),
             limit: Type.Integer({ minimum: 1, maximum: 200, default: 50 }),
           }),
           response: {
@@ -136,6 +136,7 @@ export default fp(
             if (errs.length > 0) throw new Unprocessable(`the ${label} ${apiName} is invalid`, errs);
             const next: SchemaDocument = { ...doc, [kind]: { ...doc[kind], [apiName]: { ...body, apiName } } };
             if (kind === 'objectTypes') {
+              checkQuotas(doc, next, quotas);
               // Links and actions that use this type must still make sense after the change.
               const broken = revalidateDependents(next);
               if (broken.length > 0) throw new Unprocessable(`the change to ${apiName} breaks what uses it`, broken);
@@ -159,7 +160,7 @@ export default fp(
         async (request, reply) =>
           change(request, reply, `${path}.delete`, (doc) => {
             const { apiName } = request.params;
-            if (!(apiName in doc[kind])) {
+            if (!Object.hasOwn(doc[kind], apiName)) {
               throw new Unprocessable(`${label} ${apiName} does not exist`, [
                 { path: `/${kind}/${apiName}`, message: 'does not exist' },
               ]);
@@ -226,6 +227,41 @@ export default fp(
   },
   { name: 'onto-control-schema', dependencies: ['onto-auth'] },
 );
+
+const indexedIn = (doc: SchemaDocument) =>
+  Object.values(doc.objectTypes).reduce(
+    (n, t) => n + Object.values(t.properties).filter((p) => p.indexed === true).length,
+    0,
+  );
+
+/**
+ * A change that adds object types or indexed properties stays within the configured quotas (422
+ * otherwise); one that does not add any passes, so lowering a quota does not freeze a world.
+ */
+function checkQuotas(
+  before: SchemaDocument,
+  doc: SchemaDocument,
+  quotas: { maxObjectTypes: number; maxIndexedProperties: number },
+) {
+  const types = Object.values(doc.objectTypes);
+  if (types.length > quotas.maxObjectTypes && types.length > Object.keys(before.objectTypes).length) {
+    throw new Unprocessable(`a world may have at most ${quotas.maxObjectTypes} object types`, [
+      {
+        path: '/',
+        message: `would be object type ${types.length} of at most ${quotas.maxObjectTypes} (MAX_OBJECT_TYPES_PER_WORLD)`,
+      },
+    ]);
+  }
+  const indexed = indexedIn(doc);
+  if (indexed > quotas.maxIndexedProperties && indexed > indexedIn(before)) {
+    throw new Unprocessable(`a world may have at most ${quotas.maxIndexedProperties} indexed properties`, [
+      {
+        path: '/properties',
+        message: `would make ${indexed} indexed properties in the world, at most ${quotas.maxIndexedProperties} (MAX_INDEXED_PROPERTIES_PER_WORLD)`,
+      },
+    ]);
+  }
+}
 
 /** Every link and action type checked again against a changed document. */
 function revalidateDependents(doc: SchemaDocument) {

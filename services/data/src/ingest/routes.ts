@@ -153,8 +153,19 @@ export default async function bulk(fastify: FastifyInstance) {
         }),
         headers: Type.Object({
           'x-consistency-token': Type.Optional(Type.String()),
-          'x-caused-by': Type.Optional(Type.String()),
+          'x-caused-by': Type.Optional(
+            Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
+          ),
         }),
+        // Parsed by the route itself (NDJSON is not JSON): documented, not validated, here.
+        'x-document-body': {
+          content: {
+            [NDJSON]: { schema: { type: 'string', description: 'one {"properties": {…}} per line' } },
+            'application/json': {
+              schema: Type.Array(Type.Object({ properties: Type.Record(Type.String(), Type.Unknown()) })),
+            },
+          },
+        },
         response: {
           200: Type.Object({
             created: Type.Integer(),
@@ -162,7 +173,20 @@ export default async function bulk(fastify: FastifyInstance) {
             unchanged: Type.Integer(),
             seq: Type.Integer({ description: 'the highest data seq of the objects written or left as they were' }),
           }),
-          // 422 is left undeclared so that its errors keep their `line`.
+          // Its errors keep their `line`: the schema names it.
+          422: Type.Object(
+            {
+              type: Type.String(),
+              title: Type.String(),
+              status: Type.Integer(),
+              detail: Type.Optional(Type.String()),
+              instance: Type.Optional(Type.String()),
+              errors: Type.Array(
+                Type.Object({ line: Type.Optional(Type.Integer()), path: Type.String(), message: Type.String() }),
+              ),
+            },
+            { additionalProperties: true },
+          ),
           ...problemResponses(400, 401, 403, 404, 409, 413, 415, 503),
         },
       },

@@ -24,7 +24,9 @@ const WriteHeaders = Type.Object({
   'if-match': Type.Optional(Type.String({ description: 'the link version the write is based on, or *' })),
   'if-none-match': Type.Optional(Type.String()),
   'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(Type.String()),
+  'x-caused-by': Type.Optional(
+    Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
+  ),
 });
 const End = Type.Object({ type: Type.String(), pk: Type.String() });
 const LinkBody = Type.Object({ linkType: Type.String(), from: End, to: End, version: Type.Integer() });

@@ -39,7 +39,9 @@ const WriteHeaders = Type.Object({
   'if-match': Type.Optional(Type.String({ description: 'the object version the write is based on, or *' })),
   'if-none-match': Type.Optional(Type.String({ description: '* creates only' })),
   'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(Type.String({ description: 'the event (UUIDv7) that caused this write' })),
+  'x-caused-by': Type.Optional(
+    Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
+  ),
 });
 const Body = Type.Object(
   {

@@ -1,9 +1,10 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { consistencyToken, NotFound, problemResponses, SchemaReplica, WORLD_ID } from '@onto/shared';
+import { consistencyToken, NotFound, problemResponses, type Queryable, SchemaReplica, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { IndexBuilder } from './indexes.js';
+import { notProvisioned } from './lookup.js';
 import { applySchemaEvents } from './replica.js';
 
 declare module 'fastify' {
@@ -18,6 +19,15 @@ declare module 'fastify' {
   }
 }
 
+/** Whether data has provisioned the world or applied any of its schema. */
+async function worldKnown(db: Queryable, worldId: string): Promise<boolean> {
+  const { rows } = await db.query<{ known: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) OR EXISTS (SELECT 1 FROM schema_versions WHERE world_id = $1) AS known`,
+    [worldId],
+  );
+  return rows[0]?.known === true;
+}
+
 /**
  * data's replica of every world's schema (consumer `data-schema` on onto.schema), the indexes
  * its indexed properties need, and how far it is: `GET /v1/worlds/{world}/schema-version`.
@@ -29,7 +39,10 @@ export default fp(
     app.decorate('schemaReplica', replica);
     app.decorate('awaitConsistency', async (request: FastifyRequest, worldId: string) => {
       const wanted = consistencyToken(request).control;
-      if (wanted !== undefined) await replica.awaitVersion(worldId, wanted);
+      if (wanted === undefined) return;
+      // A world data has never heard of is a 404 now, not a 503 after the whole wait.
+      if (!(await worldKnown(app.pg, worldId))) throw notProvisioned(worldId);
+      await replica.awaitVersion(worldId, wanted);
     });
 
     app.addConsumer({

@@ -212,9 +212,7 @@ export default fp(
             actionType: Type.String({ pattern: NAME, description: 'the action type (apiName)' }),
           }),
           headers: Type.Object({
-            'idempotency-key': Type.Optional(
-              Type.String({ description: 'a unique string per request, such as a UUID' }),
-            ),
+            'idempotency-key': Type.String({ description: 'a unique string per request, such as a UUID' }),
             'x-consistency-token': Type.Optional(
               Type.String({ description: 'control=<schema version>: wait (bounded) until it is applied here' }),
             ),

@@ -24,6 +24,15 @@ import {
 } from '@bufbuild/cel';
 import { strings } from '@bufbuild/cel/ext';
 import type { FieldError, ObjectType, PropertyType } from '@onto/shared';
+import {
+  budgetFunction,
+  budgetSpent,
+  EVALUATION_BUDGET,
+  estimateCost,
+  instrument,
+  type Node,
+  openBudget,
+} from './budget.js';
 
 export const ROOTS = ['self', 'derived', 'agg', 'alert'] as const;
 export type Root = (typeof ROOTS)[number];
@@ -32,6 +41,11 @@ const anyMap = mapType(CelScalar.STRING, CelScalar.DYN);
 const ENV = celEnv({
   variables: { self: anyMap, derived: anyMap, agg: anyMap, alert: anyMap },
   funcs: strings,
+});
+// The environment programs are planned in: the user's, and the budget's charge (./budget.ts).
+const PLANNING_ENV = celEnv({
+  variables: { self: anyMap, derived: anyMap, agg: anyMap, alert: anyMap },
+  funcs: [...strings, budgetFunction],
 });
 
 /** Longest expression accepted, in characters. */
@@ -210,7 +224,15 @@ function compileUncached(source: string, roots: ReadonlySet<Root>): Compiled {
     if (error instanceof ReferenceFault) return { ok: false, message: error.message };
     throw error;
   }
-  const planned = plan(ENV, parsed);
+  const cost = estimateCost(parsed.expr as unknown as Node);
+  if (cost > EVALUATION_BUDGET) {
+    return {
+      ok: false,
+      message: `is estimated to cost ${cost} evaluation steps, over the limit of ${EVALUATION_BUDGET} (lists of unknown length count as 100 entries; nest fewer comprehensions or iterate shorter lists)`,
+    };
+  }
+  instrument(parsed.expr as unknown as Node);
+  const planned = plan(PLANNING_ENV, parsed);
   // Bare property names resolve from the top level; the four roots shadow properties so named.
   const program: Program = (bindings) =>
     planned({ ...bindings.self, self: {}, derived: {}, agg: {}, alert: {}, ...bindings } as Parameters<
@@ -222,17 +244,26 @@ function compileUncached(source: string, roots: ReadonlySet<Root>): Compiled {
 /** A JSON value and its CEL kind, or why the result cannot be stored. */
 export type Outcome = { value: unknown; kind: string } | { error: string };
 
-/** Runs a program; CEL errors and thrown errors alike become an error outcome, never a throw. */
+/**
+ * Runs a program within the evaluation budget; CEL errors, thrown errors and a spent budget alike
+ * become an error outcome, never a throw.
+ */
 export function evaluate(program: Program, bindings: Bindings): Outcome {
   let result: unknown;
+  openBudget();
   try {
     result = program(bindings);
   } catch (error) {
     return { error: (error as Error).message ?? String(error) };
   }
+  const spent = budgetSpent();
+  if (spent) return { error: `${spent} (docs/adr/0021)` };
   if (isCelError(result)) return { error: result.message };
-  return fromCel(result as CelValue);
+  return fromCel(result as CelValue, { left: MAX_RESULT_SIZE });
 }
+
+/** The largest value an evaluation may give, in characters of strings plus entries of lists and maps. */
+export const MAX_RESULT_SIZE = 1_000_000;
 
 /** Runs a condition: true, false, or an error (a non-boolean result is one). */
 export function evaluateCondition(program: Program, bindings: Bindings): boolean | { error: string } {
@@ -245,8 +276,11 @@ export function evaluateCondition(program: Program, bindings: Bindings): boolean
 const TWO_53 = 2n ** 53n;
 
 /** A CEL value as JSON: ints within ±2^53 as numbers, timestamps as RFC 3339, durations as "1.5s". */
-export function fromCel(v: CelValue | unknown): Outcome {
+export function fromCel(v: CelValue | unknown, size: { left: number } = { left: Number.POSITIVE_INFINITY }): Outcome {
   if (v === null) return { value: null, kind: 'null' };
+  // Charged before converting: a list can hold the same large string a million times.
+  size.left -= typeof v === 'string' ? v.length : 1;
+  if (size.left < 0) return { error: `the result is larger than ${MAX_RESULT_SIZE} characters and entries` };
   switch (typeof v) {
     case 'boolean':
       return { value: v, kind: 'bool' };
@@ -259,12 +293,12 @@ export function fromCel(v: CelValue | unknown): Outcome {
         ? { value: Number(v), kind: 'int' }
         : { error: `the integer ${v} is beyond ±2^53 and cannot be stored exactly` };
   }
-  if (isCelUint(v)) return fromCel(v.value);
+  if (isCelUint(v)) return fromCel(v.value, size);
   if (v instanceof Uint8Array) return { value: Buffer.from(v).toString('base64'), kind: 'bytes' };
   if (isCelList(v)) {
     const out: unknown[] = [];
     for (const item of v) {
-      const o = fromCel(item);
+      const o = fromCel(item, size);
       if ('error' in o) return o;
       out.push(o.value);
     }
@@ -273,7 +307,7 @@ export function fromCel(v: CelValue | unknown): Outcome {
   if (isCelMap(v)) {
     const out: Record<string, unknown> = {};
     for (const [k, item] of v) {
-      const o = fromCel(item);
+      const o = fromCel(item, size);
       if ('error' in o) return o;
       out[String(isCelUint(k) ? k.value : k)] = o.value;
     }
@@ -314,7 +348,9 @@ export function toCel(value: unknown, type: PropertyType | undefined): unknown {
   if (type.type === 'array' && Array.isArray(value)) return value.map((item) => toCel(item, type.items));
   if (type.type === 'struct' && typeof value === 'object' && !Array.isArray(value)) {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value as Record<string, unknown>)) out[k] = toCel(v, type.fields[k]);
+    for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+      out[k] = toCel(v, Object.hasOwn(type.fields, k) ? type.fields[k] : undefined);
+    }
     return out;
   }
   return value;
@@ -343,6 +379,8 @@ export function propertiesToCel(
   types: Record<string, { type: PropertyType }> | undefined,
 ): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(properties)) out[k] = toCel(v, types?.[k]?.type);
+  for (const [k, v] of Object.entries(properties)) {
+    out[k] = toCel(v, types && Object.hasOwn(types, k) ? types[k]?.type : undefined);
+  }
   return out;
 }

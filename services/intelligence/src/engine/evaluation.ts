@@ -7,6 +7,7 @@
  * the decisions raised alerts call for. Everything is written through the caller's transaction.
  */
 import { canonicalJson, type Statement } from '@onto/shared';
+import { evaluationSlices } from '../cel/budget.js';
 import {
   type Bindings,
   derivedToCel,
@@ -402,7 +403,9 @@ export class Evaluation {
       sources: [] as string[],
     };
     const changed: string[] = [];
+    const pause = evaluationSlices();
     for (const obj of objects) {
+      await pause();
       let sourceSeq = obj.seq;
       const sources: Record<string, unknown> = { self: { version: obj.version, seq: obj.seq } };
       const { binding: derived, missing } = this.derivedBinding(obj, def.ownDerived);
@@ -513,7 +516,9 @@ export class Evaluation {
           )
         ).map((a) => [a.pk, a.id]),
       );
+      const pause = evaluationSlices();
       for (const obj of objects) {
+        await pause();
         const result = evaluateCondition(rule.program, {
           self: this.selfBinding(rule.objectType, obj),
           derived: this.derivedBinding(obj, rule.ownDerived).binding,
