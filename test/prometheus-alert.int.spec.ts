@@ -218,7 +218,16 @@ describe('a stopped consumer fires the lag alert in Prometheus', () => {
       version: 1,
       producer: 'data',
       producerSeq: 1,
-      payload: {},
+      payload: {
+        type: 'order',
+        pk: 'a',
+        version: 1,
+        before: null,
+        after: { amount: 1 },
+        actor: 'lag-probe',
+        requestId: 'lag-probe',
+        schemaVersion: 1,
+      },
       causedBy: null,
     });
     const producer = await testBroker(testEndpoints().kafkaBrokers).producer();
