@@ -44,7 +44,6 @@ export { consumersPlugin, type ServiceConsumerOptions } from './messaging/consum
 export * from './messaging/envelope.js';
 export { ConcurrencyConflictError, isConflict, type OccOptions, StaleWriteError, withOcc } from './messaging/occ.js';
 export * from './messaging/outbox.js';
-export { afterCommit, afterRollback, markOutboxWritten, onLocalOutboxWrite } from './messaging/outbox-signal.js';
 export { type OutboxPluginOptions, outboxPlugin } from './messaging/plugin.js';
 export { ProcessedCache } from './messaging/processed-cache.js';
 export * from './messaging/relay.js';

@@ -2,9 +2,7 @@ import {
   ConcurrencyConflictError,
   Conflict,
   inTransactionTogether,
-  markOutboxWritten,
-  outboxInsert,
-  outboxRows,
+  Outbox,
   StaleWriteError,
   withOcc,
 } from '@onto/shared';
@@ -49,12 +47,11 @@ export async function writeObjectFast(app: FastifyInstance, w: ObjectWrite): Pro
         const plan = await planObjectWrite(app, tx, w, contextOf(context?.rows[0] as ContextRow | undefined));
         if (plan.kind === 'unchanged') return { value: plan.result };
         const write = plan.head === null ? insertHeadSql('$9::bigint', 'fail') : updateHeadSql('$9::bigint');
-        markOutboxWritten(tx);
         return {
           value: plan.result(seq),
           last: [
             { text: write, values: [...headValues(plan.change), seq] },
-            outboxInsert(outboxRows(plan.event(seq), w.topicPrefix)),
+            new Outbox(tx, w.topicPrefix).addStatement(plan.event(seq)),
           ],
         };
       },

@@ -1,12 +1,4 @@
-import {
-  HttpProblem,
-  inTransactionTogether,
-  markOutboxWritten,
-  type OutboxMessage,
-  outboxInsert,
-  outboxRows,
-  type Statement,
-} from '@onto/shared';
+import { HttpProblem, inTransactionTogether, Outbox, type OutboxMessage, type Statement } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import { Counter } from 'prom-client';
 import { WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
@@ -265,7 +257,6 @@ export class WriteGroups {
         const updated = plans.filter((p) => p.plan.head !== null);
         const events: OutboxMessage[] = plans.map((p) => p.plan.event(p.seq));
         for (const p of plans) outcomes.set(p.m, { ok: p.plan.result(p.seq) });
-        markOutboxWritten(tx);
         const last: Statement[] = [];
         if (created.length > 0) {
           last.push({
@@ -279,7 +270,7 @@ export class WriteGroups {
             values: headRows(updated.map((p) => ({ change: p.plan.change, seq: p.seq }))),
           });
         }
-        last.push(outboxInsert(outboxRows(events, this.app.topicPrefix)));
+        last.push(new Outbox(tx, this.app.topicPrefix).addStatement(events));
         return { value: undefined, last };
       },
     );

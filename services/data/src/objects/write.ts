@@ -1,8 +1,8 @@
 import {
   canonicalJson,
-  enqueue,
   NotFound,
   type ObjectType,
+  Outbox,
   type OutboxMessage,
   type Queryable,
   StaleWriteError,
@@ -141,7 +141,7 @@ export async function writeObject(app: FastifyInstance, tx: pg.PoolClient, w: Ob
       if (attempt < 3) continue;
       throw new StaleWriteError(`${worldId}/${typeName}/${pk} keeps being created concurrently`);
     }
-    await enqueue(tx, plan.event(seq), w.topicPrefix);
+    await new Outbox(tx, w.topicPrefix).add(plan.event(seq));
     return plan.result(seq);
   }
 }
