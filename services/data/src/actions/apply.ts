@@ -19,9 +19,9 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
 import { checkPreconditions, lockWorldShared } from '../http.js';
-import { putLink, removeLink } from '../links/write.js';
+import { putLink, removeLink } from '../links/change.js';
+import { deleteObject, writeObject } from '../objects/change.js';
 import { applyPatch, checkObject } from '../objects/model.js';
-import { deleteObject, writeObject } from '../objects/write.js';
 
 /** A command's outcome and data's write sequence after it (0 when it wrote nothing). */
 interface Applied {

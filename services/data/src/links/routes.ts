@@ -9,8 +9,8 @@ import { LIMITS } from '../objects/model.js';
 import { objectContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { type LinkChange, putLink, removeLink } from './change.js';
 import { traverse } from './repository.js';
-import { type LinkChange, putLink, removeLink } from './write.js';
 
 const Problem = { $ref: 'Problem#' };
 const errors = { 400: Problem, 401: Problem, 403: Problem, 404: Problem, 409: Problem, 412: Problem, 503: Problem };

@@ -7,8 +7,9 @@ import { linkTypeOf, notProvisioned } from '../schema/lookup.js';
 import { type End, type LinkHead, linkHead, lockEnds, occupant, writeLink } from './repository.js';
 
 /*
- * The write path of links, shared by REST and the steps of actions; each runs in the caller's
- * transaction (which holds the world's drop lock shared) and enqueues its change event there.
+ * Link changes, decided and written, for every way in: REST and the steps of actions. Each runs
+ * in the caller's transaction (which holds the world's drop lock shared) and adds its change
+ * event to its outbox.
  */
 
 /** Postgres' unique violation on the indexes that hold a side of a link type to one link. */
