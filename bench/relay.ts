@@ -13,10 +13,10 @@
  */
 import { fileURLToPath } from 'node:url';
 import {
-  enqueue,
   InboxConsumer,
   kernelMigrations,
   newEvent,
+  Outbox,
   type OutboxMessage,
   OutboxRelay,
   TOPICS,
@@ -61,7 +61,7 @@ try {
       chunk.push(message as OutboxMessage);
       bytes += JSON.stringify(event).length;
     }
-    await enqueue(pool, chunk, topics.prefix);
+    await new Outbox(pool, topics.prefix).add(chunk);
   }
   const recordSize = Math.round(bytes / rows);
   console.log(

@@ -1,4 +1,4 @@
-import { asyncApiDocument, enqueue, newEvent, TOPIC_NAMES, TOPICS } from '@onto/shared';
+import { asyncApiDocument, newEvent, Outbox, TOPIC_NAMES, TOPICS } from '@onto/shared';
 import { buildTestService, createTestTopics, testBroker, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
@@ -110,7 +110,10 @@ describe.each(SERVICES)('$name service outbox', (service) => {
           author: service.name,
         },
       });
-      await enqueue(built.app.pg, { event, key: TOPICS['onto.schema'].key({ worldId: 'relay-check' }) }, topics.prefix);
+      await new Outbox(built.app.pg, topics.prefix).add({
+        event,
+        key: TOPICS['onto.schema'].key({ worldId: 'relay-check' }),
+      });
       const consumer = await testBroker(kafkaBrokers).consumer({
         groupId: `relay-check-${topics.prefix}`,
         topics: [`${topics.prefix}onto.schema`],

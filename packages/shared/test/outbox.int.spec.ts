@@ -1,14 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Producer } from '../src/kafka/broker.js';
-import { physicalTopic, TOPICS } from '../src/kafka/topics.js';
-import {
-  BUNDLE_MAX,
-  type BundledEvent,
-  enqueue,
-  enqueueBundles,
-  laneOf,
-  OutboxConflictError,
-} from '../src/messaging/outbox.js';
+import { TOPICS } from '../src/kafka/topics.js';
+import { BUNDLE_MAX, laneOf, Outbox, OutboxConflictError } from '../src/messaging/outbox.js';
 import { acknowledge, OutboxRelay, pendingRows } from '../src/messaging/relay.js';
 import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { testBroker, testLogger } from '../src/testing/index.js';
@@ -36,7 +29,7 @@ describe('transactional outbox', () => {
       await client.query('BEGIN');
       await client.query('INSERT INTO orders (id, amount, version) VALUES ($1, $2, 1)', [id, amount]);
       fault?.();
-      const result = await enqueue(client, orderEvent(id, 1), fx.prefix);
+      const result = await new Outbox(client, fx.prefix).add(orderEvent(id, 1));
       await client.query('COMMIT');
       return result;
     } catch (error) {
@@ -75,9 +68,9 @@ describe('transactional outbox', () => {
       await client.query('BEGIN');
       await client.query(`INSERT INTO orders (id, amount, version) VALUES ('o-3', 1, 1)`);
       const bad = orderEvent('o-3', 1);
-      await expect(enqueue(client, { ...bad, event: { ...bad.event, version: 1.5 } }, fx.prefix)).rejects.toThrow(
-        /\/version/,
-      );
+      await expect(
+        new Outbox(client, fx.prefix).add({ ...bad, event: { ...bad.event, version: 1.5 } }),
+      ).rejects.toThrow(/\/version/);
       await client.query('ROLLBACK');
     } finally {
       client.release();
@@ -88,26 +81,26 @@ describe('transactional outbox', () => {
 
   it('the same id with the same body again is a no-op that says so; with another body, an error', async () => {
     const message = orderEvent('o-4', 1);
-    const [first] = await enqueue(fx.pool, message, fx.prefix);
-    const [again] = await enqueue(fx.pool, message, fx.prefix);
+    const [first] = await new Outbox(fx.pool, fx.prefix).add(message);
+    const [again] = await new Outbox(fx.pool, fx.prefix).add(message);
     expect(first?.status).toBe('enqueued');
     expect(again).toEqual({ status: 'duplicate', id: first?.id });
     const changed = { ...message, event: { ...message.event, payload: { key: 'o-4', seq: 1, amount: 999 } } };
-    await expect(enqueue(fx.pool, changed, fx.prefix)).rejects.toBeInstanceOf(OutboxConflictError);
-    await expect(enqueue(fx.pool, changed, fx.prefix)).rejects.toThrow(message.event.event_id);
+    await expect(new Outbox(fx.pool, fx.prefix).add(changed)).rejects.toBeInstanceOf(OutboxConflictError);
+    await expect(new Outbox(fx.pool, fx.prefix).add(changed)).rejects.toThrow(message.event.event_id);
     expect(await count('outbox')).toBe(1);
   });
 
   it('refuses a partition key from another world', async () => {
     const message = orderEvent('o-5', 1);
     const key = TOPICS['onto.changes.objects'].key({ worldId: 'other', objectType: 'order', pk: 'o-5' });
-    await expect(enqueue(fx.pool, { ...message, key } as never, fx.prefix)).rejects.toThrow(
+    await expect(new Outbox(fx.pool, fx.prefix).add({ ...message, key } as never)).rejects.toThrow(
       /does not belong to world w1/,
     );
   });
 
   it('returns pending rows in id order, in bounded batches', async () => {
-    for (let i = 0; i < 7; i++) await enqueue(fx.pool, orderEvent(`k${i % 3}`, i + 1), fx.prefix);
+    for (let i = 0; i < 7; i++) await new Outbox(fx.pool, fx.prefix).add(orderEvent(`k${i % 3}`, i + 1));
     const first = await pendingRows(fx.pool, 5);
     expect(first.map((r) => r.id)).toEqual([...first.map((r) => r.id)].sort((a, b) => a - b));
     expect(first).toHaveLength(5);
@@ -121,7 +114,7 @@ describe('transactional outbox', () => {
   });
 
   it('acknowledging twice is a no-op', async () => {
-    await enqueue(fx.pool, orderEvent('a', 1), fx.prefix);
+    await new Outbox(fx.pool, fx.prefix).add(orderEvent('a', 1));
     const [row] = await pendingRows(fx.pool, 1);
     expect(await acknowledge(fx.pool, [row?.id ?? 0])).toBe(1);
     const sentAt = (await fx.pool.query('SELECT sent_at FROM outbox_sent_rows')).rows;
@@ -132,7 +125,7 @@ describe('transactional outbox', () => {
   });
 
   it('acknowledges only after the broker did: rows are still pending while they are published', async () => {
-    for (let i = 1; i <= 3; i++) await enqueue(fx.pool, orderEvent('ack', i), fx.prefix);
+    for (let i = 1; i <= 3; i++) await new Outbox(fx.pool, fx.prefix).add(orderEvent('ack', i));
     const pendingDuringPublish: number[] = [];
     const observing: Producer = {
       send: async (batches) => {
@@ -152,7 +145,7 @@ describe('transactional outbox', () => {
   it('a publish error propagates, counts the attempt and leaves the rows pending; the retry sends them', async () => {
     const ids = [];
     for (let i = 1; i <= 2; i++) ids.push(orderEvent('fail', i));
-    await enqueue(fx.pool, ids, fx.prefix);
+    await new Outbox(fx.pool, fx.prefix).add(ids);
     const faulty = faultyProducer(producer);
     faulty.failNext(1);
     const relay = new OutboxRelay({ pool: fx.pool, producer: faulty, logger: testLogger, batchSize: 10 });
@@ -189,7 +182,7 @@ describe('transactional outbox', () => {
       [b, 1],
       [a, 2],
     ] as const) {
-      await enqueue(fx.pool, orderEvent(key, version), fx.prefix);
+      await new Outbox(fx.pool, fx.prefix).add(orderEvent(key, version));
     }
     // Another relay holds d's lane for the whole test.
     const holder = await fx.pool.connect();
@@ -233,11 +226,7 @@ describe('transactional outbox', () => {
 
   it('publishes every pending row to its topic with its key, body and headers', async () => {
     const messages = [orderEvent('p1', 1), orderEvent('p2', 1), orderEvent('p1', 2)];
-    await enqueue(
-      fx.pool,
-      messages.map((m) => ({ ...m, headers: { 'x-request-id': 'req-1' } })),
-      fx.prefix,
-    );
+    await new Outbox(fx.pool, fx.prefix).add(messages.map((m) => ({ ...m, headers: { 'x-request-id': 'req-1' } })));
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, batchSize: 100 });
     expect(await relay.drain()).toBe(3);
     const records = await readTopic(testBroker(fx.endpoints.kafkaBrokers), fx.topic('onto.changes.objects'), 3);
@@ -251,6 +240,7 @@ describe('transactional outbox', () => {
 
   /** Bundled events of order keys: bodies {"payload":{"key":…},"version":…} from a two-part template. */
   const PARTS = ['{"payload":{"key":', '},"version":', '}'];
+  type BundledEvent = { eventId: string; key: string; lane: number; values: string[] };
   const bundled = (key: string, version: number): BundledEvent => {
     const m = orderEvent(key, version);
     return { eventId: uuidv7(), key: m.key, lane: laneOf(m.key), values: [JSON.stringify(key), String(version)] };
@@ -259,8 +249,13 @@ describe('transactional outbox', () => {
     const client = await fx.pool.connect();
     try {
       await client.query('BEGIN');
-      const topic = physicalTopic(fx.prefix, 'onto.changes.objects');
-      const n = await enqueueBundles(client, { topic, headers, parts: PARTS }, events);
+      const sample = { ...orderEvent('sample', 1), headers: JSON.parse(headers) };
+      const bundles = new Outbox(client, fx.prefix).bundles({ sample, parts: PARTS });
+      for (const e of events) {
+        bundles.event(e.eventId, e.key, e.lane);
+        for (const v of e.values) bundles.value(v);
+      }
+      const n = await bundles.write();
       await client.query('COMMIT');
       return n;
     } finally {
@@ -284,11 +279,11 @@ describe('transactional outbox', () => {
     const lane = laneOf(orderEvent(x, 1).key);
     const same = keysOfLane(5, 'same-', lane);
     const other = keysOfLane(3, 'other-', undefined, lane);
-    await enqueue(fx.pool, orderEvent(x, 1), fx.prefix);
+    await new Outbox(fx.pool, fx.prefix).add(orderEvent(x, 1));
     // One bundle in x's lane (x's second version and five more keys), one in another lane.
     const events = [bundled(x, 2), ...same.map((k) => bundled(k, 1)), ...other.map((k) => bundled(k, 1))];
     expect(await addBundles(events, '{"x-request-id":"bulk-1"}')).toBe(2);
-    await enqueue(fx.pool, orderEvent(x, 3), fx.prefix);
+    await new Outbox(fx.pool, fx.prefix).add(orderEvent(x, 3));
 
     const sent: { key: string; id: string; request: string | undefined; body: string }[][] = [];
     const recording: Producer = {
@@ -380,7 +375,7 @@ describe('transactional outbox', () => {
   });
 
   it('prunes sent rows older than the retention, and only those', async () => {
-    await enqueue(fx.pool, [orderEvent('old', 1), orderEvent('new', 1), orderEvent('pending', 1)], fx.prefix);
+    await new Outbox(fx.pool, fx.prefix).add([orderEvent('old', 1), orderEvent('new', 1), orderEvent('pending', 1)]);
     const [old, recent] = await pendingRows(fx.pool, 2);
     expect(await acknowledge(fx.pool, [old?.id ?? 0])).toBe(1);
     expect(await acknowledge(fx.pool, [recent?.id ?? 0])).toBe(1);

@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { inTransactionTogether } from '../src/db/pipeline.js';
 import { inTransaction } from '../src/db/transaction.js';
 import type { Producer } from '../src/kafka/broker.js';
 import { InboxConsumer } from '../src/messaging/consumer.js';
-import { enqueue } from '../src/messaging/outbox.js';
+import { Outbox } from '../src/messaging/outbox.js';
 import { OutboxRelay, pendingRows } from '../src/messaging/relay.js';
 import { consumedPastSentinel, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import {
@@ -49,7 +50,7 @@ describe('outbox relay', () => {
   it('delivered twice, effect once: the relay dies after the broker acknowledged, before marking sent', async () => {
     await emptyOutbox('effects', 'inbox');
     const messages = [orderEvent('twice', 1), orderEvent('twice', 2), orderEvent('once', 1)];
-    await enqueue(fx.pool, messages, fx.prefix);
+    await new Outbox(fx.pool, fx.prefix).add(messages);
     const crashing = new OutboxRelay({
       pool: fx.pool,
       producer,
@@ -120,11 +121,7 @@ describe('outbox relay', () => {
       });
       // Written while both relays run: each version of a key in its own transaction, in order.
       for (let v = 1; v <= versions; v++) {
-        await enqueue(
-          fx.pool,
-          keys.map((k) => orderEvent(k, v, { world: 'order-world' })),
-          fx.prefix,
-        );
+        await new Outbox(fx.pool, fx.prefix).add(keys.map((k) => orderEvent(k, v, { world: 'order-world' })));
       }
       const total = keys.length * versions;
       await eventually('the outbox drained', async () => (await pending()) === 0, { timeoutMs: 60_000 });
@@ -163,7 +160,7 @@ describe('outbox relay', () => {
     const messages = Array.from({ length: 600 }, (_, i) =>
       orderEvent(`kill-${i % 30}`, Math.floor(i / 30) + 1, { world: 'kill' }),
     );
-    await enqueue(fx.pool, messages, fx.prefix);
+    await new Outbox(fx.pool, fx.prefix).add(messages);
     const env = { DATABASE_URL: fx.db.url, KAFKA_BROKERS: fx.endpoints.kafkaBrokers, BATCH_SIZE: '50' };
     const first = spawnFixture('relay-process', { ...env, PUBLISH_DELAY_MS: '200' });
     // Killed after some batches were acknowledged, while the next is published but not yet marked.
@@ -207,7 +204,33 @@ describe('outbox relay', () => {
     try {
       await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
       const started = Date.now();
-      await inTransaction(fx.pool, (tx) => enqueue(tx, orderEvent('local-wake', 1), fx.prefix));
+      await inTransaction(fx.pool, (tx) => new Outbox(tx, fx.prefix).add(orderEvent('local-wake', 1)));
+      await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
+      expect(Date.now() - started).toBeLessThan(2000);
+    } finally {
+      await relay.stop();
+    }
+  });
+
+  it('wakes at once when a writer sends its outbox statement with COMMIT, without waiting for its poll', async () => {
+    await emptyOutbox();
+    const relay = new OutboxRelay({
+      pool: fx.pool,
+      producer,
+      logger: testLogger,
+      concurrency: 2,
+      pollIntervalMs: 60_000,
+    });
+    let idle = 0;
+    onIdleClaim(relay, () => idle++);
+    await relay.start();
+    try {
+      await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
+      const started = Date.now();
+      await inTransactionTogether(fx.pool, [], async (tx) => ({
+        value: undefined,
+        last: [new Outbox(tx, fx.prefix).addStatement(orderEvent('with-commit', 1))],
+      }));
       await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
       expect(Date.now() - started).toBeLessThan(2000);
     } finally {
@@ -229,7 +252,7 @@ describe('outbox relay', () => {
         () => other.output().split('found nothing').length > 2,
       );
       const started = Date.now();
-      await inTransaction(fx.pool, (tx) => enqueue(tx, orderEvent('notify', 1), fx.prefix));
+      await inTransaction(fx.pool, (tx) => new Outbox(tx, fx.prefix).add(orderEvent('notify', 1)));
       await eventually('sent by the other process', async () => (await pending()) === 0, { timeoutMs: 10_000 });
       expect(Date.now() - started).toBeLessThan(3000);
       expect(other.output()).toContain('published 1');
@@ -248,7 +271,7 @@ describe('outbox relay', () => {
     try {
       // After the loops' first claims, so that a poll, not the start, finds the row.
       await eventually('both loops asleep until their poll', () => idle >= 2);
-      // Inserted behind enqueue's back: no NOTIFY is sent, as when the listener was reconnecting.
+      // Inserted behind the Outbox's back: no NOTIFY is sent, as when the listener was reconnecting.
       const m = orderEvent('lost-notify', 1);
       await fx.pool.query(
         `WITH o AS (INSERT INTO outbox (event_id, topic, partition_key, lane, body) VALUES ($1, $2, $3, 0, $4) RETURNING id)
@@ -266,7 +289,7 @@ describe('outbox relay', () => {
     const { Registry } = await import('prom-client');
     const registry = new Registry();
     const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, registry });
-    await enqueue(fx.pool, [orderEvent('m', 1), orderEvent('m', 2)], fx.prefix);
+    await new Outbox(fx.pool, fx.prefix).add([orderEvent('m', 1), orderEvent('m', 2)]);
     await fx.pool.query(`UPDATE outbox SET created_at = now() - interval '5 seconds'`);
     let text = await registry.metrics();
     expect(text).toMatch(/onto_outbox_backlog 2/);

@@ -102,12 +102,6 @@ export const WORLD_LOCK_SPACE = lockSpace('wrld');
 /** A world's advisory lock key in WORLD_LOCK_SPACE. */
 export const worldLockKey = advisoryLockKey;
 
-/** The statement that takes the world's drop lock shared, for a pipelined transaction. */
-export const worldLockShared = (worldId: string) => ({
-  text: 'SELECT pg_advisory_xact_lock_shared($1, $2)',
-  values: [WORLD_LOCK_SPACE, worldLockKey(worldId)],
-});
-
 /** The same as one SQL text (no parameters: both numbers are computed here), sent with BEGIN. */
 export const worldLockSharedSql = (worldId: string) =>
   `SELECT pg_advisory_xact_lock_shared(${WORLD_LOCK_SPACE}, ${worldLockKey(worldId)})`;

@@ -14,7 +14,7 @@ const Counter = {
 const W = 'groups';
 const url = (pk: string) => `/v1/worlds/${W}/objects/Counter/${encodeURIComponent(pk)}`;
 
-/** Group commit of single-object writes (write-group.ts): one transaction at a time, so that writes queue. */
+/** Group commit of single-object writes (objects/change.ts): one transaction at a time, so that writes queue. */
 describe('single-object writes committed in groups', () => {
   let s: Stack;
   let editor: string;

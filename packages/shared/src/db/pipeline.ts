@@ -146,7 +146,7 @@ export interface TransactionOutcome<T> {
  * A READ COMMITTED transaction in as few round trips as its work allows: the `first` statements
  * travel with BEGIN and their results are handed to `work`, the `last` statements `work` returns
  * travel with COMMIT. Otherwise as `inTransaction`: rolled back when anything throws, the client
- * released either way, relays woken once committed outbox rows exist.
+ * released either way, commit hooks (onCommit) run once committed.
  */
 export function inTransactionTogether<T>(
   pool: pg.Pool,

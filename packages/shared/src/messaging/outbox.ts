@@ -1,10 +1,11 @@
 import type pg from 'pg';
 import { copyField, copyLines } from '../db/copy.js';
+import type { Statement } from '../db/pipeline.js';
 import type { Headers } from '../kafka/broker.js';
 import { type PartitionKey, physicalTopic } from '../kafka/topics.js';
 import { canonicalJson } from './canonical-json.js';
 import { EVENT_TYPES, type EventEnvelope, type EventType, validateEvent } from './envelope.js';
-import { markOutboxWritten } from './outbox-signal.js';
+import { wakeRelaysAfterCommit } from './outbox-signal.js';
 import { uuidv7 } from './uuidv7.js';
 
 /** Anything that runs a parameterised query: a pool, a client, a transaction's client. */
@@ -17,7 +18,6 @@ export interface Queryable {
 
 /** Lanes partition the outbox by key; see migrations/002 and the relay. */
 export const OUTBOX_LANES = 64;
-export const OUTBOX_CHANNEL = 'onto_outbox';
 
 /** The same event id was enqueued before with a different body. */
 export class OutboxConflictError extends Error {
@@ -27,7 +27,8 @@ export class OutboxConflictError extends Error {
   }
 }
 
-export type EnqueueResult = { status: 'enqueued'; id: number } | { status: 'duplicate'; id: number };
+/** What `Outbox.add` did with an event: added, or found there already with the same body. */
+export type OutboxAddResult = { status: 'enqueued'; id: number } | { status: 'duplicate'; id: number };
 
 export interface OutboxMessage<T extends EventType = EventType> {
   event: EventEnvelope & { type: T };
@@ -57,8 +58,8 @@ function checkKey(event: EventEnvelope, key: string) {
   }
 }
 
-/** An outbox row as enqueue writes it: checked, on its physical topic, in its lane. */
-export interface OutboxRow {
+/** An outbox row as the Outbox writes it: checked, on its physical topic, in its lane. */
+interface OutboxRow {
   eventId: string;
   topic: string;
   key: string;
@@ -67,8 +68,8 @@ export interface OutboxRow {
   headers: string;
 }
 
-/** Checks messages (envelope, key) and makes the rows `enqueue` inserts. */
-export function outboxRows(messages: OutboxMessage | OutboxMessage[], topicPrefix = ''): OutboxRow[] {
+/** Checks messages (envelope, key) and makes their outbox rows. */
+function outboxRows(messages: OutboxMessage | OutboxMessage[], topicPrefix = ''): OutboxRow[] {
   const list = Array.isArray(messages) ? messages : [messages];
   return list.map((m) => {
     const event = validateEvent(m.event);
@@ -86,10 +87,9 @@ export function outboxRows(messages: OutboxMessage | OutboxMessage[], topicPrefi
 
 /**
  * The statement that inserts the rows into outbox and outbox_pending and answers the ids of the
- * new ones (an event id already there is skipped): what enqueue runs, and what a writer that
- * sends its last statements with COMMIT (queryTogether) puts among them.
+ * new ones (an event id already there is skipped).
  */
-export function outboxInsert(rows: OutboxRow[]): { text: string; values: unknown[] } {
+function outboxInsert(rows: OutboxRow[]): { text: string; values: unknown[] } {
   return {
     text: `WITH added AS (
        INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers)
@@ -116,18 +116,6 @@ export function outboxInsert(rows: OutboxRow[]): { text: string; values: unknown
 
 /** Most events in one bundle row (migrations/008): the relay publishes a bundle in one send. */
 export const BUNDLE_MAX = 256;
-
-/**
- * An event bound for a bundle: its body is the bundle's template filled with `values`,
- * `parts[0] values[0] parts[1] … values[n-1] parts[n]`. Its producer checked it (as outboxRows
- * checks) and spelled every value as JSON text, which holds no tab and no newline.
- */
-export interface BundledEvent {
-  eventId: string;
-  key: string;
-  lane: number;
-  values: string[];
-}
 
 /** A bundle's events, fields escaped for COPY, joined by an escaped tab (a literal one in the row). */
 const TAB = '\\t';
@@ -156,7 +144,7 @@ const BUNDLE_START_BYTES = 16 * 1024;
  * template, and is encoded at once into its bundle's buffer: a bulk write of 100,000 objects kept
  * 100,000 event objects and 800,000 strings alive until its end, and the garbage collector copied
  * them about (docs/adr/0016). Each value is JSON text (no tab, no newline) the producer checked as
- * outboxRows checks; with `escaped`, it is already escaped for COPY by copyField (a producer that
+ * the Outbox checks a message; with `escaped`, it is already escaped for COPY by copyField (a producer that
  * copies the same text into its own tables escapes it once).
  */
 export class OutboxBundles {
@@ -169,7 +157,11 @@ export class OutboxBundles {
   /** The line of the event begun last, encoded when it ends. */
   private line = '';
 
-  constructor(private readonly bundle: { topic: string; headers: string; parts: string[]; escaped?: boolean }) {
+  /** Made by Outbox.bundles. */
+  constructor(
+    private readonly tx: pg.ClientBase,
+    private readonly bundle: { topic: string; headers: string; parts: string[]; escaped: boolean },
+  ) {
     this.fields = bundle.parts.length - 1;
   }
 
@@ -207,8 +199,9 @@ export class OutboxBundles {
     this.values++;
   }
 
-  /** Writes the bundles by COPY in the caller's transaction and queues them; answers how many. */
-  async write(tx: pg.ClientBase): Promise<number> {
+  /** Writes the bundles by COPY in the outbox's transaction and queues them; answers how many. */
+  async write(): Promise<number> {
+    const tx = this.tx;
     this.endEvent();
     const ids: string[] = [];
     const parts = copyField(JSON.stringify(this.bundle.parts));
@@ -238,7 +231,7 @@ export class OutboxBundles {
       'INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM outbox WHERE event_id = ANY($1::uuid[]) ORDER BY id',
       [ids],
     );
-    markOutboxWritten(tx);
+    wakeRelaysAfterCommit(tx);
     return ids.length;
   }
 
@@ -263,60 +256,86 @@ export class OutboxBundles {
 }
 
 /**
- * Adds these events of one template to the outbox as bundles in the caller's transaction (see
- * OutboxBundles); answers how many bundles.
+ * The one way events are written: into the outbox, in the transaction of `db`, so that they exist
+ * if and only if the state change commits, and the relays are woken once it has committed (see
+ * outbox-signal.ts; no caller wakes them). Every message is checked (envelope, partition key of
+ * its world and topic) and goes to its topic under `topicPrefix`.
+ *
+ * - `add`: events written now, answered one by one (one round trip; one more for duplicates);
+ * - `addStatement`: the same insert as a statement the caller sends among its own, e.g. with
+ *   COMMIT (TransactionOutcome.last): no round trip of its own;
+ * - `bundles`: many events of one template, as bundle rows (migrations/008).
  */
-export async function enqueueBundles(
-  tx: pg.ClientBase,
-  bundle: { topic: string; headers: string; parts: string[]; escaped?: boolean },
-  events: Iterable<BundledEvent>,
-): Promise<number> {
-  const bundles = new OutboxBundles(bundle);
-  for (const e of events) {
-    bundles.event(e.eventId, e.key, e.lane);
-    for (const v of e.values) bundles.value(v);
-  }
-  return bundles.write(tx);
-}
+export class Outbox<Db extends Queryable = Queryable> {
+  constructor(
+    private readonly db: Db,
+    private readonly topicPrefix = '',
+  ) {}
 
-/**
- * Adds events to the outbox inside the caller's transaction, so they exist if and only if the
- * state change commits. Enqueuing an event id again with the same body is a no-op reported as
- * `duplicate`; with another body it throws OutboxConflictError.
- */
-export async function enqueue(
-  tx: Queryable,
-  messages: OutboxMessage | OutboxMessage[],
-  topicPrefix = '',
-): Promise<EnqueueResult[]> {
-  const rows = outboxRows(messages, topicPrefix);
-  if (rows.length === 0) return [];
-  const ids = rows.map((r) => r.eventId);
-  const bodies = rows.map((r) => r.body);
-  const statement = outboxInsert(rows);
-  const inserted = await tx.query<{ id: number; event_id: string }>(statement.text, statement.values);
-  const byId = new Map(inserted.rows.map((r) => [r.event_id, r.id]));
-  const results: EnqueueResult[] = [];
-  const missing = ids.filter((id) => !byId.has(id));
-  const existing = new Map<string, { id: number; body: string }>();
-  if (missing.length > 0) {
-    const found = await tx.query<{ id: number; event_id: string; body: string }>(
-      'SELECT id, event_id::text, body FROM outbox WHERE event_id = ANY($1::uuid[])',
-      [missing],
-    );
-    for (const r of found.rows) existing.set(r.event_id, { id: r.id, body: r.body });
-  }
-  for (const [i, id] of ids.entries()) {
-    const fresh = byId.get(id);
-    if (fresh !== undefined) {
-      results.push({ status: 'enqueued', id: fresh });
-      continue;
+  /**
+   * Adds the events now. An event id added before with the same body is a no-op reported as
+   * `duplicate`; with another body it throws OutboxConflictError.
+   */
+  async add(messages: OutboxMessage | OutboxMessage[]): Promise<OutboxAddResult[]> {
+    const rows = outboxRows(messages, this.topicPrefix);
+    if (rows.length === 0) return [];
+    const ids = rows.map((r) => r.eventId);
+    const bodies = rows.map((r) => r.body);
+    const statement = outboxInsert(rows);
+    const inserted = await this.db.query<{ id: number; event_id: string }>(statement.text, statement.values);
+    const byId = new Map(inserted.rows.map((r) => [r.event_id, r.id]));
+    const results: OutboxAddResult[] = [];
+    const missing = ids.filter((id) => !byId.has(id));
+    const existing = new Map<string, { id: number; body: string }>();
+    if (missing.length > 0) {
+      const found = await this.db.query<{ id: number; event_id: string; body: string }>(
+        'SELECT id, event_id::text, body FROM outbox WHERE event_id = ANY($1::uuid[])',
+        [missing],
+      );
+      for (const r of found.rows) existing.set(r.event_id, { id: r.id, body: r.body });
     }
-    const prior = existing.get(id);
-    if (!prior || prior.body !== bodies[i]) throw new OutboxConflictError(id);
-    results.push({ status: 'duplicate', id: prior.id });
+    for (const [i, id] of ids.entries()) {
+      const fresh = byId.get(id);
+      if (fresh !== undefined) {
+        results.push({ status: 'enqueued', id: fresh });
+        continue;
+      }
+      const prior = existing.get(id);
+      if (!prior || prior.body !== bodies[i]) throw new OutboxConflictError(id);
+      results.push({ status: 'duplicate', id: prior.id });
+    }
+    if (byId.size > 0) wakeRelaysAfterCommit(this.db);
+    return results;
   }
-  // No NOTIFY here: it would serialise commits. inTransaction wakes the relays after COMMIT.
-  if (byId.size > 0) markOutboxWritten(tx);
-  return results;
+
+  /**
+   * The statement that adds the events, for the caller to send among its own statements in this
+   * transaction (queryTogether, TransactionOutcome.last): a writer that sends its last writes with
+   * COMMIT saves `add`'s round trip (docs/adr/0013). Nobody reads its answer: an event id already
+   * in the outbox is skipped unchecked.
+   */
+  addStatement(messages: OutboxMessage | OutboxMessage[]): Statement {
+    const statement = outboxInsert(outboxRows(messages, this.topicPrefix));
+    wakeRelaysAfterCommit(this.db);
+    return statement;
+  }
+
+  /**
+   * Bundles for many events of one template, filled event by event and written by their `write`
+   * (see OutboxBundles). `sample`, an event of the template, is checked as `add` checks it and
+   * gives the bundles' topic and headers.
+   */
+  bundles(
+    this: Outbox<Db & pg.ClientBase>,
+    template: { sample: OutboxMessage; parts: string[]; escaped?: boolean },
+  ): OutboxBundles {
+    const [row] = outboxRows(template.sample, this.topicPrefix);
+    if (!row) throw new Error('no outbox row for the sample');
+    return new OutboxBundles(this.db, {
+      topic: row.topic,
+      headers: row.headers,
+      parts: template.parts,
+      escaped: template.escaped ?? false,
+    });
+  }
 }

@@ -6,8 +6,8 @@ import { queryTogether } from '../db/pipeline.js';
 import { withTimeout } from '../http/health.js';
 import type { Producer } from '../kafka/broker.js';
 import { cloudEventHeaders } from '../kafka/events/cloudevents.js';
-import { OUTBOX_CHANNEL, OUTBOX_LANES, type Queryable } from './outbox.js';
-import { OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite } from './outbox-signal.js';
+import { OUTBOX_LANES, type Queryable } from './outbox.js';
+import { OUTBOX_CHANNEL, OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite } from './outbox-signal.js';
 
 export interface PendingRow {
   id: number;

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { TOPICS } from '../kafka/topics.js';
 import type { ReceivedEvent } from './consumer.js';
 import { newEvent } from './envelope.js';
-import { enqueue } from './outbox.js';
+import { Outbox } from './outbox.js';
 
 const REPLIES = {
   data: { provisioned: 'world.provisioned', dropped: 'world.dropped', topic: 'onto.storage' },
@@ -55,11 +55,10 @@ export function worldProvisioning(service: 'data' | 'intelligence', topicPrefix:
         causedBy: event.event_id,
         payload: { service },
       });
-      await enqueue(
-        tx,
-        { event: answer, key: TOPICS[reply.topic].key({ worldId: event.world_id }) } as never,
-        topicPrefix,
-      );
+      await new Outbox(tx, topicPrefix).add({
+        event: answer,
+        key: TOPICS[reply.topic].key({ worldId: event.world_id }),
+      } as never);
     }
   };
 }

@@ -1,13 +1,13 @@
 import {
   type AccessTokenClaims,
   type CryptoKey,
-  enqueue,
   generateSigningKey,
   identityMessage,
   importSigningKey,
   importVerificationKey,
   type JWK,
   type KeyRing,
+  Outbox,
   type Principal,
   type PublicSigningKey,
   type RevocationView,
@@ -45,7 +45,9 @@ export async function ensureSigningKey(pool: pg.Pool, topicPrefix: string): Prom
       [fresh.kid, fresh.privateJwk, fresh.publicJwk],
     );
     if (rowCount) {
-      await enqueue(tx, identityMessage('identity.keys.published', 'keys', { keys: [fresh.publicJwk] }), topicPrefix);
+      await new Outbox(tx, topicPrefix).add(
+        identityMessage('identity.keys.published', 'keys', { keys: [fresh.publicJwk] }),
+      );
     }
   });
   const active = await activeKey(pool);

@@ -1,4 +1,4 @@
-import { enqueue, identityMessage, NotFound, WORLD_ROLES, type WorldRole } from '@onto/shared';
+import { identityMessage, NotFound, Outbox, WORLD_ROLES, type WorldRole } from '@onto/shared';
 import type pg from 'pg';
 
 export interface RoleGrant {
@@ -119,14 +119,12 @@ async function announce(
   previousRole: WorldRole | null,
   generation: number,
 ) {
-  await enqueue(
-    tx,
+  await new Outbox(tx, change.topicPrefix).add(
     identityMessage(
       'identity.roles.changed',
       change.userId,
       { userId: change.userId, worldId: change.worldId, role, previousRole, minGeneration: generation },
       { worldId: change.worldId, version: generation, ...(change.requestId ? { requestId: change.requestId } : {}) },
     ),
-    change.topicPrefix,
   );
 }

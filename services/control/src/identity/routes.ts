@@ -2,10 +2,10 @@ import { timingSafeEqual } from 'node:crypto';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   Conflict,
-  enqueue,
   Forbidden,
   identityMessage,
   NotFound,
+  Outbox,
   principalOf,
   problemResponses,
   recordAudit,
@@ -151,15 +151,13 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
           requestId: request.id,
         });
         if (!fresh) return;
-        await enqueue(
-          tx,
+        await new Outbox(tx, app.topicPrefix).add(
           identityMessage(
             'identity.token.revoked',
             principal.userId,
             { userId: principal.userId, accessTokenId: principal.tokenId, expiresAt: expiresAt.getTime() },
             { requestId: request.id },
           ),
-          app.topicPrefix,
         );
         await recordAudit(tx, request, { action: 'identity.access-token.revoked', subject: principal.tokenId });
       });
@@ -292,10 +290,8 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         });
         if (outcome === 'missing') throw new NotFound(`user ${userId} has no API token ${tokenId}`);
         if (outcome === 'already') return;
-        await enqueue(
-          tx,
+        await new Outbox(tx, app.topicPrefix).add(
           identityMessage('identity.token.revoked', userId, { userId, apiTokenId: tokenId }, { requestId: request.id }),
-          app.topicPrefix,
         );
         await recordAudit(tx, request, { action: 'identity.token.revoked', subject: tokenId, detail: { userId } });
       });

@@ -1,4 +1,4 @@
-import { enqueue, newEvent, StaleWriteError, TOPICS } from '@onto/shared';
+import { newEvent, Outbox, StaleWriteError, TOPICS } from '@onto/shared';
 import type pg from 'pg';
 import { diffSchemas, emptySchema, type SchemaDiff, type SchemaDocument } from './model.js';
 
@@ -58,15 +58,11 @@ export async function writeVersion(
     producerSeq: version,
     payload: { version, previousVersion: change.before.version, diff, schema: change.after, author: change.author },
   });
-  await enqueue(
-    tx,
-    {
-      event,
-      key: TOPICS['onto.schema'].key({ worldId: change.worldId }),
-      headers: { 'x-request-id': change.requestId },
-    },
-    change.topicPrefix,
-  );
+  await new Outbox(tx, change.topicPrefix).add({
+    event,
+    key: TOPICS['onto.schema'].key({ worldId: change.worldId }),
+    headers: { 'x-request-id': change.requestId },
+  });
   return { version, diff };
 }
 

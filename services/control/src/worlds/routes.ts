@@ -2,11 +2,11 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   actorOf,
   Conflict,
-  enqueue,
   Forbidden,
   inTransaction,
   NotFound,
   newEvent,
+  Outbox,
   problemResponses,
   recordAudit,
   TOPICS,
@@ -134,17 +134,13 @@ export default fp(
             });
           }
           await grantRole(tx, { userId: actorOf(request), worldId: id, role: 'owner', topicPrefix: app.topicPrefix });
-          await enqueue(
-            tx,
-            {
-              ...worldEvent('world.created', id, {
-                from: from ? { world: from.world, schemaVersion: forkedSchema?.version ?? 0 } : null,
-                createdBy: actorOf(request),
-              }),
-              headers: { 'x-request-id': request.id },
-            },
-            app.topicPrefix,
-          );
+          await new Outbox(tx, app.topicPrefix).add({
+            ...worldEvent('world.created', id, {
+              from: from ? { world: from.world, schemaVersion: forkedSchema?.version ?? 0 } : null,
+              createdBy: actorOf(request),
+            }),
+            headers: { 'x-request-id': request.id },
+          });
           await recordAudit(tx, request, { action: 'world.create', worldId: id, detail: { from: from ?? null } });
           return (await tx.query(`${SELECT_WORLD} WHERE id = $1`, [id])).rows[0];
         });
@@ -202,11 +198,10 @@ export default fp(
           await tx.query(`UPDATE worlds SET status = 'DELETING', dropped_by = '{}', updated_at = now() WHERE id = $1`, [
             world,
           ]);
-          await enqueue(
-            tx,
-            { ...worldEvent('world.deleted', world, {}), headers: { 'x-request-id': request.id } },
-            app.topicPrefix,
-          );
+          await new Outbox(tx, app.topicPrefix).add({
+            ...worldEvent('world.deleted', world, {}),
+            headers: { 'x-request-id': request.id },
+          });
           await recordAudit(tx, request, { action: 'world.delete', worldId: world });
           return (await tx.query(`${SELECT_WORLD} WHERE id = $1`, [world])).rows[0];
         });

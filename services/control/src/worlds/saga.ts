@@ -1,4 +1,4 @@
-import { enqueue, inTransaction, newEvent, type ReceivedEvent, TOPICS } from '@onto/shared';
+import { inTransaction, newEvent, Outbox, type ReceivedEvent, TOPICS } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
@@ -60,7 +60,7 @@ export async function failOverdue(pool: pg.Pool, topicPrefix: string): Promise<s
         producerSeq: 0,
         payload: { reason: 'provisioning timed out', provisioned: row.confirmed_by },
       });
-      await enqueue(tx, { event, key: TOPICS['onto.worlds'].key({ worldId: row.id }) }, topicPrefix);
+      await new Outbox(tx, topicPrefix).add({ event, key: TOPICS['onto.worlds'].key({ worldId: row.id }) });
     }
     return rows.map((r) => r.id);
   });

@@ -1,12 +1,12 @@
 import {
   type CommandResult,
   type EventEnvelope,
-  enqueue,
   HttpProblem,
   isConflict,
   isInfrastructureError,
   NotFound,
   newEvent,
+  Outbox,
   PreconditionFailed,
   parseStepRequested,
   type StepCommand,
@@ -19,9 +19,9 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
 import { checkPreconditions, lockWorldShared } from '../http.js';
-import { putLink, removeLink } from '../links/write.js';
+import { putLink, removeLink } from '../links/change.js';
+import { deleteObject, writeObject } from '../objects/change.js';
 import { applyPatch, checkObject } from '../objects/model.js';
-import { deleteObject, writeObject } from '../objects/write.js';
 
 /** A command's outcome and data's write sequence after it (0 when it wrote nothing). */
 interface Applied {
@@ -232,23 +232,19 @@ export function applyActionEvents(app: FastifyInstance, log: FastifyBaseLogger) 
         );
       }
       const key = TOPICS['domain.actions'].key({ worldId: event.world_id, actionId: step.actionId });
-      await enqueue(
-        tx,
-        {
-          event: newEvent({
-            type: reply.outcome === 'completed' ? 'action.step.completed' : 'action.step.refused',
-            worldId: event.world_id,
-            key,
-            version: event.version,
-            producer: 'data',
-            producerSeq: reply.outcome === 'completed' ? reply.payload.seq : 0,
-            causedBy: event.event_id,
-            payload: { ...id, ...reply.payload },
-          }),
+      await new Outbox(tx, app.topicPrefix).add({
+        event: newEvent({
+          type: reply.outcome === 'completed' ? 'action.step.completed' : 'action.step.refused',
+          worldId: event.world_id,
           key,
-        },
-        app.topicPrefix,
-      );
+          version: event.version,
+          producer: 'data',
+          producerSeq: reply.outcome === 'completed' ? reply.payload.seq : 0,
+          causedBy: event.event_id,
+          payload: { ...id, ...reply.payload },
+        }),
+        key,
+      });
     }
   };
 }

@@ -3,10 +3,10 @@ import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
 import { inWorldTransaction } from '../http.js';
+import { writeObject } from '../objects/change.js';
 import { checkObject, LIMITS, stringFault } from '../objects/model.js';
 import { objectContext } from '../objects/repository.js';
 import { tombstoneObject } from '../objects/tombstone.js';
-import { writeObject } from '../objects/write.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import type { CdcMapping, ChangeRecord } from './mapping.js';
 

@@ -4,8 +4,7 @@ import {
   copyLines,
   EVENT_KEY_MAX,
   laneOf,
-  OutboxBundles,
-  outboxRows,
+  Outbox,
   StaleWriteError,
   TOPICS,
   uuidv7,
@@ -107,7 +106,7 @@ async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
  *    nothing more is copied, but every row is checked;
  * 4. replaced heads by one version-checked UPDATE, with seqs of their own, the versions they
  *    supersede kept in history (a new object has no history yet);
- * 5. the events, one per written object, as bundles of their lane (OutboxBundles, each event
+ * 5. the events, one per written object, as bundles of their lane (Outbox.bundles, each event
  *    encoded into its bundle as it is made): a row per bundle, not two per event.
  */
 export async function writeBulk(
@@ -158,9 +157,6 @@ export async function writeBulk(
   // The change events: the template of their canonical body, and each field of it spelled as JSON
   // and escaped for COPY (the properties already are, for the heads).
   const template = objectChangeTemplate(w, w.origin, new Date());
-  // The constant part of every event: topic and headers, checked as `enqueue` checks them.
-  const [outbox] = outboxRows(template.sample, w.topicPrefix);
-  if (!outbox) throw new Error('no outbox row');
   const fill: Record<ChangeField, (p: Planned, eventId: string) => string> = {
     eventId: (_p, id) => `"${id}"`,
     key: (p) => `"${p.key}"`,
@@ -173,9 +169,8 @@ export async function writeBulk(
   };
   const getters = template.fields.map((f) => fill[f]);
   // Each event goes into its bundle as it is made: nothing of a new row outlives its turn.
-  const bundles = new OutboxBundles({
-    topic: outbox.topic,
-    headers: outbox.headers,
+  const bundles = new Outbox(tx, w.topicPrefix).bundles({
+    sample: template.sample,
     parts: template.parts,
     escaped: true,
   });
@@ -259,7 +254,7 @@ export async function writeBulk(
     if (updated.rowCount !== replaced.length) throw stale(w);
   }
 
-  await bundles.write(tx);
+  await bundles.write();
 
   for (const p of replaced) {
     // A head without a live version (deleted) is created again.

@@ -9,8 +9,8 @@ import { LIMITS } from '../objects/model.js';
 import { objectContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { type LinkChange, putLink, removeLink } from './change.js';
 import { traverse } from './repository.js';
-import { type LinkChange, putLink, removeLink } from './write.js';
 
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 503);
 const Pk = (description: string) => Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description });

@@ -100,8 +100,8 @@ export interface HeadWrite {
   requestId: string;
 }
 
-/** The parameters of insertHeadSql/updateHeadSql, $1…$8. */
-export const headValues = (w: HeadWrite) => [
+/** The parameters of INSERT_HEAD and UPDATE_HEAD, $1…$8. */
+const headValues = (w: HeadWrite) => [
   w.worldId,
   w.type,
   w.pk,
@@ -113,15 +113,12 @@ export const headValues = (w: HeadWrite) => [
 ];
 
 /**
- * The statements of insertHead and updateHead with the write's seq given as SQL: nextval inside
- * the statement, or a value the transaction took from data_seq after locking the tables ROW
- * EXCLUSIVE (the two-round-trip PUT) — either way inside the commit cut of docs/adr/0008. A
- * creation that `fail`s on an existing key raises unique_violation instead of writing nothing.
+ * The statement of insertHead, its seq from nextval inside the statement: inside the commit cut of
+ * docs/adr/0008.
  */
-export const insertHeadSql = (seq: string, onConflict: 'skip' | 'fail' = 'skip') =>
-  `INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)
-   VALUES ($1, $2, $3, $4, ${seq}, $5::jsonb IS NULL, $5::jsonb, $6, $7, $8)
-   ${onConflict === 'skip' ? 'ON CONFLICT (world_id, type, pk) DO NOTHING' : ''}
+const INSERT_HEAD = `INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)
+   VALUES ($1, $2, $3, $4, nextval('data_seq'), $5::jsonb IS NULL, $5::jsonb, $6, $7, $8)
+   ON CONFLICT (world_id, type, pk) DO NOTHING
    RETURNING seq`;
 
 /**
@@ -140,10 +137,9 @@ export const keepSuperseded = (heads: string) => `prev AS (
    )`;
 
 /** The next version of a locked head; the version it supersedes goes to history (docs/adr/0017). */
-export const updateHeadSql = (seq: string) =>
-  `WITH ${keepSuperseded('object_heads o WHERE o.world_id = $1 AND o.type = $2 AND o.pk = $3')}
+const UPDATE_HEAD = `WITH ${keepSuperseded('object_heads o WHERE o.world_id = $1 AND o.type = $2 AND o.pk = $3')}
    UPDATE object_heads
-      SET version = $4, seq = ${seq}, deleted = $5::jsonb IS NULL, properties = $5::jsonb,
+      SET version = $4, seq = nextval('data_seq'), deleted = $5::jsonb IS NULL, properties = $5::jsonb,
           schema_version = $6, actor = $7, request_id = $8, updated_at = now(),
           created_at = CASE WHEN deleted THEN now() ELSE created_at END
     WHERE world_id = $1 AND type = $2 AND pk = $3
@@ -155,13 +151,13 @@ export const updateHeadSql = (seq: string) =>
  * docs/adr/0008). null when another transaction created the key first.
  */
 export async function insertHead(tx: Queryable, w: HeadWrite): Promise<number | null> {
-  const { rows } = await tx.query<{ seq: number }>(insertHeadSql("nextval('data_seq')"), headValues(w));
+  const { rows } = await tx.query<{ seq: number }>(INSERT_HEAD, headValues(w));
   return rows[0]?.seq ?? null;
 }
 
 /** The next version of a head the caller has locked, the superseded one kept in history; returns the write's seq. */
 export async function updateHead(tx: Queryable, w: HeadWrite): Promise<number> {
-  const { rows } = await tx.query<{ seq: number }>(updateHeadSql("nextval('data_seq')"), headValues(w));
+  const { rows } = await tx.query<{ seq: number }>(UPDATE_HEAD, headValues(w));
   const seq = rows[0]?.seq;
   if (seq === undefined) throw new Error(`head ${w.worldId}/${w.type}/${w.pk} vanished under its lock`);
   return seq;

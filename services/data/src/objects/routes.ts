@@ -14,10 +14,9 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
 import { type Head, listObjects, objectContext, worldContext } from './repository.js';
-import { deleteObject } from './write.js';
-import { type WriteGroupOptions, WriteGroups } from './write-group.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 413, 422, 503);
@@ -86,14 +85,14 @@ function propertiesOf(body: unknown): unknown {
  */
 declare module 'fastify' {
   interface FastifyInstance {
-    /** Single-object writes, committed alone or in groups (write-group.ts). */
-    objectWrites: WriteGroups;
+    /** Single-object writes, committed alone or in groups (change.ts). */
+    objectWrites: ObjectWrites;
   }
 }
 
 export default fp(
-  async (fastify: FastifyInstance, opts: { groups?: WriteGroupOptions }) => {
-    fastify.decorate('objectWrites', new WriteGroups(fastify, opts.groups ?? { inFlight: 2, maxGroup: 64 }));
+  async (fastify: FastifyInstance, opts: { groups?: ObjectWritesOptions }) => {
+    fastify.decorate('objectWrites', new ObjectWrites(fastify, opts.groups ?? { inFlight: 2, maxGroup: 64 }));
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     app.addContentTypeParser(
       'application/merge-patch+json',
@@ -114,7 +113,7 @@ export default fp(
       const conditions = preconditionsOf(request);
       await app.awaitConsistency(request, world);
       // The write owns its transaction (two round trips), or shares one with the writes that
-      // queued beside it (write-group.ts).
+      // queued beside it (change.ts).
       const result = await app.objectWrites.write({
         worldId: world,
         typeName,

@@ -1,4 +1,4 @@
-import { enqueue, type SchemaDocument } from '@onto/shared';
+import { Outbox, type SchemaDocument } from '@onto/shared';
 import type pg from 'pg';
 import { linkChange, type Origin, objectChange } from '../events.js';
 import { type LiveLink, linksTouching, writeLink } from '../links/repository.js';
@@ -50,7 +50,7 @@ export async function tombstoneObject(
       requestId: t.origin.requestId,
     });
     if (seq === null) throw new Error('a locked live link could not be deleted');
-    await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, t.origin), t.topicPrefix);
+    await new Outbox(tx, t.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq }, t.origin));
   }
   const version = t.head.version + 1;
   const seq = await updateHead(tx, {
@@ -63,8 +63,7 @@ export async function tombstoneObject(
     actor: t.origin.actor,
     requestId: t.origin.requestId,
   });
-  await enqueue(
-    tx,
+  await new Outbox(tx, t.topicPrefix).add(
     objectChange(
       {
         worldId: t.worldId,
@@ -79,7 +78,6 @@ export async function tombstoneObject(
       },
       t.origin,
     ),
-    t.topicPrefix,
   );
   return { version, seq, removedLinks: links };
 }

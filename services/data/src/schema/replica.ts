@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import {
   type ApplyEffects,
-  enqueue,
   newEvent,
+  Outbox,
   type Queryable,
   type SchemaDocument,
   storeSchemaVersion,
@@ -69,7 +69,7 @@ export function applySchemaEvents(topicPrefix: string, log: FastifyBaseLogger): 
         causedBy: event.event_id,
         payload: { world: worldId, version, previousVersion: previous, indexes },
       });
-      await enqueue(tx, { event: applied, key: TOPICS['onto.storage'].key({ worldId }) }, topicPrefix);
+      await new Outbox(tx, topicPrefix).add({ event: applied, key: TOPICS['onto.storage'].key({ worldId }) });
     }
   };
 }

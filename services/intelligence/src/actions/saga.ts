@@ -2,9 +2,9 @@ import {
   Conflict,
   type EventEnvelope,
   type EventType,
-  enqueue,
   NotFound,
   newEvent,
+  Outbox,
   type OutboxMessage,
   parseStepCompleted,
   parseStepRefused,
@@ -241,28 +241,24 @@ export class ActionSagas {
       throw new Conflict('a concurrent request with this idempotency key is in progress; retry it');
     }
     const [first] = resolved.commands as [StepCommand, ...StepCommand[]];
-    await enqueue(
-      tx,
-      [
-        // caused_by stays null: the cause (a decision's event) is unknown to data, which would park it.
-        this.event(
-          'action.requested',
-          row,
-          1,
-          null,
-          {
-            actionType: req.actionType,
-            parameters: checked.parameters,
-            steps: resolved.commands,
-            actor: req.actor,
-            cause: req.causedBy,
-          },
-          requested,
-        ),
-        this.stepRequested(row, 1, 0, 'forward', [first], requested, firstStep),
-      ],
-      this.app.topicPrefix,
-    );
+    await new Outbox(tx, this.app.topicPrefix).add([
+      // caused_by stays null: the cause (a decision's event) is unknown to data, which would park it.
+      this.event(
+        'action.requested',
+        row,
+        1,
+        null,
+        {
+          actionType: req.actionType,
+          parameters: checked.parameters,
+          steps: resolved.commands,
+          actor: req.actor,
+          cause: req.causedBy,
+        },
+        requested,
+      ),
+      this.stepRequested(row, 1, 0, 'forward', [first], requested, firstStep),
+    ]);
     await tx.query('RELEASE SAVEPOINT action_start');
     return { actionId: id, replayed: false, record: mine };
   }
@@ -312,10 +308,8 @@ export class ActionSagas {
         const id = uuidv7();
         await this.setStep(tx, action, next, { state: 'REQUESTED', requestEvent: id });
         const revision = await advanceAction(tx, action.worldId, action.id, 'RUNNING');
-        await enqueue(
-          tx,
+        await new Outbox(tx, this.app.topicPrefix).add(
           this.stepRequested(action, revision, next.n, 'forward', [next.command], event.event_id, id),
-          this.app.topicPrefix,
         );
         return;
       }
@@ -368,7 +362,9 @@ export class ActionSagas {
       const id = uuidv7();
       await this.setStep(tx, action, step, { requestEvent: id });
       const revision = await advanceAction(tx, worldId, actionId, action.status);
-      await enqueue(tx, this.stepRequested(action, revision, n, phase, commands, null, id), this.app.topicPrefix);
+      await new Outbox(tx, this.app.topicPrefix).add(
+        this.stepRequested(action, revision, n, phase, commands, null, id),
+      );
       this.log.warn({ actionId, step: n, phase }, 'no reply to an action step; asked again');
     }
     return stalled.length;
@@ -414,10 +410,8 @@ export class ActionSagas {
         requestEvent: id,
       });
       const revision = await advanceAction(tx, action.worldId, action.id, 'COMPENSATING', refusal);
-      await enqueue(
-        tx,
+      await new Outbox(tx, this.app.topicPrefix).add(
         this.stepRequested(action, revision, k, 'compensation', undo, cause.event_id, id),
-        this.app.topicPrefix,
       );
       return;
     }
@@ -452,8 +446,7 @@ export class ActionSagas {
     const type =
       status === 'COMPLETED' ? 'action.completed' : status === 'COMPENSATED' ? 'action.compensated' : 'action.failed';
     const steps = await stepsOf(tx, action.worldId, action.id);
-    await enqueue(
-      tx,
+    await new Outbox(tx, this.app.topicPrefix).add(
       this.event(type, action, revision, cause.event_id, {
         actionType: action.actionType,
         status,
@@ -461,7 +454,6 @@ export class ActionSagas {
         steps: steps.map((s) => ({ n: s.n, state: s.state })),
         ...extra,
       }),
-      this.app.topicPrefix,
     );
   }
 }

@@ -1,4 +1,4 @@
-import { enqueue, HttpProblem, isInfrastructureError, newEvent, type Queryable, TOPICS, uuidv7 } from '@onto/shared';
+import { HttpProblem, isInfrastructureError, newEvent, Outbox, type Queryable, TOPICS, uuidv7 } from '@onto/shared';
 import type pg from 'pg';
 import { type Bindings, evaluate } from '../cel/expressions.js';
 import type { Alert } from '../rules/alerts.js';
@@ -167,8 +167,7 @@ export async function executeDecision(
     ...(outcome.actionId ? { actionId: outcome.actionId } : {}),
     error: outcome.error ?? null,
   });
-  await enqueue(
-    tx,
+  await new Outbox(tx, ctx.topicPrefix).add(
     decisionEvent(
       updated,
       seq,
@@ -176,7 +175,6 @@ export async function executeDecision(
       outcome.replayed === undefined ? {} : { replayed: outcome.replayed },
       causedBy,
     ),
-    ctx.topicPrefix,
   );
   return updated;
 }
@@ -226,7 +224,7 @@ export async function makeDecisions(
     if (!row) continue;
     const { seq, ...decision } = row;
     const madeEvent = decisionEvent(decision, Number(seq), 'made', status === 'EXECUTED' ? { status: 'APPROVED' } : {});
-    await enqueue(tx, madeEvent, ctx.topicPrefix);
+    await new Outbox(tx, ctx.topicPrefix).add(madeEvent);
     made.push(
       status === 'EXECUTED'
         ? await executeDecision(tx, ctx, decision, `decision:${def.name}`, madeEvent.event.event_id)
@@ -251,6 +249,6 @@ export async function decideManually(
     reason,
   });
   const made = decisionEvent(decided, seq, 'made', verdict === 'approve' ? { status: 'APPROVED' } : {});
-  await enqueue(tx, made, ctx.topicPrefix);
+  await new Outbox(tx, ctx.topicPrefix).add(made);
   return verdict === 'approve' ? executeDecision(tx, ctx, decided, actor, made.event.event_id) : decided;
 }

@@ -35,8 +35,8 @@ export class WriteBehind implements Queryable {
   }
 
   /**
-   * The client with nothing held back, for code that needs the client itself (`enqueue` marks
-   * it, so that the relays wake once it commits).
+   * The client with nothing held back, for code that needs the client itself (an Outbox on it
+   * wakes the relays once its transaction commits).
    */
   async direct(): Promise<pg.PoolClient> {
     if (this.pending.length > 0) await queryTogether(this.client, this.take());

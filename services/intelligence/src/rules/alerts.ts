@@ -1,4 +1,4 @@
-import { enqueue, newEvent, type OutboxMessage, type Queryable, TOPICS, uuidv7 } from '@onto/shared';
+import { newEvent, Outbox, type OutboxMessage, type Queryable, TOPICS, uuidv7 } from '@onto/shared';
 
 export type Alert = {
   id: string;
@@ -101,12 +101,10 @@ export async function raiseAlerts(
     ],
   );
   const causes = new Map(alerts.map((a) => [`${a.rule}\u0000${a.objectType}\u0000${a.pk}`, a.cause]));
-  await enqueue(
-    tx,
+  await new Outbox(tx, topicPrefix).add(
     rows.map(({ seq, ...alert }) =>
       alertEvent(alert, Number(seq), causes.get(`${alert.rule}\u0000${alert.objectType}\u0000${alert.pk}`)),
     ),
-    topicPrefix,
   );
   return rows.map(({ seq: _, ...alert }) => alert);
 }
@@ -131,10 +129,8 @@ export async function clearAlerts(
     [clears.map((c) => c.id), clears.map((c) => c.objectVersion), reason],
   );
   const causes = new Map(clears.map((c) => [c.id, c.cause]));
-  await enqueue(
-    tx,
+  await new Outbox(tx, topicPrefix).add(
     rows.map(({ seq, ...alert }) => alertEvent(alert, Number(seq), causes.get(alert.id))),
-    topicPrefix,
   );
   return rows.map(({ seq: _, ...alert }) => alert);
 }

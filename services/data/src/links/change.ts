@@ -1,4 +1,4 @@
-import { Conflict, enqueue, NotFound, StaleWriteError } from '@onto/shared';
+import { Conflict, NotFound, Outbox, StaleWriteError } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { linkChange, type Origin } from '../events.js';
@@ -7,8 +7,9 @@ import { linkTypeOf, notProvisioned } from '../schema/lookup.js';
 import { type End, type LinkHead, linkHead, lockEnds, occupant, writeLink } from './repository.js';
 
 /*
- * The write path of links, shared by REST and the steps of actions; each runs in the caller's
- * transaction (which holds the world's drop lock shared) and enqueues its change event there.
+ * Link changes, decided and written, for every way in: REST and the steps of actions. Each runs
+ * in the caller's transaction (which holds the world's drop lock shared) and adds its change
+ * event to its outbox.
  */
 
 /** Postgres' unique violation on the indexes that hold a side of a link type to one link. */
@@ -101,10 +102,8 @@ export async function putLink(app: FastifyInstance, tx: pg.PoolClient, c: LinkCh
       if (attempt < 3) continue;
       throw new StaleWriteError(`link ${world}/${name}/${fromPk}/${toPk} keeps changing`);
     }
-    await enqueue(
-      tx,
+    await new Outbox(tx, c.topicPrefix).add(
       linkChange({ worldId: world, linkType: name, from, to, kind: 'created', version, seq }, origin),
-      c.topicPrefix,
     );
     return { status: 201, changed: true, version, seq, from, to, before: head };
   }
@@ -139,6 +138,6 @@ export async function removeLink(
     requestId: origin.requestId,
   });
   if (seq === null) throw new Error('a locked live link could not be deleted');
-  await enqueue(tx, linkChange({ ...change, kind: 'deleted', seq }, origin), c.topicPrefix);
+  await new Outbox(tx, c.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq }, origin));
   return { version: change.version, seq, before: head };
 }

@@ -1,0 +1,508 @@
+import {
+  ConcurrencyConflictError,
+  Conflict,
+  canonicalJson,
+  HttpProblem,
+  inTransactionTogether,
+  NotFound,
+  type ObjectType,
+  Outbox,
+  type OutboxMessage,
+  type Queryable,
+  StaleWriteError,
+  type Statement,
+  Unprocessable,
+  withOcc,
+} from '@onto/shared';
+import type { FastifyInstance } from 'fastify';
+import type pg from 'pg';
+import { Counter } from 'prom-client';
+import { type Origin, objectChange } from '../events.js';
+import { WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
+import type { LiveLink } from '../links/repository.js';
+import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { type Checked, capped, type Properties } from './model.js';
+import {
+  type ContextRow,
+  contextOf,
+  type Head,
+  type HeadWrite,
+  insertHead,
+  keepSuperseded,
+  type ObjectContext,
+  objectContext,
+  updateHead,
+} from './repository.js';
+import { tombstoneObject } from './tombstone.js';
+
+/*
+ * Object changes, decided and written, for every way in: REST (PUT, PATCH, DELETE), CDC and the
+ * steps of actions. Every write is decided by planObjectWrite (preconditions, schema check,
+ * identical-content check, version, event) and written one of two ways:
+ * - writeObject, deleteObject: in the caller's transaction (which holds the world's drop lock
+ *   shared), the change event added to its outbox;
+ * - ObjectWrites: REST PUT and PATCH, in a transaction of their own of two round trips, alone
+ *   under light load or grouped with the writes that queued meanwhile (group commit, ADR 15).
+ */
+
+export interface ObjectWrite {
+  worldId: string;
+  typeName: string;
+  pk: string;
+  origin: Origin;
+  topicPrefix: string;
+  /** Checks the locked head before anything is decided (preconditions); throws to refuse. */
+  check?: (head: Head | null) => void;
+  /** The new properties from the locked head; errors in the result are a 422. */
+  decide: (type: ObjectType, head: Head | null) => Checked;
+}
+
+export interface ObjectWritten {
+  /** 201 when the object came to life, 200 when replaced or unchanged. */
+  status: 200 | 201;
+  /** false when the stored properties already were these: nothing written, no event. */
+  changed: boolean;
+  version: number;
+  seq: number;
+  properties: Properties;
+  /** The head as it was before the write. */
+  before: Head | null;
+}
+
+const same = (a: Properties | null, b: Properties) => a !== null && canonicalJson(a) === canonicalJson(b);
+
+/**
+ * What a write decides once it holds the object's context (head locked): nothing to write (the
+ * stored properties already are these), or the head to write and, given the write's seq, its
+ * change event and its answer. Refusals (preconditions, schema) are thrown. Shared by writeObject
+ * and ObjectWrites, so that both check and emit exactly the same.
+ */
+type WritePlan =
+  | { kind: 'unchanged'; result: ObjectWritten }
+  | {
+      kind: 'write';
+      change: HeadWrite;
+      head: Head | null;
+      event: (seq: number) => OutboxMessage;
+      result: (seq: number) => ObjectWritten;
+    };
+
+async function planObjectWrite(
+  app: FastifyInstance,
+  db: Queryable,
+  w: ObjectWrite,
+  ctx: ObjectContext,
+): Promise<WritePlan> {
+  const { worldId, typeName, pk, origin } = w;
+  if (!ctx.provisioned) throw notProvisioned(worldId);
+  const { type } = await objectTypeOf(app, db, worldId, typeName, ctx.schemaVersion);
+  const head = ctx.head;
+  w.check?.(head);
+  const checked = w.decide(type, head);
+  if (checked.errors.length > 0) {
+    throw new Unprocessable(`the ${typeName} does not match the schema of ${worldId}`, capped(checked.errors));
+  }
+  const live = head !== null && !head.deleted;
+  if (live && same(head.properties, checked.properties)) {
+    const properties = head.properties as Properties;
+    return {
+      kind: 'unchanged',
+      result: { status: 200, changed: false, version: head.version, seq: head.seq, properties, before: head },
+    };
+  }
+  const change: HeadWrite = {
+    worldId,
+    type: typeName,
+    pk,
+    version: (head?.version ?? 0) + 1,
+    properties: checked.properties,
+    schemaVersion: ctx.schemaVersion,
+    actor: origin.actor,
+    requestId: origin.requestId,
+  };
+  return {
+    kind: 'write',
+    change,
+    head,
+    event: (seq) =>
+      objectChange(
+        {
+          worldId,
+          type: typeName,
+          pk,
+          kind: live ? 'updated' : 'created',
+          version: change.version,
+          seq,
+          before: live ? head.properties : null,
+          after: checked.properties,
+          schemaVersion: ctx.schemaVersion,
+        },
+        origin,
+      ),
+    result: (seq) => ({
+      status: live ? 200 : 201,
+      changed: true,
+      version: change.version,
+      seq,
+      properties: checked.properties,
+      before: head,
+    }),
+  };
+}
+
+/**
+ * Creates, replaces or revives an object in the caller's transaction (CDC, the steps of actions):
+ * the head is locked, `decide` makes the properties.
+ */
+export async function writeObject(app: FastifyInstance, tx: pg.PoolClient, w: ObjectWrite): Promise<ObjectWritten> {
+  const { worldId, typeName, pk } = w;
+  for (let attempt = 0; ; attempt++) {
+    const ctx = await objectContext(tx, worldId, typeName, pk, 'FOR NO KEY UPDATE');
+    const plan = await planObjectWrite(app, tx, w, ctx);
+    if (plan.kind === 'unchanged') return plan.result;
+    const seq = plan.head === null ? await insertHead(tx, plan.change) : await updateHead(tx, plan.change);
+    if (seq === null) {
+      // Another transaction created the object between our read and insert: read it again, locked.
+      if (attempt < 3) continue;
+      throw new StaleWriteError(`${worldId}/${typeName}/${pk} keeps being created concurrently`);
+    }
+    await new Outbox(tx, w.topicPrefix).add(plan.event(seq));
+    return plan.result(seq);
+  }
+}
+
+export interface ObjectDelete {
+  worldId: string;
+  typeName: string;
+  pk: string;
+  origin: Origin;
+  topicPrefix: string;
+  /** Checks the locked live head (preconditions); throws to refuse. */
+  check?: (head: Head) => void;
+}
+
+/** Deletes a live object and its links (404 when there is none), as DELETE does. */
+export async function deleteObject(
+  app: FastifyInstance,
+  tx: pg.PoolClient,
+  d: ObjectDelete,
+): Promise<{ version: number; seq: number; before: Head; removedLinks: LiveLink[] }> {
+  const { worldId, typeName, pk } = d;
+  const ctx = await objectContext(tx, worldId, typeName, pk, 'FOR UPDATE');
+  if (!ctx.provisioned) throw notProvisioned(worldId);
+  const { doc } = await objectTypeOf(app, tx, worldId, typeName, ctx.schemaVersion);
+  const head = ctx.head;
+  if (!head || head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${worldId}`);
+  d.check?.(head);
+  const done = await tombstoneObject(tx, {
+    worldId,
+    type: typeName,
+    pk,
+    head,
+    schemaVersion: ctx.schemaVersion,
+    schema: doc,
+    origin: d.origin,
+    topicPrefix: d.topicPrefix,
+  });
+  return { ...done, before: head };
+}
+
+export interface ObjectWritesOptions {
+  /** Write transactions running at once; the next group forms while they run. */
+  inFlight: number;
+  /** Writes in one transaction at most. */
+  maxGroup: number;
+}
+
+interface Member {
+  w: ObjectWrite;
+  resolve: (written: ObjectWritten) => void;
+  reject: (error: unknown) => void;
+}
+
+type Outcome = { ok: ObjectWritten } | { error: unknown };
+
+/** What the writes did, for metrics and tests. */
+export interface ObjectWriteStats {
+  groups: number;
+  grouped: number;
+  alone: number;
+  fellBack: number;
+}
+
+const keyOf = (w: ObjectWrite) => `${w.worldId}\u0000${w.typeName}\u0000${w.pk}`;
+
+/** unique_violation on object_heads' primary key: the key was created by someone else meanwhile. */
+const createdConcurrently = (error: unknown) => {
+  const e = error as { code?: unknown; constraint?: unknown } | null;
+  return e?.code === '23505' && e.constraint === 'object_heads_pkey';
+};
+
+/**
+ * The heads of several objects (any worlds, any types), locked in the database's order of
+ * (world, type, pk) — the order in which bulk writes lock theirs (ORDER BY pk), so that neither
+ * two groups nor a group and a bulk write wait on each other's rows in a cycle — with each
+ * world's provisioning and schema version: contextSql for many keys. Rows come back in input
+ * order (`n`).
+ */
+const CONTEXTS = `SELECT i.n, EXISTS (SELECT 1 FROM worlds WHERE id = i.world_id) AS provisioned,
+        (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = i.world_id) AS schema_version,
+        h.version, h.seq, h.deleted, h.properties, h.updated_at
+   FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(world_id, type, pk, n)
+          ORDER BY world_id, type, pk) AS i
+   LEFT JOIN LATERAL (
+     SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
+       FROM object_heads WHERE world_id = i.world_id AND type = i.type AND pk = i.pk
+        FOR NO KEY UPDATE
+   ) h ON true
+  ORDER BY i.n`;
+
+const ROWS = `unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::text[], $8::text[], $9::bigint[])
+    AS i(world_id, type, pk, version, properties, schema_version, actor, request_id, seq)`;
+
+/** New heads (a key created meanwhile fails the statement: unique_violation); no history yet (docs/adr/0017). */
+const INSERT_HEADS = `INSERT INTO object_heads
+     (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)
+   SELECT world_id, type, pk, version, seq, false, properties::jsonb, schema_version, actor, request_id FROM ${ROWS}`;
+
+/** Next versions of heads this transaction holds locked; the versions they supersede go to history. */
+const UPDATE_HEADS = `WITH i AS (SELECT * FROM ${ROWS}),
+   ${keepSuperseded('i JOIN object_heads o ON o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk')}
+   UPDATE object_heads AS o
+      SET version = i.version, seq = i.seq, deleted = false, properties = i.properties::jsonb,
+          schema_version = i.schema_version, actor = i.actor, request_id = i.request_id, updated_at = now(),
+          created_at = CASE WHEN o.deleted THEN now() ELSE o.created_at END
+     FROM i WHERE o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk`;
+
+function headRows(writes: { change: HeadWrite; seq: number }[]): Statement['values'] {
+  return [
+    writes.map((x) => x.change.worldId),
+    writes.map((x) => x.change.type),
+    writes.map((x) => x.change.pk),
+    writes.map((x) => x.change.version),
+    writes.map((x) => JSON.stringify(x.change.properties)),
+    writes.map((x) => x.change.schemaVersion),
+    writes.map((x) => x.change.actor),
+    writes.map((x) => x.change.requestId),
+    writes.map((x) => x.seq),
+  ];
+}
+
+/**
+ * Single-object writes that own their transaction (REST PUT and PATCH), docs/adr/0013 and 0015.
+ *
+ * A transaction of writes takes two round trips, whatever its size: BEGIN with the tables' lock
+ * (ROW EXCLUSIVE, so inside the commit cut of ADR 8), the worlds' drop locks shared, the heads
+ * locked and the seqs from data_seq; then the heads, the history and the outbox rows with COMMIT.
+ *
+ * While `inFlight` transactions are running, the writes that arrive queue; when one ends,
+ * everything queued (up to `maxGroup`, one write per object) goes out as one transaction (group
+ * commit). Each write is still decided alone (its preconditions, its schema check, its
+ * identical-content check, its own version, seq, history row and event) and is answered only
+ * after the commit that holds it; what one write refuses (412, 422, 404) refuses that write alone.
+ * Under light load nothing queues and each write is a transaction of one, retried when its key
+ * was created concurrently (the creation fails with unique_violation); a group that fails as a
+ * whole (a key created concurrently, a deadlock, a lost connection) is not retried as a group:
+ * each of its writes runs again alone.
+ */
+export class ObjectWrites {
+  private readonly queue: Member[] = [];
+  private running = 0;
+  readonly stats: ObjectWriteStats = { groups: 0, grouped: 0, alone: 0, fellBack: 0 };
+
+  constructor(
+    private readonly app: FastifyInstance,
+    private readonly options: ObjectWritesOptions,
+  ) {
+    const stats = this.stats;
+    const counter = (name: string, help: string, value: () => number) =>
+      new Counter({
+        name,
+        help,
+        registers: [app.metrics],
+        collect() {
+          this.reset();
+          this.inc(value());
+        },
+      });
+    counter(
+      'onto_data_write_groups_total',
+      'Transactions that committed several single-object writes',
+      () => stats.groups,
+    );
+    counter('onto_data_grouped_writes_total', 'Single-object writes committed in a group', () => stats.grouped);
+    counter(
+      'onto_data_writes_alone_total',
+      'Single-object writes that ran in a transaction of their own',
+      () => stats.alone,
+    );
+    counter(
+      'onto_data_write_group_fallbacks_total',
+      'Groups that failed as a whole and whose writes ran again alone',
+      () => stats.fellBack,
+    );
+  }
+
+  /** Writes waiting for a group. */
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  /** Writes one object, alone or in the next group; resolves after the commit that holds it. */
+  write(w: ObjectWrite): Promise<ObjectWritten> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ w, resolve, reject });
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (this.running < this.options.inFlight && this.queue.length > 0) {
+      const group = this.take();
+      this.running++;
+      const done = group.length === 1 ? this.alone(group[0] as Member) : this.together(group);
+      void done.finally(() => {
+        this.running--;
+        this.pump();
+      });
+    }
+  }
+
+  /** The queued writes for one group: oldest first, one per object (later ones wait their turn). */
+  private take(): Member[] {
+    const keys = new Set<string>();
+    const group: Member[] = [];
+    for (let i = 0; i < this.queue.length && group.length < this.options.maxGroup; ) {
+      const m = this.queue[i] as Member;
+      const key = keyOf(m.w);
+      if (keys.has(key)) {
+        i++;
+        continue;
+      }
+      keys.add(key);
+      group.push(m);
+      this.queue.splice(i, 1);
+    }
+    return group;
+  }
+
+  private async alone(m: Member): Promise<void> {
+    this.stats.alone++;
+    await this.writeAlone(m.w).then(m.resolve, m.reject);
+  }
+
+  /** One write in a transaction of its own, tried again while its key is created concurrently. */
+  private async writeAlone(w: ObjectWrite): Promise<ObjectWritten> {
+    const once = async () => {
+      const outcomes = new Map<ObjectWrite, Outcome>();
+      await this.commit([w], outcomes).catch((error: unknown) => {
+        if (createdConcurrently(error))
+          throw new StaleWriteError(`${w.worldId}/${w.typeName}/${w.pk} was created concurrently`);
+        throw error;
+      });
+      const outcome = outcomes.get(w);
+      if (!outcome) throw new Error('a write ended without an outcome');
+      if ('error' in outcome) throw outcome.error;
+      return outcome.ok;
+    };
+    try {
+      return await withOcc(once, { maxRetries: 3, baseDelayMs: 20 });
+    } catch (error) {
+      if (error instanceof ConcurrencyConflictError) {
+        throw new Conflict('the write kept conflicting with concurrent writes; retry it');
+      }
+      throw error;
+    }
+  }
+
+  private async together(members: Member[]): Promise<void> {
+    const outcomes = new Map<ObjectWrite, Outcome>();
+    try {
+      await this.commit(
+        members.map((m) => m.w),
+        outcomes,
+      );
+      this.stats.groups++;
+      this.stats.grouped += members.length;
+    } catch (err) {
+      // The group as a whole failed (nothing of it committed): what it refused stays refused,
+      // every other write runs again alone, with the single write's own retries.
+      this.stats.fellBack++;
+      this.app.log.warn({ err, writes: members.length }, 'a group of writes failed as a whole; running them alone');
+      await Promise.all(
+        members.map(async ({ w }) => {
+          const outcome = outcomes.get(w);
+          if (outcome && 'error' in outcome) return;
+          outcomes.set(
+            w,
+            await this.writeAlone(w).then(
+              (ok) => ({ ok }),
+              (error: unknown) => ({ error }),
+            ),
+          );
+        }),
+      );
+    }
+    for (const m of members) {
+      const outcome = outcomes.get(m.w);
+      if (!outcome) m.reject(new Error('a grouped write ended without an outcome'));
+      else if ('ok' in outcome) m.resolve(outcome.ok);
+      else m.reject(outcome.error);
+    }
+  }
+
+  /** One transaction for these writes; fills `outcomes` (refusals are kept even when it throws). */
+  private async commit(writes: ObjectWrite[], outcomes: Map<ObjectWrite, Outcome>): Promise<void> {
+    const worldKeys = [...new Set(writes.map((w) => worldLockKey(w.worldId)))].sort((a, b) => a - b);
+    await inTransactionTogether(
+      this.app.pg,
+      [
+        { text: 'LOCK TABLE object_heads, object_history IN ROW EXCLUSIVE MODE' },
+        {
+          text: 'SELECT pg_advisory_xact_lock_shared($1, k) FROM unnest($2::int[]) AS k',
+          values: [WORLD_LOCK_SPACE, worldKeys],
+        },
+        {
+          text: CONTEXTS,
+          values: [writes.map((w) => w.worldId), writes.map((w) => w.typeName), writes.map((w) => w.pk)],
+        },
+        { text: "SELECT nextval('data_seq')::text AS seq FROM generate_series(1, $1)", values: [writes.length] },
+      ],
+      async (tx, [, , contexts, seqs]) => {
+        const plans: { w: ObjectWrite; plan: Extract<WritePlan, { kind: 'write' }>; seq: number }[] = [];
+        const free = (seqs?.rows ?? []).map((r) => Number(r.seq));
+        for (const [i, w] of writes.entries()) {
+          try {
+            const plan = await planObjectWrite(this.app, tx, w, contextOf(contexts?.rows[i] as ContextRow | undefined));
+            if (plan.kind === 'unchanged') outcomes.set(w, { ok: plan.result });
+            else plans.push({ w, plan, seq: free[plans.length] as number });
+          } catch (error) {
+            // A refusal of this write alone; anything else (the database) fails the transaction.
+            if (!(error instanceof HttpProblem)) throw error;
+            outcomes.set(w, { error });
+          }
+        }
+        if (plans.length === 0) return { value: undefined };
+        const created = plans.filter((p) => p.plan.head === null);
+        const updated = plans.filter((p) => p.plan.head !== null);
+        const events: OutboxMessage[] = plans.map((p) => p.plan.event(p.seq));
+        for (const p of plans) outcomes.set(p.w, { ok: p.plan.result(p.seq) });
+        const last: Statement[] = [];
+        if (created.length > 0) {
+          last.push({
+            text: INSERT_HEADS,
+            values: headRows(created.map((p) => ({ change: p.plan.change, seq: p.seq }))),
+          });
+        }
+        if (updated.length > 0) {
+          last.push({
+            text: UPDATE_HEADS,
+            values: headRows(updated.map((p) => ({ change: p.plan.change, seq: p.seq }))),
+          });
+        }
+        last.push(new Outbox(tx, this.app.topicPrefix).addStatement(events));
+        return { value: undefined, last };
+      },
+    );
+  }
+}
