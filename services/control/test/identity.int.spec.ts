@@ -322,6 +322,45 @@ describe('control identity', () => {
     expect(doc.paths['/v1/worlds/{world}/members/{userId}'].put.requestBody).toBeDefined();
   });
 
+  it('holds the heartbeat watermark at the start of a transaction still in flight', async () => {
+    const topic = `${prefix}onto.identity`;
+    const seen: IncomingMessage[] = [];
+    const consumer = await testBroker(testEndpoints().kafkaBrokers).consumer({
+      groupId: `${prefix}in-flight-reader`,
+      topics: [topic],
+      fromBeginning: true,
+    });
+    const watermarks = () =>
+      seen
+        .filter((m) => m.key === 'heartbeat')
+        .map((m) => (parseEvent(m.value).payload as { watermark: number }).watermark);
+    // A transaction that could still commit an identity event stamped with its start.
+    const writer = await app.pg.connect();
+    try {
+      await consumer.run(async (batch) => {
+        seen.push(...batch.messages);
+      });
+      await writer.query('BEGIN');
+      const { rows } = await writer.query<{ started: number }>(
+        'SELECT floor(extract(epoch FROM transaction_timestamp()) * 1000)::int8 AS started',
+      );
+      const started = Number(rows[0]?.started);
+      const count = watermarks().length;
+      await eventually('three heartbeats while it is open', () => watermarks().length >= count + 3, {
+        timeoutMs: 10_000,
+      });
+      for (const watermark of watermarks().slice(count)) expect(watermark).toBeLessThanOrEqual(started);
+      await writer.query('COMMIT');
+      await eventually('a heartbeat past it once it ended', () => (watermarks().at(-1) ?? 0) > started, {
+        timeoutMs: 10_000,
+      });
+    } finally {
+      await writer.query('ROLLBACK').catch(() => {});
+      writer.release();
+      await consumer.disconnect();
+    }
+  });
+
   it('publishes heartbeats whose watermark waits for pending identity events', async () => {
     const topic = `${prefix}onto.identity`;
     const seen: IncomingMessage[] = [];

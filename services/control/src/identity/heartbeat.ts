@@ -4,6 +4,7 @@ import {
   cloudEventHeaders,
   encodeEvent,
   HEARTBEAT_KEY,
+  inTransaction,
   newEvent,
   type Producer,
   type PublicSigningKey,
@@ -86,14 +87,24 @@ export class IdentityHeartbeat {
   async beat(): Promise<void> {
     try {
       const producer = await this.connect();
-      const { rows } = await this.opts.pool.query<{ watermark: number; keys: PublicSigningKey[] }>(
-        `SELECT floor(extract(epoch FROM least(transaction_timestamp(),
-                  (SELECT min(o.created_at) FROM outbox_pending p JOIN outbox o ON o.id = p.id WHERE o.topic = $1)
-                )) * 1000)::int8 AS watermark,
-                (SELECT coalesce(json_agg(public_jwk ORDER BY created_at), '[]') FROM signing_keys
-                  WHERE retired_at IS NULL OR retired_at > now() - make_interval(secs => $2)) AS keys`,
-        [this.topic, this.opts.keyGraceSeconds],
-      );
+      // An identity event's outbox row is stamped with its transaction's start. A transaction still
+      // in flight may yet commit one stamped before now, so the watermark stops at the start of the
+      // oldest one, read before the outbox is (the second statement's snapshot then sees every
+      // row of a transaction that ended in between).
+      const { rows } = await inTransaction(this.opts.pool, async (tx) => {
+        const inFlight = await tx.query<{ started: Date | null }>(
+          `SELECT min(xact_start) AS started FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`,
+        );
+        return tx.query<{ watermark: number; keys: PublicSigningKey[] }>(
+          `SELECT floor(extract(epoch FROM least(transaction_timestamp(), $3::timestamptz,
+                    (SELECT min(o.created_at) FROM outbox_pending p JOIN outbox o ON o.id = p.id WHERE o.topic = $1)
+                  )) * 1000)::int8 AS watermark,
+                  (SELECT coalesce(json_agg(public_jwk ORDER BY created_at), '[]') FROM signing_keys
+                    WHERE retired_at IS NULL OR retired_at > now() - make_interval(secs => $2)) AS keys`,
+          [this.topic, this.opts.keyGraceSeconds, inFlight.rows[0]?.started ?? null],
+        );
+      });
       const row = rows[0];
       if (!row) throw new Error('the watermark query returned no row');
       const event = newEvent({
