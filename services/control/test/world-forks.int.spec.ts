@@ -1,5 +1,6 @@
 import { type EventEnvelope, newEvent, type Producer, parseEvent } from '@onto/shared';
 import {
+  blockedOnLock,
   buildTestService,
   createTestTopics,
   eventually,
@@ -283,5 +284,28 @@ describe('forking a world at a ref', () => {
       );
     }
     expect((await call('DELETE', '/v1/worlds/base')).statusCode).toBe(202);
+  });
+
+  it('counts a fork that commits while the delete of its base waits for it', async () => {
+    expect((await call('POST', '/v1/worlds', { id: 'racing-base' })).statusCode).toBe(202);
+    await provision('racing-base');
+    // Another session creating the same id holds the fork back after its checks (base locked FOR SHARE).
+    const holder = await service.app.pg.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(
+        `INSERT INTO worlds (id, status, created_by) VALUES ('racing-child', 'PROVISIONING', 'someone')`,
+      );
+      const fork = call('POST', '/v1/worlds', { id: 'racing-child', from: { world: 'racing-base' } });
+      await blockedOnLock(service.app.pg, '%INSERT INTO worlds%ON CONFLICT%');
+      const deletion = call('DELETE', '/v1/worlds/racing-base');
+      await blockedOnLock(service.app.pg, '%UPDATE%'); // its lock of the base, or its UPDATE of it
+      await holder.query('ROLLBACK');
+      expect((await fork).statusCode).toBe(202);
+      expect(expectProblem(await deletion, 409).children).toEqual(['racing-child']);
+    } finally {
+      holder.release();
+    }
+    expect((await world('racing-base')).status).toBe('READY');
   });
 });
