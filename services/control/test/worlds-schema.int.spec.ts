@@ -63,7 +63,12 @@ async function stack(provisioners: ('data' | 'intelligence')[], timeoutMs = 30_0
     admin,
     call,
     until(world: string, status: string, timeoutMs = 20_000) {
-      let last: { status?: string; confirmedBy?: string[]; failure?: string | null } = {};
+      let last: {
+        status?: string;
+        confirmedBy?: string[];
+        failure?: { field: string | null; reason: string } | null;
+        from?: { world: string; ref: string | null; commit: number | null; schemaVersion: number } | null;
+      } = {};
       return eventually(
         () => `world ${world} to be ${status}, not ${last.status}`,
         async () => {
@@ -293,11 +298,13 @@ describe('worlds and their schema', () => {
     expectProblem(await s.call('GET', '/v1/worlds/prod/schema', 'not-a-token'), 401);
   });
 
-  it('forks a READY world at a schema version', async () => {
+  it('forks a READY world at an instant, with the schema of that instant', async () => {
     await s.until('other', 'READY');
-    const fork = await s.call('POST', '/v1/worlds', s.admin, { id: 'staging', from: { world: 'prod', ref: '1' } });
+    const history = (await s.call('GET', '/v1/worlds/prod/schema/history')).json().versions;
+    const v1At = history.find((v: { version: number }) => v.version === 1).createdAt;
+    const fork = await s.call('POST', '/v1/worlds', s.admin, { id: 'staging', from: { world: 'prod', ref: v1At } });
     expect(fork.statusCode, fork.body).toBe(202);
-    expect(fork.json().from).toEqual({ world: 'prod', ref: '1' });
+    expect(fork.json().from).toMatchObject({ world: 'prod', ref: v1At, schemaVersion: 1 });
     const schema = (await s.call('GET', '/v1/worlds/staging/schema')).json();
     expect(schema.version).toBe(1);
     expect(schema.objectTypes.Order.properties.amount.type).toBe('integer'); // as at prod's version 1
@@ -391,7 +398,7 @@ describe('a world that a service never provisions', () => {
       );
       expect(early.detail).toContain('PROVISIONING');
       const failed = await s.until('doomed', 'FAILED', 15_000);
-      expect(failed.failure).toBe('provisioning timed out waiting for intelligence');
+      expect(failed.failure).toEqual({ field: null, reason: 'provisioning timed out waiting for intelligence' });
       expect(failed.confirmedBy).toEqual(['data']);
       const dataPg = (s.others.data as Service).app.pg;
       let rows: unknown[] = [{}];

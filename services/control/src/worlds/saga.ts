@@ -12,8 +12,18 @@ const REPORTS: Record<string, { service: string; kind: 'provisioned' | 'dropped'
 };
 
 /** Applies data's and intelligence's reports to the world lifecycle. */
-export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
+export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[], topicPrefix: string): Promise<void> {
   for (const { event } of events) {
+    if (event.type === 'world.provision.failed') {
+      const { field, reason } = event.payload as { field?: string; reason?: string };
+      await failProvisioning(
+        tx,
+        event.world_id,
+        { field: field ?? null, reason: reason ?? `${event.producer} could not provision the world` },
+        topicPrefix,
+      );
+      continue;
+    }
     const report = REPORTS[event.type];
     if (!report) continue;
     const column = report.kind === 'provisioned' ? 'confirmed_by' : 'dropped_by';
@@ -25,6 +35,10 @@ export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[]): 
         WHERE id = $1`,
       [event.world_id, report.service],
     );
+    const base = (event.payload as { base?: { commit: number } }).base;
+    if (event.type === 'world.provisioned' && base) {
+      await tx.query('UPDATE worlds SET parent_commit = $2 WHERE id = $1', [event.world_id, base.commit]);
+    }
     await tx.query(
       `UPDATE worlds SET status = CASE WHEN status = 'PROVISIONING' THEN 'READY' ELSE 'DELETED' END,
               deadline_at = NULL, updated_at = now()
@@ -34,6 +48,46 @@ export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[]): 
       [event.world_id, PROVISIONERS],
     );
   }
+}
+
+/**
+ * A provisioner cannot make the world (data cannot resolve a fork's ref): it is FAILED at once
+ * with the reason, and those that did provision it drop it, as after a timeout. Only a world still
+ * PROVISIONING fails; a late report changes nothing.
+ */
+async function failProvisioning(
+  tx: pg.ClientBase,
+  worldId: string,
+  failure: { field: string | null; reason: string },
+  topicPrefix: string,
+): Promise<void> {
+  const { rows } = await tx.query<{ confirmed_by: string[] }>(
+    `UPDATE worlds SET status = 'FAILED', updated_at = now(), deadline_at = NULL, failure = $2, failure_field = $3
+      WHERE id = $1 AND status = 'PROVISIONING'
+     RETURNING confirmed_by`,
+    [worldId, failure.reason, failure.field],
+  );
+  const failed = rows[0];
+  if (failed) await requestDrop(tx, worldId, failure.reason, failed.confirmed_by, topicPrefix);
+}
+
+async function requestDrop(
+  tx: pg.ClientBase,
+  worldId: string,
+  reason: string,
+  provisioned: string[],
+  topicPrefix: string,
+): Promise<void> {
+  const event = newEvent({
+    type: 'world.drop.requested',
+    worldId,
+    key: worldId,
+    version: 0,
+    producer: 'control',
+    producerSeq: 0,
+    payload: { reason, provisioned },
+  });
+  await new Outbox(tx, topicPrefix).add({ event, key: TOPICS['onto.worlds'].key({ worldId }) });
 }
 
 /**
@@ -50,25 +104,18 @@ export async function failOverdue(pool: pg.Pool, topicPrefix: string): Promise<s
        RETURNING id, confirmed_by`,
       [PROVISIONERS],
     );
-    for (const row of rows) {
-      const event = newEvent({
-        type: 'world.drop.requested',
-        worldId: row.id,
-        key: row.id,
-        version: 0,
-        producer: 'control',
-        producerSeq: 0,
-        payload: { reason: 'provisioning timed out', provisioned: row.confirmed_by },
-      });
-      await new Outbox(tx, topicPrefix).add({ event, key: TOPICS['onto.worlds'].key({ worldId: row.id }) });
-    }
+    for (const row of rows) await requestDrop(tx, row.id, 'provisioning timed out', row.confirmed_by, topicPrefix);
     return rows.map((r) => r.id);
   });
 }
 
 export default fp(
   async (app: FastifyInstance) => {
-    app.addConsumer({ name: 'control-worlds', topics: ['onto.storage', 'onto.intelligence'], apply: applyReports });
+    app.addConsumer({
+      name: 'control-worlds',
+      topics: ['onto.storage', 'onto.intelligence'],
+      apply: (tx, events) => applyReports(tx, events, app.topicPrefix),
+    });
     let timer: NodeJS.Timeout | undefined;
     app.addHook('onReady', async () => {
       timer = setInterval(() => {

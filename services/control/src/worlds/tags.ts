@@ -13,10 +13,10 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { currentSchema } from '../schema/repository.js';
+import { NEW_TAG_NAME, TAG_NAME } from './refs.js';
 import { lockWorld } from './repository.js';
 
 const errors = problemResponses(400, 401, 403, 404, 409, 422, 503);
-const TAG = '^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$';
 const Ref = Type.Object(
   { control: Type.Integer({ minimum: 0, description: 'schema version' }) },
   { additionalProperties: false },
@@ -28,12 +28,21 @@ const Tag = Type.Object({
   createdBy: Type.String(),
   createdAt: Type.String(),
 });
-const TagParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }), name: Type.String({ pattern: TAG }) });
+const TagParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }), name: Type.String({ pattern: TAG_NAME }) });
+const NewTagParams = Type.Object({
+  world: Type.String({ pattern: WORLD_ID }),
+  name: Type.String({
+    pattern: NEW_TAG_NAME,
+    description: 'a name that a fork ref can tell from a commit (all digits) and an instant',
+  }),
+});
 const SELECT_TAG = `SELECT world_id AS world, name, ref, created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt" FROM world_tags`;
 
 /**
  * Tags name a point of a world's history. They are immutable, like git tags: the same tag again
- * is a no-op, another ref under an existing name is a conflict (delete it first).
+ * is a no-op, another ref under an existing name is a conflict (delete it first). A fork at a tag
+ * (`from.ref`) copies the tag's schema version and forks data as it was when the tag was made;
+ * data never prunes history, so what a tag names stays readable for as long as the tag exists.
  */
 export default fp(
   async (fastify: FastifyInstance) => {
@@ -46,7 +55,7 @@ export default fp(
         schema: {
           tags: ['worlds'],
           summary: 'Name a point of the world: its current schema version unless a ref is given',
-          params: TagParams,
+          params: NewTagParams,
           body: Type.Object({ ref: Type.Optional(Ref) }, { additionalProperties: false }),
           response: { 200: Tag, 201: Tag, ...errors },
         },

@@ -133,7 +133,21 @@ export const EVENT_PAYLOADS = {
   ),
   'world.created': closed(
     {
-      from: Nullable(closed({ world: Text, schemaVersion: Count }, 'the world and schema version it was forked from')),
+      from: Nullable(
+        closed(
+          {
+            world: Text,
+            schemaVersion: Count,
+            ref: Type.Optional(
+              closed(
+                { commit: Type.Optional(Count), instant: Type.Optional(Instant) },
+                "where in the base's history the fork starts: a data commit or an instant; absent = now",
+              ),
+            ),
+          },
+          'the world, schema version and ref it was forked from',
+        ),
+      ),
       createdBy: Text,
     },
     'a world was created and is being provisioned',
@@ -161,10 +175,24 @@ export const EVENT_PAYLOADS = {
     },
     'data applied a schema version',
   ),
-  'world.provisioned': ProvisioningReport('data provisioned a world'),
-  'world.provision.failed': Type.Record(Type.String(), Type.Unknown(), {
-    description: 'reserved: declared in the catalogue, not produced yet',
-  }),
+  'world.provisioned': closed(
+    {
+      service: Type.Union([Type.Literal('data'), Type.Literal('intelligence')]),
+      base: Type.Optional(closed({ world: Text, commit: Count }, "a fork's base world and the commit it starts at")),
+    },
+    'data provisioned a world',
+  ),
+  // Open, its fields optional: it was reserved as an open object, and may only gain optional fields (data sends all three).
+  'world.provision.failed': Type.Object(
+    {
+      service: Type.Optional(Type.Literal('data')),
+      field: Type.Optional(
+        Type.String({ description: 'the field of the request that cannot be honoured, like /from/ref' }),
+      ),
+      reason: Type.Optional(Text),
+    },
+    { description: 'data cannot provision a world (a fork at a ref it cannot resolve); it recorded nothing' },
+  ),
   'world.dropped': ProvisioningReport("data dropped a world's data"),
   'intelligence.world.provisioned': ProvisioningReport('intelligence provisioned a world'),
   'intelligence.world.dropped': ProvisioningReport("intelligence dropped a world's data"),
