@@ -2,3 +2,4 @@ export { buildTestService, type TestService } from './app.js';
 export { createEmptyTestDatabase, createTestDatabase, type TestDatabase } from './databases.js';
 export { dockerAvailable, ENV, endpointsFromEnv, type TestEndpoints, testEndpoints } from './env.js';
 export { createTestTopics, testBroker, testLogger } from './kafka.js';
+export { type PrivateKafka, startPrivateKafka } from './private-kafka.js';
