@@ -16,6 +16,12 @@ const Item = {
   primaryKey: 'id',
   properties: { id: { type: 'string', required: true }, n: { type: 'integer', required: true } },
 };
+const actionTypes = {
+  addItem: {
+    parameters: { id: { type: 'string', required: true }, n: { type: 'integer', required: true } },
+    edits: [{ op: 'createObject', objectType: 'Item', pk: { param: 'id' }, values: { n: { param: 'n' } } }],
+  },
+};
 const W = 'outage';
 
 /** ADR 22: writes go on through a broker outage, and the backlog drains in order once it is back. */
@@ -30,7 +36,7 @@ describe('a broker outage under writes', () => {
     kafka = await startPrivateKafka();
     s = await dataStack({ kafkaBrokers: kafka.brokers, intelligence: true });
     await s.identityKnown();
-    await s.world(W, { objectTypes: { Item } });
+    await s.world(W, { objectTypes: { Item }, actionTypes });
     editor = await s.user('writer', W, 'editor');
   }, 180_000);
   afterAll(async () => {
@@ -70,6 +76,14 @@ describe('a broker outage under writes', () => {
         intelligenceReads.push((await s.intelCall('GET', `/v1/worlds/${W}/watermarks`)).statusCode);
       }
     }
+    // An idempotent action is accepted, once, whatever the retries; its saga waits in the outbox.
+    const act = () =>
+      s.intelCall('POST', `/v1/worlds/${W}/actions/addItem`, {
+        token: editor,
+        body: { parameters: { id: 'by-action', n: 1 } },
+        headers: { 'idempotency-key': 'during-the-outage' },
+      });
+    const [acted, actedAgain] = [await act(), await act()];
     const ready = await s.data.app.inject({ method: 'GET', url: '/ready' });
     const backlog = await metric('onto_outbox_backlog');
     const age = await metric('onto_outbox_oldest_pending_age_seconds');
@@ -95,6 +109,18 @@ describe('a broker outage under writes', () => {
     expect(failed.length, `statuses of the failed writes: ${[...new Set(failed)].join(', ')}`).toBe(0);
     expect(duringOutage).toBeGreaterThan(0);
     expect(intelligenceReads.filter((code) => code !== 200)).toEqual([]);
+    expect(acted.statusCode, acted.body).toBeLessThan(300);
+    expect(actedAgain.json().id).toBe(acted.json().id);
+    const action = await s.until(
+      'the action completed',
+      async () => {
+        const a = (await s.intelCall('GET', `/v1/worlds/${W}/actions/${acted.json().id}`, { token: editor })).json();
+        return ['COMPLETED', 'COMPENSATED', 'FAILED'].includes(a.status) ? a : undefined;
+      },
+      60_000,
+    );
+    expect(action.status).toBe('COMPLETED');
+    expect((await s.dataCall('GET', `/v1/worlds/${W}/objects/Item/by-action`)).json()).toMatchObject({ version: 1 });
     expect(ready.statusCode).toBe(200);
     expect(ready.json()).toMatchObject({ status: 'degraded', checks: { kafka: { status: 'down' } } });
     expect(backlog).toBeGreaterThanOrEqual(duringOutage);
