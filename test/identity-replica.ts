@@ -33,6 +33,7 @@ async function buildWithProbes(service: ReplicaService, prefix: string) {
     KAFKA_BROKERS: endpoints.kafkaBrokers,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     ONTO_TOPIC_PREFIX: prefix,
+    IDENTITY_MAX_LAG_MS: String(BOUND_MS), // the strict mode: these tests assert failing closed (ADR 22)
   }) as { LOG_LEVEL: string };
   const app = Fastify(fastifyOptions(config));
   await app.register(service.app, { config: config as never });

@@ -93,8 +93,8 @@ describe.runIf(SERVICES.every((s) => existsSync(serverJs(s.name))))('service pro
       await eventually('the request received', () => run.output().includes('"url":"/ready"'));
       run.child.kill('SIGTERM');
       const res = await inFlight;
-      expect(res.status).toBe(503);
-      expect((await res.json()).checks.kafka.status).toBe('down');
+      expect(res.status).toBe(200); // Kafka down is degraded, not unready (ADR 22)
+      expect(await res.json()).toMatchObject({ status: 'degraded', checks: { kafka: { status: 'down' } } });
       expect(Date.now() - started).toBeGreaterThan(1000);
       expect(await run.exited, run.output()).toBe(0);
       expect(run.output()).toContain('shutting down');

@@ -19,15 +19,21 @@ describe.each(SERVICES)('$name service', (service) => {
     expect(health.json()).toEqual({ status: 'alive' });
 
     const ready = await built.app.inject({ method: 'GET', url: '/ready' });
-    expect(ready.json()).toEqual({
-      status: 'ready',
-      checks: {
-        postgres: { status: 'up' },
-        migrations: { status: 'up' },
-        redis: { status: 'up' },
-        kafka: { status: 'up' },
-      },
+    const body = ready.json();
+    expect(body.checks).toMatchObject({
+      postgres: { status: 'up' },
+      migrations: { status: 'up' },
+      redis: { status: 'up' },
+      kafka: { status: 'up' },
     });
+    if (service.name === 'control') {
+      expect(Object.keys(body.checks).sort()).toEqual(['kafka', 'migrations', 'postgres', 'redis']);
+      expect(body.status).toBe('ready');
+    } else {
+      // The replica names its lag and bound; with no control beside it, it may have none yet (ADR 22).
+      expect(body.checks.identity).toMatchObject({ boundMs: 300_000 });
+      expect(body.status).toBe(body.checks.identity.status === 'up' ? 'ready' : 'degraded');
+    }
     expect(ready.statusCode).toBe(200);
   });
 
@@ -138,17 +144,35 @@ describe.each(SERVICES)('$name service outbox', (service) => {
 });
 
 describe.each(SERVICES)('$name service with Kafka unreachable', (service) => {
-  it('answers /ready with 503 naming kafka, the other checks still up', async () => {
+  it('answers /ready with 200 degraded naming kafka, the other checks still up', async () => {
     const built = await buildTestService(service as never, { KAFKA_BROKERS: '127.0.0.1:1' });
     try {
       const res = await built.app.inject({ method: 'GET', url: '/ready' });
-      expect(res.statusCode).toBe(503);
+      // The outbox holds what is written meanwhile: not unready (ADR 22).
+      expect(res.statusCode).toBe(200);
       const body = res.json();
-      expect(body.status).toBe('unavailable');
+      expect(body.status).toBe('degraded');
       expect(body.checks.kafka.status).toBe('down');
       expect(body.checks.kafka.error).toContain('127.0.0.1:1');
       expect(body.checks.postgres).toEqual({ status: 'up' });
       expect(body.checks.redis).toEqual({ status: 'up' });
+    } finally {
+      await built.close();
+    }
+  });
+});
+
+describe.each(SERVICES)('$name service with Redis unreachable', (service) => {
+  it('answers /ready with 200 degraded naming redis, PostgreSQL still up', async () => {
+    const built = await buildTestService(service as never, { REDIS_URL: 'redis://127.0.0.1:1' });
+    try {
+      const res = await built.app.inject({ method: 'GET', url: '/ready' });
+      expect(res.statusCode).toBe(200);
+      const body = res.json();
+      expect(body.status).toBe('degraded');
+      expect(body.checks.redis.status).toBe('down');
+      expect(body.checks.postgres).toEqual({ status: 'up' });
+      expect(body.checks.migrations).toEqual({ status: 'up' });
     } finally {
       await built.close();
     }

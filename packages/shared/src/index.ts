@@ -27,7 +27,7 @@ export { type Isolation, inTransaction } from './db/transaction.js';
 export { awaitApplied, consistencyToken } from './http/consistency.js';
 export { decodeCursor, encodeCursor } from './http/cursor.js';
 export { type IfMatchRule, ifMatch, requestHeader } from './http/headers.js';
-export { healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
+export { CheckFailed, healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
 export { metricsPlugin } from './http/observability.js';
 export { type BaseServiceConfig, fastifyOptions, type PlatformOptions, platformPlugin } from './http/platform.js';
 export * from './http/problem.js';

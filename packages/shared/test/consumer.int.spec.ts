@@ -10,6 +10,7 @@ import { InboxConsumer, type InboxConsumerOptions } from '../src/messaging/consu
 import { encodeEvent } from '../src/messaging/envelope.js';
 import { ProcessedCache } from '../src/messaging/processed-cache.js';
 import { upsertIfNewer } from '../src/messaging/upsert.js';
+import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { consumedPastSentinel, createTestDatabase, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import {
   effectCounts,
@@ -387,7 +388,7 @@ describe('inbox consumer', () => {
 
   it('dead-letters an effect whose cause never arrives, after the bound, and lets its key go on', async () => {
     const topic = await freshTopic();
-    const orphan = orderEvent('orphan', 1, { causedBy: '01900000-0000-7000-8000-000000000000' });
+    const orphan = orderEvent('orphan', 1, { causedBy: uuidv7() }); // recent: an old cause may have been pruned (ADR 22)
     const follower = orderEvent('orphan', 2);
     const consumer = await consume(topic, { deferral: { initialDelayMs: 20, maxAttempts: 3 } });
     try {

@@ -41,11 +41,13 @@ export async function dataStack(
     controlEnv?: Record<string, string>;
     intelligence?: boolean;
     intelligenceEnv?: Record<string, string>;
+    /** A broker of the test's own (startPrivateKafka), for tests that stop it. */
+    kafkaBrokers?: string;
   } = {},
 ) {
-  const { kafkaBrokers } = testEndpoints();
+  const kafkaBrokers = opts.kafkaBrokers ?? testEndpoints().kafkaBrokers;
   const topics = await createTestTopics(kafkaBrokers, opts.partitions ?? 3);
-  const env = { ONTO_TOPIC_PREFIX: topics.prefix };
+  const env = { ONTO_TOPIC_PREFIX: topics.prefix, KAFKA_BROKERS: kafkaBrokers };
   const c = (await buildTestService(
     { schema: ControlConfig, app: control.default, migrations: control.migrations } as never,
     { ...env, ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP, WORLD_PROVISION_TIMEOUT_MS: '600000', ...opts.controlEnv },

@@ -4,6 +4,7 @@ import type { CryptoKey } from 'jose';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Gauge, type Registry } from 'prom-client';
+import { CheckFailed } from '../http/health.js';
 import { Unavailable } from '../http/problem.js';
 import type { IncomingMessage } from '../kafka/broker.js';
 import type { ApplyEffects, InboxConsumer } from '../messaging/consumer.js';
@@ -354,6 +355,23 @@ export const identityReplicaPlugin = fp(
     // Started and stopped with the service's other consumers.
     consumer = app.addConsumer(replica.consumerOptions(opts.consumer));
     app.decorate('identityReplica', replica);
+    // Degraded, not unready, past the bound: every instance of the service lags alike (ADR 22).
+    app.addReadinessCheck(
+      'identity',
+      async () => {
+        const lagMs = replica.lagMs();
+        const details = { lagMs: lagMs ?? null, boundMs: opts.maxLagMs };
+        if (lagMs === undefined) throw new CheckFailed('no heartbeat from control yet', details);
+        if (lagMs > opts.maxLagMs) {
+          throw new CheckFailed(
+            `revocations ${lagMs} ms behind control, past the bound; requests fail closed`,
+            details,
+          );
+        }
+        return details;
+      },
+      { required: false },
+    );
     await app.register(authPlugin, { keys: replica, revocations: replica });
     app.addHook('onReady', () => replica.start());
     app.addHook('onClose', () => replica.stop());

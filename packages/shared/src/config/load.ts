@@ -109,9 +109,10 @@ export function replicaConfigSchema() {
   return Type.Object({
     IDENTITY_MAX_LAG_MS: Type.Integer({
       minimum: 100,
-      maximum: 600_000,
-      default: 2000,
-      description: 'Requests are refused (503) while the replica of revocations lags control by more than this',
+      maximum: 3_600_000,
+      default: 300_000,
+      description:
+        'Requests are refused (503) while the replica of revocations lags control by more than this: how long a revoked token may still work while Kafka is away (ADR 22). 2000 is the strict mode',
     }),
     CONSISTENCY_WAIT_MS: Type.Integer({
       minimum: 0,

@@ -2,32 +2,64 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 
-export type ReadinessCheck = () => Promise<void>;
+/** What a check may say of its dependency besides up or down (the identity replica's lag). */
+export interface CheckDetails {
+  lagMs?: number | null;
+  boundMs?: number;
+}
+
+/** Resolves when the dependency is up (with details, if any); throws (a CheckFailed, for details) when down. */
+// biome-ignore lint/suspicious/noConfusingVoidType: checks that have nothing to add stay plain async functions
+export type ReadinessCheck = () => Promise<void | CheckDetails>;
+
+/** A dependency found down, with what the check knows of it. */
+export class CheckFailed extends Error {
+  constructor(
+    message: string,
+    readonly details: CheckDetails,
+  ) {
+    super(message);
+  }
+}
+
+export interface ReadinessCheckOptions {
+  /**
+   * Whether the service cannot work without the dependency: down, /ready answers 503. Otherwise
+   * the service works around it (Redis, a fast path; Kafka, behind the outbox) and /ready answers
+   * 200 `degraded`. Required unless said (ADR 22).
+   */
+  required?: boolean;
+}
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** Register a dependency that /ready must find healthy. */
-    addReadinessCheck(name: string, check: ReadinessCheck): void;
+    /** Register a dependency that /ready reports on. */
+    addReadinessCheck(name: string, check: ReadinessCheck, options?: ReadinessCheckOptions): void;
   }
 }
 
 const CheckResult = Type.Object({
   status: Type.Union([Type.Literal('up'), Type.Literal('down')]),
   error: Type.Optional(Type.String()),
+  lagMs: Type.Optional(Type.Union([Type.Number(), Type.Null()])),
+  boundMs: Type.Optional(Type.Number()),
 });
 
 const ReadyResponse = Type.Object({
-  status: Type.Union([Type.Literal('ready'), Type.Literal('unavailable')]),
+  status: Type.Union([Type.Literal('ready'), Type.Literal('degraded'), Type.Literal('unavailable')]),
   checks: Type.Record(Type.String(), CheckResult),
 });
 
-/** /health says the process is alive; /ready says whether every dependency answers. */
+/**
+ * /health says the process is alive; /ready names each dependency's state and answers 503 only
+ * when a required one is down (`degraded`, 200, when only others are).
+ */
 export const healthPlugin = fp(
   async (app: FastifyInstance, opts: { checkTimeoutMs?: number }) => {
     const timeoutMs = opts.checkTimeoutMs ?? 2000;
-    const checks = new Map<string, ReadinessCheck>();
-    app.decorate('addReadinessCheck', (name: string, check: ReadinessCheck) => {
-      checks.set(name, check);
+    const checks = new Map<string, { check: ReadinessCheck; required: boolean }>();
+    app.decorate('addReadinessCheck', (name: string, check: ReadinessCheck, options: ReadinessCheckOptions = {}) => {
+      checks.set(name, { check, required: options.required ?? true });
     });
 
     app.get(
@@ -41,18 +73,28 @@ export const healthPlugin = fp(
       { schema: { tags: ['operations'], response: { 200: ReadyResponse, 503: ReadyResponse } } },
       async (_request, reply) => {
         const entries = await Promise.all(
-          [...checks].map(async ([name, check]) => {
+          [...checks].map(async ([name, { check, required }]) => {
             try {
-              await withTimeout(check(), timeoutMs, `${name} did not answer within ${timeoutMs} ms`);
-              return [name, { status: 'up' as const }] as const;
+              const details = await withTimeout(check(), timeoutMs, `${name} did not answer within ${timeoutMs} ms`);
+              return [name, required, { status: 'up' as const, ...(details ?? {}) }] as const;
             } catch (error) {
-              return [name, { status: 'down' as const, error: (error as Error).message }] as const;
+              const details = error instanceof CheckFailed ? error.details : {};
+              return [
+                name,
+                required,
+                { status: 'down' as const, error: (error as Error).message, ...details },
+              ] as const;
             }
           }),
         );
-        const ready = entries.every(([, result]) => result.status === 'up');
-        reply.code(ready ? 200 : 503);
-        return { status: ready ? ('ready' as const) : ('unavailable' as const), checks: Object.fromEntries(entries) };
+        const down = entries.filter(([, , result]) => result.status === 'down');
+        const status = down.some(([, required]) => required)
+          ? ('unavailable' as const)
+          : down.length > 0
+            ? ('degraded' as const)
+            : ('ready' as const);
+        reply.code(status === 'unavailable' ? 503 : 200);
+        return { status, checks: Object.fromEntries(entries.map(([name, , result]) => [name, result])) };
       },
     );
   },

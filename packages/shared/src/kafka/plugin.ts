@@ -33,17 +33,22 @@ export const kafkaPlugin = fp(
       requestTimeoutMs: 1500,
     });
     let admin: Admin | undefined;
-    app.addReadinessCheck('kafka', async () => {
-      try {
-        admin ??= await probe.admin();
-        await admin.ping();
-      } catch (error) {
-        const stale = admin;
-        admin = undefined;
-        await stale?.disconnect().catch(() => {});
-        throw new Error(`kafka at ${opts.brokers.join(',')} unreachable: ${(error as Error).message}`);
-      }
-    });
+    app.addReadinessCheck(
+      'kafka',
+      async () => {
+        try {
+          admin ??= await probe.admin();
+          await admin.ping();
+        } catch (error) {
+          const stale = admin;
+          admin = undefined;
+          await stale?.disconnect().catch(() => {});
+          throw new Error(`kafka at ${opts.brokers.join(',')} unreachable: ${(error as Error).message}`);
+        }
+      },
+      // Writes go on into the outbox and consumers resume where they committed (ADR 22).
+      { required: false },
+    );
     app.addHook('onClose', async () => {
       await admin?.disconnect().catch(() => {});
     });

@@ -35,15 +35,26 @@ export type ApplyEffects = (
 export type PrepareEffects = (events: ReceivedEvent[]) => readonly Statement[];
 
 export interface DeferralPolicy {
-  /** First retry of a parked event; each further one doubles. */
+  /** First retry of a parked event; each further one doubles (up to 5 s). */
   initialDelayMs?: number;
-  /** Retries before the cause is given up on. */
+  /**
+   * Retries before the consumer's progress is asked whether the cause can still come: a floor,
+   * not a bound. The cause is given up on only once the consumer has also consumed, on every
+   * partition of its topics, everything that was on the broker when that floor was reached
+   * (ADR 22); a backlog in front of the cause only makes the event wait longer.
+   */
   maxAttempts?: number;
   /**
-   * When the cause never arrives: `dead-letter` sends the event to `<topic>.dlq` and lets the
-   * events queued behind it go on; `apply` applies it without its cause.
+   * When the cause cannot come any more: `dead-letter` sends the event to `<topic>.dlq` and lets
+   * the events queued behind it go on; `apply` applies it without its cause.
    */
   onExhausted?: 'dead-letter' | 'apply';
+  /**
+   * How long a handled cause is remembered where parking looks for it (the outbox's retention,
+   * 24 h by default, when shorter than the inbox's). A missing cause older than this may have
+   * been handled and pruned: it is applied, not dead-lettered, once the consumer has passed it.
+   */
+  causeRetentionMs?: number;
 }
 
 export interface ConsumerFaults {

@@ -1,9 +1,9 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { backoffDelay } from '../backoff.js';
+import { backoffDelay, equalJitter, retryWithBackoff } from '../backoff.js';
 import { inTransactionTogether, type Statement, type TransactionOutcome } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
-import type { Consumer, IncomingBatch, IncomingMessage } from '../kafka/broker.js';
+import type { Admin, Consumer, IncomingBatch, IncomingMessage } from '../kafka/broker.js';
 import { BatchMerger } from './batch-merging.js';
 import { ConsumerMetrics } from './consumer-metrics.js';
 import type { DeferralPolicy, InboxConsumerOptions, ReceivedEvent } from './consumer-options.js';
@@ -18,7 +18,7 @@ import {
   unrecordStatement,
 } from './inbox-statements.js';
 import { isInfrastructureError } from './infrastructure-errors.js';
-import { Parking } from './parking.js';
+import { type ConsumerPosition, Parking, partitionOf } from './parking.js';
 import { ProcessedCache } from './processed-cache.js';
 
 export type * from './consumer-options.js';
@@ -41,6 +41,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
  */
 export class InboxConsumer {
   private consumer: Consumer | undefined;
+  /** Asks the broker for the log ends of the consumer's topics (see position). */
+  private admin: Admin | undefined;
   private readonly cache: ProcessedCache;
   private readonly log: Logger;
   private readonly maxAttempts: number;
@@ -61,6 +63,7 @@ export class InboxConsumer {
       initialDelayMs: 100,
       maxAttempts: 8,
       onExhausted: 'dead-letter',
+      causeRetentionMs: Math.min(24 * 3600_000, opts.retentionMs ?? 7 * 24 * 3600_000),
       ...opts.deferral,
     };
     this.metrics = new ConsumerMetrics(opts.name, opts.registry, opts.pool);
@@ -70,6 +73,7 @@ export class InboxConsumer {
       pool: opts.pool,
       apply: opts.apply,
       deferral,
+      position: () => this.position(),
       deadLetters: this.deadLetters,
       metrics: this.metrics,
       log: this.log,
@@ -113,9 +117,34 @@ export class InboxConsumer {
     clearInterval(this.pruneTimer);
     await this.parking.stop();
     await this.consumer?.disconnect();
+    await this.admin?.disconnect().catch(() => {});
+    this.admin = undefined;
     await this.deadLetters.stop();
     await this.cache.flush();
     this.consumer = undefined;
+  }
+
+  /** The log ends of the consumer's topics and the group's committed offsets on them, now. */
+  private async position(): Promise<ConsumerPosition> {
+    const consumer = this.consumer;
+    if (!consumer) throw new Error('consumer is not started');
+    const ends: ConsumerPosition['ends'] = new Map();
+    const committed: ConsumerPosition['committed'] = new Map();
+    try {
+      this.admin ??= await this.opts.broker.admin();
+      for (const topic of this.opts.topics) {
+        for (const p of await this.admin.partitionOffsets(topic)) ends.set(partitionOf(topic, p.partition), p);
+        for (const [partition, offset] of await consumer.committedOffsets(topic)) {
+          committed.set(partitionOf(topic, partition), offset);
+        }
+      }
+    } catch (error) {
+      const stale = this.admin;
+      this.admin = undefined;
+      await stale?.disconnect().catch(() => {});
+      throw error;
+    }
+    return { ends, committed };
   }
 
   /** One pass over the parked events (see Parking.retry); answers how many it applied or dropped. */
@@ -174,19 +203,21 @@ export class InboxConsumer {
     this.parking.afterBatch(mark);
   }
 
-  /** Retries work that failed for infrastructure reasons (PostgreSQL or Kafka away) until it settles. */
+  /**
+   * Retries work that failed for infrastructure reasons (PostgreSQL or Kafka away, a deadlock, a
+   * lock or statement timeout) with jittered backoff until it settles, for as long as it takes.
+   */
   private async untilSettled(batch: IncomingBatch, work: () => Promise<void>): Promise<void> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await work();
-      } catch (error) {
-        if (!isInfrastructureError(error) || !batch.isRunning()) throw error;
-        const delay = backoffDelay(attempt, { initialMs: 100, maxMs: 5000 });
-        this.log.warn({ err: error, retryInMs: delay }, 'infrastructure unavailable; retrying');
-        await sleep(delay);
+    await retryWithBackoff(work, {
+      initialMs: 100,
+      maxMs: 5000,
+      jitter: equalJitter,
+      retryIf: (error) => isInfrastructureError(error) && batch.isRunning(),
+      onRetry: async (error, _attempt, delayMs) => {
+        this.log.warn({ err: error, retryInMs: delayMs }, 'infrastructure unavailable or contended; retrying');
         await batch.heartbeat().catch(() => {});
-      }
-    }
+      },
+    });
   }
 
   private async oneByOne(batch: IncomingBatch, events: ReceivedEvent[]): Promise<void> {

@@ -2,7 +2,8 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { queryTogether, type Statement } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
-import type { Headers } from '../kafka/broker.js';
+import { withTimeout } from '../http/health.js';
+import type { Headers, PartitionOffsets } from '../kafka/broker.js';
 import type { ConsumerMetrics } from './consumer-metrics.js';
 import type { ApplyEffects, DeferralPolicy, ReceivedEvent } from './consumer-options.js';
 import type { DeadLetters } from './dead-letters.js';
@@ -12,12 +13,47 @@ import { isInfrastructureError } from './infrastructure-errors.js';
 
 /** How often a consumer that knows of no parked events looks anyway (see mayHaveParked). */
 const DEFERRED_SWEEP_MS = 5000;
+/** Longest wait between two looks at a parked event: its cause may come at any time. */
+const PARKED_RETRY_MAX_MS = 5000;
+/** How long a pass waits for the broker to say where the consumer stands. */
+const POSITION_TIMEOUT_MS = 3000;
+
+/** A topic-partition as one string. */
+export const partitionOf = (topic: string, partition: number) => `${topic}\u001f${partition}`;
+
+/** Where a consumer stands on its topics: each partition's offsets and the group's committed offset. */
+export interface ConsumerPosition {
+  ends: Map<string, PartitionOffsets>;
+  committed: Map<string, string>;
+}
+
+/**
+ * Whether the consumer has consumed everything that was on the broker at `horizon` (the log ends
+ * then): on every partition, it has committed past the horizon's end, or there was nothing there.
+ */
+export function passedHorizon(horizon: Map<string, PartitionOffsets>, now: ConsumerPosition): boolean {
+  for (const [partition, { low, high }] of horizon) {
+    if (BigInt(high) <= BigInt(low)) continue;
+    const committed = now.committed.get(partition);
+    if (committed === undefined || BigInt(committed) < BigInt(high)) return false;
+  }
+  return true;
+}
+
+/** When a UUIDv7 was drawn (ms since the epoch); undefined for another version. */
+export function uuidv7Time(id: string): number | undefined {
+  const hex = id.replaceAll('-', '');
+  if (hex.length !== 32 || hex[12] !== '7') return undefined;
+  return Number.parseInt(hex.slice(0, 12), 16);
+}
 
 interface ParkingOptions {
   consumer: string;
   pool: pg.Pool;
   apply: ApplyEffects;
   deferral: Required<DeferralPolicy>;
+  /** Where the consumer stands now (the broker's answer); throws while the broker is away. */
+  position: () => Promise<ConsumerPosition>;
   deadLetters: DeadLetters;
   metrics: ConsumerMetrics;
   log: Logger;
@@ -40,7 +76,11 @@ interface Parked {
  * An inbox consumer's parked events (`inbox_deferred`): events whose cause has not been handled,
  * with the events of their key queued behind them. Parking is a statement of the batch's
  * transaction; passes over the parked events run after batches and on one timer, apply those
- * whose cause is now handled, back the others off and, past the bound, apply the exhaustion policy.
+ * whose cause is now handled and back the others off. A cause is given up on (the exhaustion
+ * policy) only when the consumer's progress shows it cannot come any more (ADR 22): past the
+ * retry floor, the log ends of the consumer's topics are taken as the event's horizon, and once
+ * the group has committed past that horizon on every partition with the cause still unknown and
+ * not parked itself, everything that was on the broker has been consumed without it.
  */
 export class Parking {
   private timer: NodeJS.Timeout | undefined;
@@ -59,6 +99,11 @@ export class Parking {
   private due = 0;
   private lastSweep = 0;
   private running = false;
+  /**
+   * The horizon of each parked event past its retry floor (see the class comment). Kept in memory:
+   * another instance, or this one after a restart, takes a later horizon, which only waits longer.
+   */
+  private readonly horizons = new Map<string, Map<string, PartitionOffsets>>();
 
   constructor(private readonly opts: ParkingOptions) {}
 
@@ -160,12 +205,22 @@ export class Parking {
   /**
    * One pass over the parked events in the order they were parked: applies those whose cause is
    * now handled and that have nothing parked before them on their key; backs off the others and,
-   * past the bound, applies the exhaustion policy. Answers how many it applied or dropped.
+   * once their cause cannot come any more, applies the exhaustion policy. Answers how many it
+   * applied or dropped.
    */
   async retry(): Promise<number> {
     const { consumer, deferral } = this.opts;
     let progressed = 0;
     const parkingsBefore = this.parkings;
+    let position: ConsumerPosition | undefined;
+    const now = async () => {
+      position ??= await withTimeout(
+        this.opts.position(),
+        POSITION_TIMEOUT_MS,
+        `the broker did not say where ${consumer} stands within ${POSITION_TIMEOUT_MS} ms`,
+      );
+      return position;
+    };
     await inTransaction(this.opts.pool, async (tx) => {
       const { rows } = await tx.query<Parked>(
         `SELECT event_id::text, topic, partition, "offset"::text, partition_key, caused_by::text, body, headers,
@@ -175,6 +230,10 @@ export class Parking {
       );
       // Events parked since this pass read are not in its rows: they keep the flag up.
       if (this.parkings === parkingsBefore) this.mayHaveParked = rows.length > 0;
+      if (rows.length < 500) {
+        const parked = new Set(rows.map((r) => r.event_id));
+        for (const id of this.horizons.keys()) if (!parked.has(id)) this.horizons.delete(id);
+      }
       if (rows.length === 0) return;
       const blocked = new Set<string>();
       for (const row of rows) {
@@ -191,17 +250,23 @@ export class Parking {
             headers: row.headers,
           },
         };
-        const known =
-          row.caused_by === null ||
-          (
-            await tx.query(
-              `SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = $2::uuid
-               UNION ALL SELECT 1 FROM outbox WHERE event_id = $2::uuid LIMIT 1`,
-              [consumer, row.caused_by],
-            )
-          ).rowCount;
-        const exhausted = row.due && row.attempts + 1 >= deferral.maxAttempts;
-        if (known || (exhausted && deferral.onExhausted === 'apply')) {
+        const cause = row.caused_by === null ? 'handled' : await this.causeState(tx, row.caused_by);
+        const known = cause === 'handled';
+        const exhausted =
+          cause === 'missing' &&
+          row.due &&
+          row.attempts + 1 >= deferral.maxAttempts &&
+          (await this.cannotCome(row.event_id, now));
+        // A cause older than what parking remembers may have been handled and pruned: applied.
+        const forgotten =
+          exhausted && (uuidv7Time(row.caused_by ?? '') ?? Date.now()) < Date.now() - deferral.causeRetentionMs;
+        if (known || (exhausted && (deferral.onExhausted === 'apply' || forgotten))) {
+          if (!known) {
+            this.opts.log.warn(
+              { eventId: row.event_id, causedBy: row.caused_by, forgotten },
+              'applying a parked event without its cause',
+            );
+          }
           await tx.query('SAVEPOINT parked');
           try {
             const fresh = await recordEvents(tx, consumer, [item], 'applied');
@@ -214,6 +279,7 @@ export class Parking {
               },
               { text: 'RELEASE SAVEPOINT parked' },
             ]);
+            this.horizons.delete(row.event_id);
             this.opts.metrics.count('applied', fresh.length);
             progressed++;
             continue;
@@ -228,7 +294,12 @@ export class Parking {
             }
           }
         } else if (exhausted) {
-          await this.drop(tx, item, new Error(`cause ${row.caused_by} never arrived`));
+          await this.drop(
+            tx,
+            item,
+            new Error(`cause ${row.caused_by} never arrived: ${consumer} consumed past where it could have been`),
+            'CauseMissing',
+          );
           progressed++;
           continue;
         }
@@ -236,9 +307,10 @@ export class Parking {
         if (row.due) {
           await tx.query(
             `UPDATE inbox_deferred SET attempts = attempts + 1,
-                    next_attempt_at = now() + make_interval(secs => $3::float8 * power(2, attempts + 1) / 1000)
+                    next_attempt_at = now() + make_interval(secs =>
+                      least($3::float8 * power(2, least(attempts + 1, 30)), $4::float8) / 1000)
               WHERE consumer = $1 AND event_id = $2`,
-            [consumer, row.event_id, deferral.initialDelayMs],
+            [consumer, row.event_id, deferral.initialDelayMs, PARKED_RETRY_MAX_MS],
           );
         }
       }
@@ -247,13 +319,39 @@ export class Parking {
     return progressed;
   }
 
+  /** Whether a cause is handled (in the inbox or this service's outbox), parked itself, or missing. */
+  private async causeState(tx: pg.PoolClient, cause: string): Promise<'handled' | 'parked' | 'missing'> {
+    const { rows } = await tx.query<{ state: 'handled' | 'parked' }>(
+      `SELECT 'handled' AS state FROM inbox WHERE consumer = $1 AND event_id = $2::uuid
+       UNION ALL SELECT 'handled' FROM outbox WHERE event_id = $2::uuid
+       UNION ALL SELECT 'parked' FROM inbox_deferred WHERE consumer = $1 AND event_id = $2::uuid
+       LIMIT 1`,
+      [this.opts.consumer, cause],
+    );
+    return rows[0]?.state ?? 'missing';
+  }
+
+  /**
+   * Whether the cause of a parked event past its retry floor cannot come any more: the first
+   * time, takes the horizon and answers no; then, whether the consumer has passed it.
+   */
+  private async cannotCome(eventId: string, now: () => Promise<ConsumerPosition>): Promise<boolean> {
+    const horizon = this.horizons.get(eventId);
+    if (!horizon) {
+      this.horizons.set(eventId, new Map((await now()).ends));
+      return false;
+    }
+    return passedHorizon(horizon, await now());
+  }
+
   /** Gives up on a parked event: off the parking, into the DLQ, into the inbox as dead-lettered. */
-  private async drop(tx: pg.PoolClient, item: ReceivedEvent, error: Error) {
+  private async drop(tx: pg.PoolClient, item: ReceivedEvent, error: Error, type = error.name) {
+    this.horizons.delete(item.event.event_id);
     await tx.query('DELETE FROM inbox_deferred WHERE consumer = $1 AND event_id = $2', [
       this.opts.consumer,
       item.event.event_id,
     ]);
-    await this.opts.deadLetters.send({ ...item.message, value: JSON.stringify(item.event) }, error, 'CauseMissing');
+    await this.opts.deadLetters.send({ ...item.message, value: JSON.stringify(item.event) }, error, type);
     await recordEvents(tx, this.opts.consumer, [item], 'dead_lettered');
     this.opts.metrics.count('dead_lettered');
   }

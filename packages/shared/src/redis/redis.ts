@@ -36,16 +36,20 @@ export const redisPlugin = fp(
         app.log.warn({ err }, 'redis unavailable');
       }
     });
-    // Give Redis a moment at boot, but boot without it: /ready says it is down, and the
-    // consumers fall back to PostgreSQL until it returns.
+    // Give Redis a moment at boot, but boot without it: /ready says it is down (degraded, not
+    // unready), and the consumers fall back to PostgreSQL until it returns.
     await withTimeout(redis.connect(), 2000, 'redis did not connect within 2 s').catch((err: Error) =>
       app.log.warn({ err }, 'starting without redis'),
     );
     app.decorate('redis', redis);
-    app.addReadinessCheck('redis', async () => {
-      if (redis.status !== 'ready') throw new Error(`redis is ${redis.status}`);
-      await redis.ping();
-    });
+    app.addReadinessCheck(
+      'redis',
+      async () => {
+        if (redis.status !== 'ready') throw new Error(`redis is ${redis.status}`);
+        await redis.ping();
+      },
+      { required: false }, // only a fast path: the inbox in PostgreSQL decides
+    );
     app.addHook('onClose', async () => {
       redis.disconnect();
     });
