@@ -3,8 +3,8 @@ import type { Producer } from '../src/kafka/broker.js';
 import { dlqOf } from '../src/kafka/topics.js';
 import { InboxConsumer, type InboxConsumerOptions } from '../src/messaging/consumer.js';
 import { encodeEvent } from '../src/messaging/envelope.js';
-import { testBroker, testLogger } from '../src/testing/index.js';
-import { effectCounts, kernelFixture, orderEvent, recordEffects, waitFor } from './kernel.js';
+import { eventually, testBroker, testLogger } from '../src/testing/index.js';
+import { effectCounts, kernelFixture, orderEvent, recordEffects } from './kernel.js';
 
 type Message = ReturnType<typeof orderEvent>;
 
@@ -82,7 +82,7 @@ describe('parking bounded by progress, transient errors retried', () => {
     try {
       let mostAttempts = 0;
       let parkedSince: number | undefined;
-      await waitFor(
+      await eventually(
         'the effect applied',
         async () => {
           const { rows } = await fx.pool.query<{ attempts: number }>(
@@ -95,7 +95,7 @@ describe('parking bounded by progress, transient errors retried', () => {
           }
           return (await effectCounts(fx.pool)).get(effect.event.event_id) === 1;
         },
-        120_000,
+        { timeoutMs: 120_000 },
       );
       const waited = Date.now() - (parkedSince ?? began);
       // It was parked, went past the retry floor, and waited far longer than the floor's 60 ms.
@@ -147,12 +147,12 @@ describe('parking bounded by progress, transient errors retried', () => {
     await publish(topic, events);
     await c.start();
     try {
-      await waitFor(
+      await eventually(
         'every event handled, applied or dead-lettered',
         async () => (await outcomes(name)).reduce((n, o) => n + o.n, 0) === events.length,
-        120_000,
+        { timeoutMs: 120_000 },
       );
-      await waitFor('the deadlocks counted', async () => (await deadlocks()) > before, 10_000);
+      await eventually('the deadlocks counted', async () => (await deadlocks()) > before, { timeoutMs: 10_000 });
       const counts = await effectCounts(fx.pool);
       expect(events.map((e) => counts.get(e.event.event_id))).toEqual(events.map(() => 1));
       expect(await outcomes(name)).toEqual([{ outcome: 'applied', n: events.length }]);
