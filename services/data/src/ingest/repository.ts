@@ -241,7 +241,7 @@ export async function writeBulk(
     // The versions they supersede go to history (docs/adr/0017).
     const updated = await tx.query(
       `WITH u AS (SELECT * FROM jsonb_to_recordset($4::jsonb) AS u(pk text, version bigint, seq bigint, props jsonb)),
-       ${keepSuperseded('u JOIN object_heads o ON o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1')}
+       ${keepSuperseded('u JOIN object_heads o ON o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1', 'u.seq')}
        UPDATE object_heads o
           SET version = u.version, seq = u.seq, deleted = false, properties = u.props, schema_version = $3,
               actor = $5, request_id = $6, updated_at = now(),

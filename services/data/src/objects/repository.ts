@@ -8,6 +8,11 @@ export interface Head {
   deleted: boolean;
   properties: Properties | null;
   updatedAt: string;
+  /**
+   * A fork's view of an object it never wrote: its base's version at the fork point
+   * (docs/adr/0023). The first write creates the world's own head from it (version + 1).
+   */
+  inherited?: boolean;
 }
 
 export interface ObjectContext {
@@ -47,17 +52,34 @@ export async function objectContext(
   return contextOf(rows[0]);
 }
 
+/**
+ * The version a fork inherits for a key it has no head of: its base's, read up the chain at the
+ * fork point (docs/adr/0023). `world`, `type`, `pk` are SQL expressions; joined only when the
+ * world's own head is missing, and a world without a base skips the chain at once.
+ */
+export const inheritedSql = (world: string, type: string, pk: string) => `LEFT JOIN LATERAL (
+       SELECT a.version, a.seq, a.deleted, a.properties, to_json(a.written_at)#>>'{}' AS updated_at
+         FROM worlds f CROSS JOIN LATERAL object_at(f.base_world, f.base_seq, ${type}, ${pk}) a
+        WHERE f.id = ${world} AND f.base_world IS NOT NULL
+     ) b ON h.version IS NULL`;
+
+/** The head's columns of a context row: the world's own head, else the inherited version. */
+export const CONTEXT_HEAD = `coalesce(h.version, b.version) AS version, coalesce(h.seq, b.seq) AS seq,
+          coalesce(h.deleted, b.deleted) AS deleted, CASE WHEN h.version IS NULL THEN b.properties ELSE h.properties END AS properties,
+          coalesce(h.updated_at, b.updated_at) AS updated_at, h.version IS NULL AND b.version IS NOT NULL AS inherited`;
+
 /** The context query: $1 world, $2 type, $3 pk. */
 export const contextSql = (lock: HeadLock) =>
   `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
           (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
-          h.version, h.seq, h.deleted, h.properties, h.updated_at
+          ${CONTEXT_HEAD}
      FROM (SELECT 1) AS one
      LEFT JOIN LATERAL (
        SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
          FROM object_heads WHERE world_id = $1 AND type = $2 AND pk = $3
          ${lock === 'none' ? '' : lock}
-     ) h ON true`;
+     ) h ON true
+     ${inheritedSql('$1', '$2', '$3')}`;
 
 export type ContextRow = {
   provisioned: boolean;
@@ -67,6 +89,7 @@ export type ContextRow = {
   deleted: boolean;
   properties: Properties | null;
   updated_at: string;
+  inherited: boolean;
 };
 
 /** The context a row of contextSql says. */
@@ -84,6 +107,7 @@ export function contextOf(row: ContextRow | undefined): ObjectContext {
             deleted: row.deleted,
             properties: row.properties,
             updatedAt: row.updated_at,
+            ...(row.inherited ? { inherited: true } : {}),
           },
   };
 }
@@ -123,23 +147,26 @@ const INSERT_HEAD = `INSERT INTO object_heads (world_id, type, pk, version, seq,
 
 /**
  * The CTEs (`prev`, `kept`) that copy the heads an UPDATE of the same statement supersedes into
- * history (docs/adr/0017); `heads` is a FROM list that names them `o`. The statement's snapshot is
- * taken before its UPDATE, so `prev` reads the versions being replaced.
+ * history (docs/adr/0017), with the seq of the write that supersedes them (`supersededBy`, an
+ * expression over `heads`; docs/adr/0023); `heads` is a FROM list that names them `o`. The
+ * statement's snapshot is taken before its UPDATE, so `prev` reads the versions being replaced.
  */
-export const keepSuperseded = (heads: string) => `prev AS (
+export const keepSuperseded = (heads: string, supersededBy: string) => `prev AS (
      SELECT o.world_id, o.type, o.pk, o.seq, o.version, o.deleted, o.properties, o.schema_version, o.actor,
-            o.request_id, o.updated_at
+            o.request_id, o.updated_at, ${supersededBy} AS superseded_seq
        FROM ${heads}
    ), kept AS (
      INSERT INTO object_history
-       (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at)
+       (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at,
+        superseded_seq)
      SELECT * FROM prev
    )`;
 
 /** The next version of a locked head; the version it supersedes goes to history (docs/adr/0017). */
-const UPDATE_HEAD = `WITH ${keepSuperseded('object_heads o WHERE o.world_id = $1 AND o.type = $2 AND o.pk = $3')}
+const UPDATE_HEAD = `WITH s AS (SELECT nextval('data_seq') AS seq),
+   ${keepSuperseded('object_heads o, s WHERE o.world_id = $1 AND o.type = $2 AND o.pk = $3', 's.seq')}
    UPDATE object_heads
-      SET version = $4, seq = nextval('data_seq'), deleted = $5::jsonb IS NULL, properties = $5::jsonb,
+      SET version = $4, seq = (SELECT seq FROM s), deleted = $5::jsonb IS NULL, properties = $5::jsonb,
           schema_version = $6, actor = $7, request_id = $8, updated_at = now(),
           created_at = CASE WHEN deleted THEN now() ELSE created_at END
     WHERE world_id = $1 AND type = $2 AND pk = $3

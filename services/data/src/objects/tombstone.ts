@@ -1,8 +1,8 @@
-import { Outbox, type SchemaDocument } from '@onto/shared';
+import { Outbox, type SchemaDocument, StaleWriteError } from '@onto/shared';
 import type pg from 'pg';
 import { linkChange, type Origin, objectChange } from '../events.js';
 import { type LiveLink, linksTouching, writeLink } from '../links/repository.js';
-import { type Head, updateHead } from './repository.js';
+import { type Head, insertHead, updateHead } from './repository.js';
 
 export interface Tombstone {
   worldId: string;
@@ -53,7 +53,7 @@ export async function tombstoneObject(
     await new Outbox(tx, t.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq }, t.origin));
   }
   const version = t.head.version + 1;
-  const seq = await updateHead(tx, {
+  const tombstone = {
     worldId: t.worldId,
     type: t.type,
     pk: t.pk,
@@ -62,7 +62,10 @@ export async function tombstoneObject(
     schemaVersion: t.schemaVersion,
     actor: t.origin.actor,
     requestId: t.origin.requestId,
-  });
+  };
+  // An object a fork inherited gets the fork's own head: a tombstone that hides the base's.
+  const seq = t.head.inherited ? await insertHead(tx, tombstone) : await updateHead(tx, tombstone);
+  if (seq === null) throw new StaleWriteError(`${t.worldId}/${t.type}/${t.pk} was written concurrently`);
   await new Outbox(tx, t.topicPrefix).add(
     objectChange(
       {
