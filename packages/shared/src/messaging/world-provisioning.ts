@@ -30,7 +30,10 @@ export interface WorldOrigin {
  * What provisioning answers: extra fields of the provisioned reply, or a refusal (the world is
  * not recorded; `world.provision.failed` names the field of POST /v1/worlds and why).
  */
-export type ProvisionOutcome = undefined | { reply: Record<string, unknown> } | { failed: { field: string; reason: string } };
+export type ProvisionOutcome =
+  | undefined
+  | { reply: Record<string, unknown> }
+  | { failed: { field: string; reason: string } };
 
 export interface WorldHooks {
   /** Makes what the service keeps per world; runs in the transaction that records it. */

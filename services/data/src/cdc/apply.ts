@@ -128,6 +128,7 @@ async function remove(
     head,
     schemaVersion: ctx.schemaVersion,
     schema: doc,
+    forked: ctx.forked ?? false,
     origin,
     topicPrefix: app.topicPrefix,
   });

@@ -206,6 +206,7 @@ export async function deleteObject(
     head,
     schemaVersion: ctx.schemaVersion,
     schema: doc,
+    forked: ctx.forked ?? false,
     origin: d.origin,
     topicPrefix: d.topicPrefix,
   });

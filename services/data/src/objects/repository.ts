@@ -1,4 +1,5 @@
 import type { Queryable } from '@onto/shared';
+import type { Segment } from '../worlds/refs.js';
 import { type Filter, type Properties, SQL_OPS } from './model.js';
 
 /** An object's current state in one world: what object_heads holds for its key. */
@@ -18,6 +19,8 @@ export interface Head {
 export interface ObjectContext {
   /** The world is provisioned here (data's `worlds`). */
   provisioned: boolean;
+  /** The world is a fork (it reads through a base; docs/adr/0023). */
+  forked?: boolean;
   /** The world's applied schema version (0 before the first). */
   schemaVersion: number;
   head: Head | null;
@@ -25,12 +28,17 @@ export interface ObjectContext {
 
 /** The world and its schema version, for routes about no single object. */
 export async function worldContext(db: Queryable, worldId: string): Promise<Omit<ObjectContext, 'head'>> {
-  const { rows } = await db.query<{ provisioned: boolean; schema_version: number }>(
-    `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
-            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version`,
+  const { rows } = await db.query<{ provisioned: boolean; forked: boolean; schema_version: number }>(
+    `SELECT w.id IS NOT NULL AS provisioned, w.base_world IS NOT NULL AS forked,
+            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version
+       FROM (SELECT 1) one LEFT JOIN worlds w ON w.id = $1`,
     [worldId],
   );
-  return { provisioned: rows[0]?.provisioned ?? false, schemaVersion: rows[0]?.schema_version ?? 0 };
+  return {
+    provisioned: rows[0]?.provisioned ?? false,
+    forked: rows[0]?.forked ?? false,
+    schemaVersion: rows[0]?.schema_version ?? 0,
+  };
 }
 
 /** Row locks a read may take on the head: writers update it, link creators only need it to stay. */
@@ -72,6 +80,7 @@ export const CONTEXT_HEAD = `coalesce(h.version, b.version) AS version, coalesce
 export const contextSql = (lock: HeadLock) =>
   `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
           (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
+          EXISTS (SELECT 1 FROM worlds WHERE id = $1 AND base_world IS NOT NULL) AS forked,
           ${CONTEXT_HEAD}
      FROM (SELECT 1) AS one
      LEFT JOIN LATERAL (
@@ -83,6 +92,7 @@ export const contextSql = (lock: HeadLock) =>
 
 export type ContextRow = {
   provisioned: boolean;
+  forked?: boolean;
   schema_version: number;
   version: number | null;
   seq: number | string;
@@ -97,6 +107,7 @@ export function contextOf(row: ContextRow | undefined): ObjectContext {
   if (!row) throw new Error('the context query returned no row');
   return {
     provisioned: row.provisioned,
+    ...(row.forked ? { forked: true } : {}),
     schemaVersion: row.schema_version,
     head:
       row.version === null
@@ -202,6 +213,8 @@ export type ObjectRow = {
 export interface ListQuery {
   worldId: string;
   type: string;
+  /** The worlds read and their commits (docs/adr/0023); absent: the world's own current heads. */
+  chain?: Segment[];
   filters: Filter[];
   /** null sorts by primary key (as text). */
   sortProperty: string | null;
@@ -211,11 +224,15 @@ export interface ListQuery {
   limit: number;
 }
 
+const COLUMNS = 'world_id, type, pk, version, seq, deleted, properties';
+
 /**
  * A page of live objects in keyset order. Sorting by a property orders by its stored JSON value
  * (the order of the property's index), objects without it last (first when descending), then by
  * pk. The two parts — objects with a value, objects without — are separate branches so that each
- * can walk an index.
+ * can walk an index. Through a chain (a fork, or a read at a commit) each world of the chain is
+ * read at its commit, in the same order, without the keys a nearer world wrote by then, and the
+ * parts merged: the page costs its rows and the keys a fork shadows, not the size of its bases.
  */
 export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRow[]> {
   const params: unknown[] = [q.worldId, q.type];
@@ -223,42 +240,86 @@ export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRo
     params.push(value);
     return `$${params.length}`;
   };
-  const where = ['world_id = $1', 'type = $2', 'NOT deleted'];
+  const chain = q.chain ?? [{ world: q.worldId, upTo: null }];
+  const plain = chain.length === 1 && chain[0]?.world === q.worldId && chain[0]?.upTo === null;
+  /** Each world of the chain as `r` with its where clauses: its rows at its commit, not shadowed nearer. */
+  const sources = chain.map((seg, depth) => {
+    const w = seg.world === q.worldId ? '$1' : p(seg.world);
+    let from = `object_heads r`;
+    const where = [`r.world_id = ${w}`];
+    if (seg.upTo !== null) {
+      const u = `${p(seg.upTo)}::bigint`;
+      from = `(SELECT ${COLUMNS} FROM object_heads WHERE world_id = ${w} AND type = $2 AND seq <= ${u}
+               UNION ALL
+               SELECT ${COLUMNS} FROM object_history
+                WHERE world_id = ${w} AND type = $2 AND seq <= ${u} AND superseded_seq > ${u}) r`;
+    }
+    for (const nearer of chain.slice(0, depth)) {
+      const nw = nearer.world === q.worldId ? '$1' : p(nearer.world);
+      if (nearer.upTo === null) {
+        where.push(
+          `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk)`,
+        );
+      } else {
+        const nu = `${p(nearer.upTo)}::bigint`;
+        where.push(
+          `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk AND s.seq <= ${nu})`,
+          `NOT EXISTS (SELECT 1 FROM object_history s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk AND s.seq <= ${nu})`,
+        );
+      }
+    }
+    return { from, where };
+  });
+  const common = ['r.type = $2', 'NOT r.deleted'];
   for (const f of q.filters) {
-    const expr = `(properties -> ${p(f.property)}::text)`;
-    where.push(`${expr} ${SQL_OPS[f.op]} ${p(JSON.stringify(f.value))}::jsonb`);
-    if (f.op !== 'eq') where.push(`jsonb_typeof(${expr}) = ${p(f.jsonType)}`);
+    const expr = `(r.properties -> ${p(f.property)}::text)`;
+    common.push(`${expr} ${SQL_OPS[f.op]} ${p(JSON.stringify(f.value))}::jsonb`);
+    if (f.op !== 'eq') common.push(`jsonb_typeof(${expr}) = ${p(f.jsonType)}`);
   }
-  const columns = 'pk, version, seq, properties';
+  const columns = 'r.pk, r.version, r.seq, r.properties';
   const dir = q.descending ? 'DESC' : 'ASC';
   const cmp = q.descending ? '<' : '>';
   const limit = p(q.limit);
+  /** One SELECT per world of the chain, merged (a single world: the SELECT itself). */
+  const merged = (select: (from: string, where: string) => string, order: string) => {
+    const parts = sources.map((src) => select(src.from, [...src.where, ...common].join(' AND ')));
+    if (plain) return parts[0] as string;
+    return `(SELECT * FROM (${parts.join(' UNION ALL ')}) merged ORDER BY ${order} LIMIT ${limit})`;
+  };
   if (q.sortProperty === null) {
-    if (q.after) where.push(`pk ${cmp} ${p(q.after.pk)}`);
-    const { rows } = await db.query<ObjectRow>(
-      `SELECT ${columns}, NULL::jsonb AS "sortValue" FROM object_heads
-        WHERE ${where.join(' AND ')} ORDER BY pk ${dir} LIMIT ${limit}`,
-      params,
+    const cursor = q.after ? ` AND r.pk ${cmp} ${p(q.after.pk)}` : '';
+    const sql = merged(
+      (from, where) =>
+        `(SELECT ${columns}, NULL::jsonb AS "sortValue" FROM ${from} WHERE ${where}${cursor} ORDER BY r.pk ${dir} LIMIT ${limit})`,
+      `pk ${dir}`,
     );
+    const { rows } = await db.query<ObjectRow>(`SELECT * FROM ${sql} page ORDER BY pk ${dir} LIMIT ${limit}`, params);
     return rows;
   }
-  const key = `(properties -> ${p(q.sortProperty)}::text)`;
-  const base = where.join(' AND ');
+  const key = `(r.properties -> ${p(q.sortProperty)}::text)`;
   const withValue = (cursor: string) =>
-    `(SELECT ${columns}, ${key} AS "sortValue", 1 AS part FROM object_heads
-       WHERE ${base} AND ${key} IS NOT NULL ${cursor} ORDER BY ${key} ${dir}, pk ${dir} LIMIT ${limit})`;
+    merged(
+      (from, where) =>
+        `(SELECT ${columns}, ${key} AS "sortValue", 1 AS part FROM ${from}
+           WHERE ${where} AND ${key} IS NOT NULL ${cursor} ORDER BY ${key} ${dir}, r.pk ${dir} LIMIT ${limit})`,
+      `"sortValue" ${dir}, pk ${dir}`,
+    );
   const withoutValue = (cursor: string) =>
-    `(SELECT ${columns}, NULL::jsonb AS "sortValue", 2 AS part FROM object_heads
-       WHERE ${base} AND ${key} IS NULL ${cursor} ORDER BY pk ${dir} LIMIT ${limit})`;
+    merged(
+      (from, where) =>
+        `(SELECT ${columns}, NULL::jsonb AS "sortValue", 2 AS part FROM ${from}
+           WHERE ${where} AND ${key} IS NULL ${cursor} ORDER BY r.pk ${dir} LIMIT ${limit})`,
+      `pk ${dir}`,
+    );
   // Ascending: values, then objects without; descending: the reverse.
   const parts: string[] = [];
   const after = q.after;
   if (after && after.value !== null) {
-    const cursor = `AND (${key}, pk) ${cmp} (${p(JSON.stringify(after.value))}::jsonb, ${p(after.pk)})`;
+    const cursor = `AND (${key}, r.pk) ${cmp} (${p(JSON.stringify(after.value))}::jsonb, ${p(after.pk)})`;
     parts.push(withValue(cursor));
     if (!q.descending) parts.push(withoutValue(''));
   } else if (after) {
-    parts.push(withoutValue(`AND pk ${cmp} ${p(after.pk)}`));
+    parts.push(withoutValue(`AND r.pk ${cmp} ${p(after.pk)}`));
     if (q.descending) parts.push(withValue(''));
   } else {
     parts.push(q.descending ? withoutValue('') : withValue(''));
@@ -270,4 +331,33 @@ export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRo
     params,
   );
   return rows.map(({ part: _, ...row }) => row);
+}
+
+/** One object of a world at a commit (null: now), read up the chain; null when it never was. */
+export async function objectAt(
+  db: Queryable,
+  worldId: string,
+  commit: number | null,
+  type: string,
+  pk: string,
+): Promise<Head | null> {
+  const { rows } = await db.query<{
+    version: string;
+    seq: string;
+    deleted: boolean;
+    properties: Properties | null;
+    updated_at: string;
+  }>(
+    `SELECT version, seq, deleted, properties, to_json(written_at)#>>'{}' AS updated_at FROM object_at($1, $2, $3, $4)`,
+    [worldId, commit, type, pk],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  return {
+    version: Number(row.version),
+    seq: Number(row.seq),
+    deleted: row.deleted,
+    properties: row.properties,
+    updatedAt: row.updated_at,
+  };
 }

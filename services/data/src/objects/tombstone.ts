@@ -1,7 +1,7 @@
 import { Outbox, type SchemaDocument, StaleWriteError } from '@onto/shared';
 import type pg from 'pg';
 import { linkChange, type Origin, objectChange } from '../events.js';
-import { type LiveLink, linksTouching, writeLink } from '../links/repository.js';
+import { type LiveLink, linksTouching, lockInherited, writeLink } from '../links/repository.js';
 import { type Head, insertHead, updateHead } from './repository.js';
 
 export interface Tombstone {
@@ -12,6 +12,8 @@ export interface Tombstone {
   head: Head;
   schemaVersion: number;
   schema: SchemaDocument;
+  /** The world is a fork: links it inherited are deleted too (docs/adr/0023). */
+  forked: boolean;
   origin: Origin;
   topicPrefix: string;
 }
@@ -25,6 +27,8 @@ export async function tombstoneObject(
   tx: pg.ClientBase,
   t: Tombstone,
 ): Promise<{ version: number; seq: number; removedLinks: LiveLink[] }> {
+  // No row of the fork to lock for an inherited object: linkers of it hold this lock shared.
+  if (t.head.inherited) await lockInherited(tx, t.worldId, { type: t.type, pk: t.pk }, true);
   const linkTypes = Object.values(t.schema.linkTypes);
   const links = await linksTouching(
     tx,
@@ -32,6 +36,7 @@ export async function tombstoneObject(
     { type: t.type, pk: t.pk },
     linkTypes.filter((l) => l.from === t.type).map((l) => l.apiName),
     linkTypes.filter((l) => l.to === t.type).map((l) => l.apiName),
+    t.forked,
   );
   for (const link of links) {
     const change = {

@@ -34,6 +34,8 @@ export async function cutCommitIn(tx: pg.ClientBase, lockTimeoutMs = 2000): Prom
   await tx.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.trunc(lockTimeoutMs))}`);
   await tx.query('LOCK TABLE object_heads, object_history, link_heads, link_history IN SHARE MODE');
   await tx.query('SET LOCAL lock_timeout TO DEFAULT');
-  const { rows } = await tx.query<{ c: string }>('SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS c FROM data_seq');
+  const { rows } = await tx.query<{ c: string }>(
+    'SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS c FROM data_seq',
+  );
   return Number(rows[0]?.c ?? 0);
 }
