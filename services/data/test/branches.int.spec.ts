@@ -305,6 +305,109 @@ describe('worlds as branches', () => {
     expect(rowCount).toBe(0);
   });
 
+  it('diffs between refs and between worlds of a chain: objects and links, property by property, paginated', async () => {
+    type Diff = {
+      objects: { pk: string; change: string; side: string; properties: Record<string, unknown> }[];
+      links: { fromPk: string; toPk: string; change: string; side: string }[];
+      next: string | null;
+      commonAncestor: unknown;
+    };
+    const diff = async (world: string, query: string, limit = 2) => {
+      const all: Diff = { objects: [], links: [], next: null, commonAncestor: null };
+      let cursor: string | null = null;
+      do {
+        const res = await call('GET', world, `diff?${query}&limit=${limit}${cursor ? `&cursor=${cursor}` : ''}`);
+        expect(res.statusCode, res.body).toBe(200);
+        const page = res.json() as Diff;
+        all.objects.push(...page.objects);
+        all.links.push(...page.links);
+        all.commonAncestor = page.commonAncestor;
+        cursor = page.next;
+      } while (cursor);
+      return all;
+    };
+    const between = await diff('base', `from=${commits.created}&to=${commits.o5deleted}`);
+    expect(between.objects).toEqual([
+      {
+        type: 'Order',
+        pk: 'o1',
+        change: 'modified',
+        side: 'to',
+        fromVersion: 1,
+        toVersion: 3,
+        properties: { amount: { old: 10, new: 12 }, status: { old: 'open', new: 'paid' } },
+      },
+      {
+        type: 'Order',
+        pk: 'o5',
+        change: 'removed',
+        side: 'to',
+        fromVersion: 1,
+        toVersion: null,
+        properties: {
+          id: { old: 'o5', new: null },
+          amount: { old: 50, new: null },
+          status: { old: 'open', new: null },
+        },
+      },
+    ]);
+    expect(between.links).toEqual([]);
+
+    const against = await diff('child', 'against=base');
+    expect(against.commonAncestor).toEqual({ world: 'base', commit: commits.child });
+    expect(against.objects.map((o) => [o.pk, o.change, o.side, o.properties])).toEqual([
+      ['o1', 'modified', 'to', { amount: { old: 12, new: 13 } }],
+      ['o2', 'modified', 'both', { amount: { old: 22, new: 21 } }],
+      ['o3', 'modified', 'from', { amount: { old: 31, new: 30 } }],
+      ['o4', 'modified', 'to', { amount: { old: 40, new: 43 }, status: { old: 'open', new: null } }],
+      [
+        'o6',
+        'added',
+        'to',
+        { id: { old: null, new: 'o6' }, amount: { old: null, new: 60 }, status: { old: null, new: 'open' } },
+      ],
+      [
+        'o7',
+        'removed',
+        'from',
+        { id: { old: 'o7', new: null }, amount: { old: 70, new: null }, status: { old: 'open', new: null } },
+      ],
+    ]);
+    expect(against.links.map((l) => [l.fromPk, l.toPk, l.change, l.side])).toEqual([
+      ['c1', 'o2', 'removed', 'to'],
+      ['c1', 'o3', 'added', 'to'],
+    ]);
+    const customers = await diff('child', 'against=base&type=Customer', 10);
+    expect([customers.objects.length, customers.links.length]).toEqual([0, 2]);
+    // Between refs of a fork: its own writes since its fork point.
+    const own = await diff('child', `from=${commits.child}`, 3);
+    expect(own.objects.map((o) => o.pk)).toEqual(['o1', 'o2', 'o4', 'o6']);
+    // A grandchild against its grandparent: what each side's chain changed since they diverged.
+    const deep = await diff('great', 'against=child', 10);
+    expect(deep.links.map((l) => [l.fromPk, l.toPk, l.change, l.side])).toEqual([
+      ['c1', 'o1', 'removed', 'to'],
+      ['c1', 'o4', 'added', 'to'],
+    ]);
+    expect(deep.commonAncestor).toEqual({ world: 'child', commit: commits.grand });
+    expect(deep.objects.map((o) => [o.pk, o.change, o.side])).toEqual([
+      ['o1', 'removed', 'to'],
+      ['o4', 'modified', 'both'],
+      ['o8', 'added', 'to'],
+    ]);
+
+    await s.world('island', { objectTypes: { Order } });
+    const island = expectProblem(await call('GET', 'child', 'diff?against=island'), 422);
+    expect(island.errors[0].path).toBe('querystring/against');
+    expectProblem(await call('GET', 'child', 'diff?against=nowhere'), 422);
+    expect(expectProblem(await call('GET', 'child', 'diff'), 400).errors[0].path).toBe('querystring/from');
+    expectProblem(await call('GET', 'child', `diff?against=base&from=${commits.child}`), 400);
+    const future = expectProblem(await call('GET', 'child', `diff?from=${(await head()) + 1000}`), 404);
+    expect(future.errors[0].path).toBe('querystring/from');
+    const first = await call('GET', 'child', 'diff?against=base&limit=1');
+    const foreign = await call('GET', 'child', `diff?from=${commits.child}&cursor=${first.json().next}`);
+    expect(expectProblem(foreign, 400).errors[0].path).toBe('querystring/cursor');
+  });
+
   it('concurrent writers on both sides during the fork: each write is on exactly one side of the fork point', async () => {
     for (let i = 0; i < 20; i++) await put('base', 'Order', `k${i}`, { amount: 0 });
     let stop = false;
