@@ -408,6 +408,24 @@ describe('worlds as branches', () => {
     expect(expectProblem(foreign, 400).errors[0].path).toBe('querystring/cursor');
   });
 
+  it('bulk ingest in a fork continues the inherited versions and leaves the base alone', async () => {
+    const rows = [
+      { properties: { id: 'o3', amount: 30, status: 'open' } }, // identical to the inherited o3: unchanged
+      { properties: { id: 'o4', amount: 44 } }, // the child's own head, version 3 -> 4
+      { properties: { id: 'o5', amount: 55 } }, // deleted in the base before the fork: version 3
+      { properties: { id: 'o7', amount: 77 } }, // the base's after the fork: new in the child
+    ];
+    const res = await s.dataCall('POST', '/v1/worlds/child/bulk/Order', {
+      body: `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`,
+      headers: { 'content-type': 'application/x-ndjson' },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ created: 2, updated: 1, unchanged: 1 });
+    expect(await listAll('child', 'sort=id', 10)).toEqual(['o1@4', 'o2@3', 'o3@1', 'o4@4', 'o5@3', 'o6@1', 'o7@1']);
+    expect((await get('base', 'Order', 'o7')).json()).toMatchObject({ version: 1, properties: { amount: 70 } });
+    expectProblem(await get('base', 'Order', 'o5'), 404);
+  });
+
   it('concurrent writers on both sides during the fork: each write is on exactly one side of the fork point', async () => {
     for (let i = 0; i < 20; i++) await put('base', 'Order', `k${i}`, { amount: 0 });
     let stop = false;
