@@ -426,6 +426,24 @@ describe('worlds as branches', () => {
     expectProblem(await get('base', 'Order', 'o5'), 404);
   });
 
+  it('documents ?at= and the diff in the OpenAPI document', async () => {
+    const doc = (await s.data.app.inject({ method: 'GET', url: '/docs/json' })).json();
+    const params = (path: string) =>
+      (doc.paths[path].get.parameters as { name: string; in: string }[])
+        .filter((p) => p.in === 'query')
+        .map((p) => p.name);
+    expect(params('/v1/worlds/{world}/objects/{type}/{pk}')).toContain('at');
+    expect(params('/v1/worlds/{world}/objects/{type}')).toContain('at');
+    expect(params('/v1/worlds/{world}/objects/{type}/{pk}/links/{linkType}')).toContain('at');
+    expect(params('/v1/worlds/{world}/diff')).toEqual(
+      expect.arrayContaining(['from', 'to', 'against', 'type', 'cursor']),
+    );
+    const body = doc.paths['/v1/worlds/{world}/diff'].get.responses['200'].content['application/json'].schema;
+    expect(Object.keys(body.properties)).toEqual(
+      expect.arrayContaining(['from', 'to', 'commonAncestor', 'objects', 'links', 'next']),
+    );
+  });
+
   it('concurrent writers on both sides during the fork: each write is on exactly one side of the fork point', async () => {
     for (let i = 0; i < 20; i++) await put('base', 'Order', `k${i}`, { amount: 0 });
     let stop = false;
