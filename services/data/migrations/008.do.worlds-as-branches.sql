@@ -73,3 +73,7 @@ LANGUAGE sql STABLE AS $$
     ) v
    ORDER BY ch.depth LIMIT 1
 $$;
+
+-- The indexes of indexed properties get a twin on history (lists at a commit filter superseded
+-- versions too): the builder makes both, so the ones already built are asked for again.
+UPDATE storage_indexes SET state = 'pending', attempts = 0 WHERE state = 'ready';

@@ -261,10 +261,12 @@ export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRo
           `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk)`,
         );
       } else {
+        // A key has history in a world only if it has a head there: one probe for keys never written.
         const nu = `${p(nearer.upTo)}::bigint`;
         where.push(
-          `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk AND s.seq <= ${nu})`,
-          `NOT EXISTS (SELECT 1 FROM object_history s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk AND s.seq <= ${nu})`,
+          `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk
+             AND (s.seq <= ${nu} OR EXISTS (SELECT 1 FROM object_history x
+                    WHERE x.world_id = ${nw} AND x.type = $2 AND x.pk = r.pk AND x.seq <= ${nu})))`,
         );
       }
     }
