@@ -224,8 +224,6 @@ export interface ListQuery {
   limit: number;
 }
 
-const COLUMNS = 'world_id, type, pk, version, seq, deleted, properties';
-
 /**
  * A page of live objects in keyset order. Sorting by a property orders by its stored JSON value
  * (the order of the property's index), objects without it last (first when descending), then by
@@ -242,35 +240,40 @@ export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRo
   };
   const chain = q.chain ?? [{ world: q.worldId, upTo: null }];
   const plain = chain.length === 1 && chain[0]?.world === q.worldId && chain[0]?.upTo === null;
-  /** Each world of the chain as `r` with its where clauses: its rows at its commit, not shadowed nearer. */
-  const sources = chain.map((seg, depth) => {
+  /**
+   * Each world of the chain as sources `r` with their where clauses: its rows at its commit (its
+   * heads; at a commit, also the history rows whose interval holds it, a source of their own so
+   * that each walks its index in order and stops at the limit), without the keys a nearer world
+   * wrote by its point.
+   */
+  const sources = chain.flatMap((seg, depth) => {
     const w = seg.world === q.worldId ? '$1' : p(seg.world);
-    let from = `object_heads r`;
-    const where = [`r.world_id = ${w}`];
-    if (seg.upTo !== null) {
-      const u = `${p(seg.upTo)}::bigint`;
-      from = `(SELECT ${COLUMNS} FROM object_heads WHERE world_id = ${w} AND type = $2 AND seq <= ${u}
-               UNION ALL
-               SELECT ${COLUMNS} FROM object_history
-                WHERE world_id = ${w} AND type = $2 AND seq <= ${u} AND superseded_seq > ${u}) r`;
-    }
+    const shadows: string[] = [];
     for (const nearer of chain.slice(0, depth)) {
       const nw = nearer.world === q.worldId ? '$1' : p(nearer.world);
       if (nearer.upTo === null) {
-        where.push(
+        shadows.push(
           `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk)`,
         );
       } else {
         // A key has history in a world only if it has a head there: one probe for keys never written.
         const nu = `${p(nearer.upTo)}::bigint`;
-        where.push(
+        shadows.push(
           `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk
              AND (s.seq <= ${nu} OR EXISTS (SELECT 1 FROM object_history x
                     WHERE x.world_id = ${nw} AND x.type = $2 AND x.pk = r.pk AND x.seq <= ${nu})))`,
         );
       }
     }
-    return { from, where };
+    if (seg.upTo === null) return [{ from: 'object_heads r', where: [`r.world_id = ${w}`, ...shadows] }];
+    const u = `${p(seg.upTo)}::bigint`;
+    return [
+      { from: 'object_heads r', where: [`r.world_id = ${w}`, `r.seq <= ${u}`, ...shadows] },
+      {
+        from: 'object_history r',
+        where: [`r.world_id = ${w}`, `r.seq <= ${u}`, `r.superseded_seq > ${u}`, ...shadows],
+      },
+    ];
   });
   const common = ['r.type = $2', 'NOT r.deleted'];
   for (const f of q.filters) {
