@@ -26,6 +26,16 @@ const refused = (field: string, reason: string): ProvisionOutcome => ({ failed: 
  * after it: the fork point is exact under concurrent writers.
  */
 async function provisionWorld(tx: pg.ClientBase, worldId: string, from: WorldOrigin | null): Promise<ProvisionOutcome> {
+  // A world.created sent again (control retrying) finds the world recorded: the same answer.
+  const { rows: known } = await tx.query<{ base_world: string | null; base_seq: string | null; created_seq: string }>(
+    'SELECT base_world, base_seq, created_seq FROM worlds WHERE id = $1',
+    [worldId],
+  );
+  const recorded = known[0];
+  if (recorded?.base_world) {
+    return { reply: { base: { world: recorded.base_world, commit: Number(recorded.base_seq) } } };
+  }
+  if (recorded && Number(recorded.created_seq) > 0) return undefined;
   if (from === null) {
     // No write can be in a world before it exists: its first commit is data's head now.
     await tx.query(
