@@ -287,6 +287,23 @@ describe('worlds as branches', () => {
     expect(await listAll('past', `sort=id&at=${commits.o1v2}`)).toEqual(['o1@2', 'o2@1', 'o3@1', 'o4@1', 'o5@1']);
     expectProblem(await get('past', 'Order', 'o1', commits.created), 422);
 
+    // An instant: the greatest commit of the base written at or before it.
+    const { rows: times } = await s.data.app.pg.query<{ at: string }>(
+      `SELECT to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at
+         FROM object_history WHERE world_id = 'base' AND type = 'Order' AND pk = 'o1' AND version = 2`,
+    );
+    const instant = times[0]?.at as string;
+    expect((await get('base', 'Order', 'o1', instant)).json()).toMatchObject({ version: 2 });
+    await forkAtRef('then', 'base', { instant });
+    expect(
+      await s.until('then provisioned', async () => {
+        const { rows } = await s.data.app.pg.query<{ base_seq: string }>(
+          `SELECT base_seq FROM worlds WHERE id = 'then'`,
+        );
+        return rows[0] ? Number(rows[0].base_seq) : undefined;
+      }),
+    ).toBe(commits.o1v2);
+
     await forkAtRef('ahead', 'base', { commit: (await head()) + 1000 });
     await forkAtRef('orphan', 'nowhere', {});
     const replies = await s.records('onto.storage', (seen) =>

@@ -4,7 +4,7 @@ import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { lockWorldForDrop } from '../http.js';
 import { cutCommitIn } from '../storage/commit.js';
-import { commitAtInstant } from './refs.js';
+import { commitAtInstant, INSTANT } from './refs.js';
 
 /**
  * Removes a world's objects, links, their history and its schema replica. The world's drop lock
@@ -64,12 +64,14 @@ async function provisionWorld(tx: pg.ClientBase, worldId: string, from: WorldOri
     commit = ref.commit;
   } else if (ref.instant !== undefined) {
     const time = Date.parse(ref.instant);
-    if (Number.isNaN(time)) return refused('/from/ref', `${ref.instant} is not an RFC 3339 instant`);
+    if (!INSTANT.test(ref.instant) || Number.isNaN(time)) {
+      return refused('/from/ref', `${ref.instant} is not an RFC 3339 instant`);
+    }
     if (time > Date.now()) return refused('/from/ref', `${ref.instant} is in the future`);
     if (time < base.provisioned_at.getTime()) {
       return refused('/from/ref', `world ${from.world} did not exist at ${ref.instant}`);
     }
-    commit = await commitAtInstant(tx, from.world, new Date(time).toISOString(), baseCreated, cut);
+    commit = await commitAtInstant(tx, from.world, ref.instant, baseCreated, cut);
   }
   await tx.query('UPDATE worlds SET base_world = $2, base_seq = $3, created_seq = $3 WHERE id = $1', [
     worldId,

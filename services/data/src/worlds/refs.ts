@@ -22,7 +22,7 @@ export interface ReadPoint {
 
 const DIGITS = /^[0-9]{1,18}$/;
 /** RFC 3339 date-time with a required offset (Z or ±hh:mm). */
-const INSTANT = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+export const INSTANT = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
 
 const notFoundRef = (field: string, detail: string) =>
   new HttpProblem(404, 'not-found', 'Not Found', detail, { errors: [{ path: field, message: detail }] });
@@ -63,7 +63,7 @@ export async function commitAtInstant(
 ): Promise<number> {
   const latest = (table: string, time: string) =>
     `(SELECT x.seq FROM ${table} x WHERE x.world_id = ch.world_id AND x.seq <= coalesce(ch.up_to, $3)
-         AND x.${time} <= $2 ORDER BY x.seq DESC LIMIT 1)`;
+         AND x.${time} <= $2::timestamptz ORDER BY x.seq DESC LIMIT 1)`;
   const { rows } = await db.query<{ c: string | null }>(
     `SELECT max(greatest(${latest('object_heads', 'updated_at')}, ${latest('object_history', 'written_at')},
                          ${latest('link_history', 'written_at')})) AS c
@@ -121,7 +121,8 @@ export async function resolveRef(
         { path: field, message: `must not be before ${w.provisioned_at.toISOString()}` },
       ]);
     }
-    commit = await commitAtInstant(db, world, new Date(time).toISOString(), createdSeq, Number(w.head));
+    // The instant as given: PostgreSQL keeps its microseconds, a JavaScript Date would not.
+    commit = await commitAtInstant(db, world, raw, createdSeq, Number(w.head));
   } else {
     throw notFoundRef(
       field,
