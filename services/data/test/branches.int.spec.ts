@@ -269,6 +269,15 @@ describe('worlds as branches', () => {
     expect((await call('PUT', 'great', 'links/placed/c1/o4')).statusCode).toBe(201);
     expect(await linked('great', 'c1')).toEqual(['o3', 'o4']);
     expect(await linked('grand', 'c1')).toEqual(['o3']);
+    // Deleting an inherited link writes the fork's tombstone; a second delete finds none.
+    const unlinked = await s.dataCall('DELETE', '/v1/worlds/great/links/placed/c1/o3', {
+      headers: { 'if-match': '"1"' },
+    });
+    expect(unlinked.statusCode, unlinked.body).toBe(204);
+    expectProblem(await call('DELETE', 'great', 'links/placed/c1/o3'), 404);
+    expect(await linked('great', 'c1')).toEqual(['o4']);
+    expect(await linked('grand', 'c1')).toEqual(['o3']);
+    expect(await linked('great', 'c1', commits.great)).toEqual(['o3']);
   });
 
   it('forks at a commit or an instant of the base through world.created; a ref data cannot resolve fails the world', async () => {
@@ -403,6 +412,7 @@ describe('worlds as branches', () => {
     const deep = await diff('great', 'against=child', 10);
     expect(deep.links.map((l) => [l.fromPk, l.toPk, l.change, l.side])).toEqual([
       ['c1', 'o1', 'removed', 'to'],
+      ['c1', 'o3', 'removed', 'to'],
       ['c1', 'o4', 'added', 'to'],
     ]);
     expect(deep.commonAncestor).toEqual({ world: 'child', commit: commits.grand });
