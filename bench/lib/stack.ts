@@ -98,6 +98,7 @@ export async function benchStack(
       control,
       data,
       intelligence,
+      controlDb,
       dataDb,
       intelligenceDb,
       token,

@@ -68,7 +68,12 @@ export { RecordConsumer, type RecordConsumerOptions } from './messaging/record-c
 export * from './messaging/relay.js';
 export { upsertIfNewer } from './messaging/upsert.js';
 export { UUID_V7, uuidv7 } from './messaging/uuidv7.js';
-export { type WorldHooks, worldProvisioning } from './messaging/world-provisioning.js';
+export {
+  type ProvisionOutcome,
+  type WorldHooks,
+  type WorldOrigin,
+  worldProvisioning,
+} from './messaging/world-provisioning.js';
 export * from './ontology/actions.js';
 export * from './ontology/replica.js';
 export * from './ontology/schema.js';

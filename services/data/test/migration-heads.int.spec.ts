@@ -56,12 +56,16 @@ describe('migration 007: heads hold the current version', () => {
       const results = await migrate(url, migrations);
       expect(results.at(-1)?.applied.map((f) => f.split('/').pop())).toEqual([
         '007.do.heads-hold-current-versions.sql',
+        '008.do.worlds-as-branches.sql',
       ]);
 
       expect((await db.query(versions('object_versions'))).rows).toEqual(all);
-      expect((await db.query('SELECT pk, version::int FROM object_history ORDER BY pk, version')).rows).toEqual([
-        { pk: 'a', version: 1 },
-        { pk: 'c', version: 1 },
+      // 008 (docs/adr/0023) gives each superseded version the seq of the write that superseded it.
+      expect(
+        (await db.query('SELECT pk, version::int, superseded_seq::int FROM object_history ORDER BY pk, version')).rows,
+      ).toEqual([
+        { pk: 'a', version: 1, superseded_seq: 12 },
+        { pk: 'c', version: 1, superseded_seq: 15 },
       ]);
       expect((await db.query('SELECT pk, actor, request_id FROM object_heads ORDER BY pk')).rows).toEqual([
         { pk: 'a', actor: 'bob', request_id: 'r2' },

@@ -5,17 +5,39 @@ import { newEvent } from './envelope.js';
 import { Outbox } from './outbox.js';
 
 const REPLIES = {
-  data: { provisioned: 'world.provisioned', dropped: 'world.dropped', topic: 'onto.storage' },
+  data: {
+    provisioned: 'world.provisioned',
+    failed: 'world.provision.failed',
+    dropped: 'world.dropped',
+    topic: 'onto.storage',
+  },
   intelligence: {
     provisioned: 'intelligence.world.provisioned',
+    failed: undefined,
     dropped: 'intelligence.world.dropped',
     topic: 'onto.intelligence',
   },
 } as const;
 
+/** Where a fork starts (`world.created`'s `from`): the base world and the ref to fork at (now if absent). */
+export interface WorldOrigin {
+  world: string;
+  schemaVersion?: number;
+  ref?: { commit?: number; instant?: string };
+}
+
+/**
+ * What provisioning answers: extra fields of the provisioned reply, or a refusal (the world is
+ * not recorded; `world.provision.failed` names the field of POST /v1/worlds and why).
+ */
+export type ProvisionOutcome =
+  | undefined
+  | { reply: Record<string, unknown> }
+  | { failed: { field: string; reason: string } };
+
 export interface WorldHooks {
   /** Makes what the service keeps per world; runs in the transaction that records it. */
-  provision?: (tx: pg.ClientBase, worldId: string, from: { world: string } | null) => Promise<void>;
+  provision?: (tx: pg.ClientBase, worldId: string, from: WorldOrigin | null) => Promise<ProvisionOutcome | undefined>;
   /** Removes everything the service keeps for the world. */
   drop?: (tx: pg.ClientBase, worldId: string) => Promise<void>;
 }
@@ -32,14 +54,21 @@ export function worldProvisioning(service: 'data' | 'intelligence', topicPrefix:
   return async (tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> => {
     for (const { event } of events) {
       let type: string;
+      let payload: Record<string, unknown> = { service };
       if (event.type === 'world.created') {
-        const from = (event.payload.from as { world: string } | null) ?? null;
+        const from = (event.payload.from as WorldOrigin | null) ?? null;
         await tx.query('INSERT INTO worlds (id, parent_world) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', [
           event.world_id,
           from?.world ?? null,
         ]);
-        await hooks.provision?.(tx, event.world_id, from);
+        const outcome = await hooks.provision?.(tx, event.world_id, from);
         type = reply.provisioned;
+        if (outcome && 'failed' in outcome && reply.failed) {
+          // Nothing of the world stays.
+          await tx.query('DELETE FROM worlds WHERE id = $1', [event.world_id]);
+          type = reply.failed;
+          payload = { service, ...outcome.failed };
+        } else if (outcome && 'reply' in outcome) payload = { service, ...outcome.reply };
       } else if (event.type === 'world.deleted' || event.type === 'world.drop.requested') {
         await hooks.drop?.(tx, event.world_id);
         await tx.query('DELETE FROM worlds WHERE id = $1', [event.world_id]);
@@ -53,7 +82,7 @@ export function worldProvisioning(service: 'data' | 'intelligence', topicPrefix:
         producer: service,
         producerSeq: 0,
         causedBy: event.event_id,
-        payload: { service },
+        payload,
       });
       await new Outbox(tx, topicPrefix).add({
         event: answer,

@@ -129,6 +129,7 @@ async function remove(
     head,
     schemaVersion: ctx.schemaVersion,
     schema: doc,
+    forked: ctx.forked ?? false,
     origin,
     topicPrefix: app.topicPrefix,
   });

@@ -32,6 +32,8 @@ export interface BulkWriter {
   worldId: string;
   type: string;
   schemaVersion: number;
+  /** The world is a fork: keys it has no head of continue its base's versions (docs/adr/0023). */
+  forked?: boolean;
   origin: Origin;
   topicPrefix: string;
 }
@@ -151,6 +153,19 @@ export async function writeBulk(
           [w.worldId, w.type, JSON.stringify(candidates)],
         );
   const existing = new Map(heads.map((h) => [h.pk, h]));
+  // In a fork, the versions of its base at the fork point, for the keys it has no head of: a new
+  // head of the fork continues them (it is still inserted, by the COPY below).
+  const inherited = new Map<string, Head>();
+  if (w.forked) {
+    const { rows: found } = await tx.query<Head>(
+      `SELECT k.pk, a.version, a.seq, a.deleted, a.properties
+         FROM unnest($3::text[]) AS k(pk)
+         JOIN worlds f ON f.id = $1
+        CROSS JOIN LATERAL object_at(f.base_world, f.base_seq, $2, k.pk) a`,
+      [w.worldId, w.type, pks.filter((pk) => !existing.has(pk))],
+    );
+    for (const h of found) inherited.set(h.pk, h);
+  }
   const fresh = await takeSeqs(tx, pks.length - existing.size);
   let nextFresh = 0;
 
@@ -199,7 +214,8 @@ export async function writeBulk(
           // A key too long for an event: refused as objectChange refuses it.
           const key = keys.key({ worldId: w.worldId, objectType: w.type, pk: row.pk });
           if (key.length > EVENT_KEY_MAX) objectChange({ ...w, ...NEW, pk: row.pk }, w.origin);
-          const h = existing.get(row.pk);
+          const own = existing.get(row.pk);
+          const h = own ?? inherited.get(row.pk);
           const before = h && !h.deleted && h.properties !== null ? canonicalJson(h.properties) : null;
           if (h && before === row.json) {
             result.unchanged++;
@@ -207,15 +223,17 @@ export async function writeBulk(
             continue;
           }
           const p: Planned = { row, key, version: 1, before, seq: 0, escaped: copyField(row.json) };
-          if (h) {
-            p.version = Number(h.version) + 1;
+          if (own) {
+            p.version = Number(own.version) + 1;
             replaced.push(p);
             continue;
           }
+          if (h) p.version = Number(h.version) + 1;
           p.seq = fresh[nextFresh++] as number; // one per pk without a head, so never short
-          result.created++;
+          if (before === null) result.created++;
+          else result.updated++;
           result.seq = Math.max(result.seq, p.seq);
-          yield `${world}\t${type}\t${copyField(row.pk)}\t1\t${p.seq}\tf\t${p.escaped}\t${schema}\t${actor}\t${requestId}\n`;
+          yield `${world}\t${type}\t${copyField(row.pk)}\t${p.version}\t${p.seq}\tf\t${p.escaped}\t${schema}\t${actor}\t${requestId}\n`;
           // Its event is made while PostgreSQL takes the row.
           eventOf(p);
         }
@@ -241,7 +259,7 @@ export async function writeBulk(
     // The versions they supersede go to history (docs/adr/0017).
     const updated = await tx.query(
       `WITH u AS (SELECT * FROM jsonb_to_recordset($4::jsonb) AS u(pk text, version bigint, seq bigint, props jsonb)),
-       ${keepSuperseded('u JOIN object_heads o ON o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1')}
+       ${keepSuperseded('u JOIN object_heads o ON o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1', 'u.seq')}
        UPDATE object_heads o
           SET version = u.version, seq = u.seq, deleted = false, properties = u.props, schema_version = $3,
               actor = $5, request_id = $6, updated_at = now(),

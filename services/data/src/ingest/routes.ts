@@ -212,6 +212,7 @@ export default async function bulk(fastify: FastifyInstance) {
           worldId: world,
           type: typeName,
           schemaVersion: ctx.schemaVersion,
+          forked: ctx.forked ?? false,
           origin,
           topicPrefix: app.topicPrefix,
         };

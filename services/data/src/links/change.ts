@@ -49,7 +49,8 @@ export async function putLink(app: FastifyInstance, tx: pg.PoolClient, c: LinkCh
   const { type } = await linkTypeOf(app, tx, world, name, ctx.schemaVersion);
   const from = { type: type.from, pk: fromPk };
   const to = { type: type.to, pk: toPk };
-  const alive = await lockEnds(tx, world, from, to);
+  const forked = ctx.forked ?? false;
+  const alive = await lockEnds(tx, world, from, to, forked);
   for (const [end, ok] of [
     [from, alive.from],
     [to, alive.to],
@@ -59,7 +60,7 @@ export async function putLink(app: FastifyInstance, tx: pg.PoolClient, c: LinkCh
   const fromOne = type.cardinality === 'ONE_TO_ONE';
   const toOne = type.cardinality !== 'MANY_TO_MANY';
   for (let attempt = 0; ; attempt++) {
-    const head = await linkHead(tx, world, name, fromPk, toPk, true);
+    const head = await linkHead(tx, world, name, fromPk, toPk, true, forked);
     c.check?.(head);
     if (head && !head.deleted) {
       return { status: 200, changed: false, version: head.version, seq: head.seq, from, to, before: head };
@@ -68,7 +69,7 @@ export async function putLink(app: FastifyInstance, tx: pg.PoolClient, c: LinkCh
       ['from', fromOne, fromPk],
       ['to', toOne, toPk],
     ] as const) {
-      const taken = one ? await occupant(tx, world, name, side, pk) : null;
+      const taken = one ? await occupant(tx, world, name, side, pk, forked) : null;
       if (taken) {
         throw new Conflict(
           `${name} is ${type.cardinality}: ${side === 'from' ? type.from : type.to} ${pk} is already linked (${taken.fromPk} → ${taken.toPk})`,
@@ -119,7 +120,7 @@ export async function removeLink(
   const ctx = await worldContext(tx, world);
   if (!ctx.provisioned) throw notProvisioned(world);
   const { type } = await linkTypeOf(app, tx, world, name, ctx.schemaVersion);
-  const head = await linkHead(tx, world, name, fromPk, toPk, true);
+  const head = await linkHead(tx, world, name, fromPk, toPk, true, ctx.forked ?? false);
   if (!head || head.deleted) throw new NotFound(`link ${name} ${fromPk} → ${toPk} does not exist in ${world}`);
   c.check?.(head);
   const change = {

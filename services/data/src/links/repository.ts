@@ -5,31 +5,72 @@ export interface End {
   pk: string;
 }
 
+// Advisory lock namespace of objects a fork inherited ("inhr"): linking one takes it shared,
+// deleting one (a tombstone with no row to lock before it) exclusively (docs/adr/0023).
+const INHERITED_SPACE = 0x696e6872;
+
+/** Takes the lock that stands in for the row lock of an object the fork has no head of. */
+export async function lockInherited(tx: Queryable, worldId: string, end: End, exclusive: boolean): Promise<void> {
+  await tx.query(
+    `SELECT pg_advisory_xact_lock${exclusive ? '' : '_shared'}($1, hashtext($2 || '/' || $3 || '/' || $4))`,
+    [INHERITED_SPACE, worldId, end.type, end.pk],
+  );
+}
+
 /**
- * Locks the live heads of a link's ends FOR KEY SHARE and says which exist: an object's delete
+ * Locks the heads of a link's ends FOR KEY SHARE and says which are live: an object's delete
  * (FOR UPDATE) then waits for the link, or the link for the delete, so no link outlives an end.
- * Updates of the objects (FOR NO KEY UPDATE) do not conflict with it.
+ * Updates of the objects (FOR NO KEY UPDATE) do not conflict with it. In a fork, an end it has
+ * no head of is its base's (inherited), held by lockInherited instead.
  */
 export async function lockEnds(
   tx: Queryable,
   worldId: string,
   from: End,
   to: End,
+  forked = false,
 ): Promise<{ from: boolean; to: boolean }> {
-  const { rows } = await tx.query<{ type: string; pk: string }>(
-    `SELECT type, pk FROM object_heads
-      WHERE world_id = $1 AND ((type = $2 AND pk = $3) OR (type = $4 AND pk = $5)) AND NOT deleted
+  const { rows } = await tx.query<{ type: string; pk: string; deleted: boolean }>(
+    `SELECT type, pk, deleted FROM object_heads
+      WHERE world_id = $1 AND ((type = $2 AND pk = $3) OR (type = $4 AND pk = $5))
       ORDER BY type, pk FOR KEY SHARE`,
     [worldId, from.type, from.pk, to.type, to.pk],
   );
-  const has = (e: End) => rows.some((r) => r.type === e.type && r.pk === e.pk);
-  return { from: has(from), to: has(to) };
+  const alive = async (e: End): Promise<boolean> => {
+    const own = rows.find((r) => r.type === e.type && r.pk === e.pk);
+    if (own) return !own.deleted;
+    if (!forked) return false;
+    await lockInherited(tx, worldId, e, false);
+    const { rows: now } = await tx.query<{ deleted: boolean }>('SELECT deleted FROM object_at($1, NULL, $2, $3)', [
+      worldId,
+      e.type,
+      e.pk,
+    ]);
+    return now[0] !== undefined && !now[0].deleted;
+  };
+  return { from: await alive(from), to: await alive(to) };
 }
+
+/**
+ * The live links of world $1 read at commit $2 (NULL: now) up the chain, `where` over
+ * link_history `x`: per link, the nearest world of the chain that wrote it decides, its newest
+ * version at that world's commit (link_history holds every version). `depth` 0: the world's own.
+ */
+export const chainLinksSql = (where: string) => `SELECT * FROM (
+    SELECT DISTINCT ON (x.link_type, x.from_pk, x.to_pk)
+           x.link_type, x.from_pk, x.to_pk, x.version, x.deleted, ch.depth, ch.world_id AS source
+      FROM world_chain($1, $2) ch
+      JOIN link_history x ON x.world_id = ch.world_id AND (ch.up_to IS NULL OR x.seq <= ch.up_to)
+     WHERE ${where}
+     ORDER BY x.link_type, x.from_pk, x.to_pk, ch.depth, x.seq DESC
+  ) l WHERE NOT l.deleted`;
 
 export type LinkHead = {
   version: number;
   seq: number;
   deleted: boolean;
+  /** A fork's view of a link it never wrote: its base's at the fork point. */
+  inherited?: boolean;
 };
 
 export async function linkHead(
@@ -39,13 +80,21 @@ export async function linkHead(
   fromPk: string,
   toPk: string,
   forUpdate: boolean,
+  forked = false,
 ): Promise<LinkHead | null> {
   const { rows } = await tx.query<LinkHead>(
     `SELECT version, seq, deleted FROM link_heads
       WHERE world_id = $1 AND link_type = $2 AND from_pk = $3 AND to_pk = $4 ${forUpdate ? 'FOR UPDATE' : ''}`,
     [worldId, linkType, fromPk, toPk],
   );
-  return rows[0] ?? null;
+  if (rows[0] || !forked) return rows[0] ?? null;
+  const { rows: inherited } = await tx.query<{ version: string; seq: string; deleted: boolean }>(
+    `SELECT a.version, a.seq, a.deleted FROM worlds f CROSS JOIN LATERAL link_at(f.base_world, f.base_seq, $2, $3, $4) a
+      WHERE f.id = $1`,
+    [worldId, linkType, fromPk, toPk],
+  );
+  const row = inherited[0];
+  return row ? { version: Number(row.version), seq: Number(row.seq), deleted: row.deleted, inherited: true } : null;
 }
 
 /** The live link that already takes the one place a side of the link type allows, if any. */
@@ -55,7 +104,16 @@ export async function occupant(
   linkType: string,
   side: 'from' | 'to',
   pk: string,
+  forked = false,
 ): Promise<{ fromPk: string; toPk: string } | null> {
+  if (forked) {
+    const column = side === 'from' ? 'from_pk' : 'to_pk';
+    const { rows } = await tx.query<{ fromPk: string; toPk: string }>(
+      `SELECT from_pk AS "fromPk", to_pk AS "toPk" FROM (${chainLinksSql(`x.link_type = $3 AND x.${column} = $4`)}) c LIMIT 1`,
+      [worldId, null, linkType, pk],
+    );
+    return rows[0] ?? null;
+  }
   const { rows } = await tx.query<{ fromPk: string; toPk: string }>(
     `SELECT from_pk AS "fromPk", to_pk AS "toPk" FROM link_heads
       WHERE world_id = $1 AND link_type = $2 AND ${side === 'from' ? 'from_pk' : 'to_pk'} = $3 AND NOT deleted
@@ -136,8 +194,31 @@ export async function linksTouching(
   end: End,
   outgoing: string[],
   incoming: string[],
+  forked = false,
 ): Promise<LiveLink[]> {
   if (outgoing.length === 0 && incoming.length === 0) return [];
+  const own = await ownLinksTouching(tx, worldId, end, outgoing, incoming);
+  if (!forked) return own;
+  // The links the fork inherited and never wrote: its base's at the fork point.
+  const { rows: inherited } = await tx.query<LiveLink>(
+    `SELECT l.link_type AS "linkType", l.from_pk AS "fromPk", l.to_pk AS "toPk", h.from_type AS "fromType",
+            h.to_type AS "toType", l.version::int AS version
+       FROM (${chainLinksSql(`((x.link_type = ANY($3::text[]) AND x.from_pk = $5) OR (x.link_type = ANY($4::text[]) AND x.to_pk = $5))`)}) l
+       JOIN link_heads h ON h.world_id = l.source AND h.link_type = l.link_type AND h.from_pk = l.from_pk AND h.to_pk = l.to_pk
+      WHERE l.depth > 0 AND ((l.link_type = ANY($3::text[]) AND h.from_type = $6) OR (l.link_type = ANY($4::text[]) AND h.to_type = $6))
+      ORDER BY 1, 2, 3`,
+    [worldId, null, outgoing, incoming, end.pk, end.type],
+  );
+  return [...own, ...inherited];
+}
+
+async function ownLinksTouching(
+  tx: Queryable,
+  worldId: string,
+  end: End,
+  outgoing: string[],
+  incoming: string[],
+): Promise<LiveLink[]> {
   const { rows } = await tx.query<LiveLink>(
     `SELECT link_type AS "linkType", from_pk AS "fromPk", to_pk AS "toPk", from_type AS "fromType",
             to_type AS "toType", version
@@ -170,9 +251,23 @@ export async function traverse(
     otherType: string;
     after: string | null;
     limit: number;
+    /** Read up the chain at this commit (null: now); absent: the world's own current links. */
+    chain?: { commit: number | null };
   },
 ): Promise<Traversed[]> {
   const [self, other] = q.direction === 'outgoing' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
+  if (q.chain) {
+    const { rows } = await db.query<Traversed>(
+      `SELECT l.${other} AS pk, l.version::int AS "linkVersion", o.version::int AS version, o.properties
+         FROM (${chainLinksSql(`x.link_type = $3 AND x.${self} = $4 AND ($5::text IS NULL OR x.${other} > $5)`)}) l
+         LEFT JOIN LATERAL (
+           SELECT a.version, a.properties FROM object_at($1, $2, $6, l.${other}) a WHERE NOT a.deleted
+         ) o ON true
+        ORDER BY l.${other} LIMIT $7`,
+      [q.worldId, q.chain.commit, q.linkType, q.pk, q.after, q.otherType, q.limit],
+    );
+    return rows;
+  }
   const { rows } = await db.query<Traversed>(
     `SELECT l.${other} AS pk, l.version AS "linkVersion", o.version, o.properties
        FROM link_heads l

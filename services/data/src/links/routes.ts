@@ -6,9 +6,10 @@ import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { LIMITS } from '../objects/model.js';
-import { objectContext } from '../objects/repository.js';
-import { NAME } from '../objects/routes.js';
-import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { objectAt } from '../objects/repository.js';
+import { At, NAME } from '../objects/routes.js';
+import { linkTypeOf, objectTypeOf } from '../schema/lookup.js';
+import { resolveRef } from '../worlds/refs.js';
 import { type LinkChange, putLink, removeLink } from './change.js';
 import { traverse } from './repository.js';
 
@@ -133,6 +134,7 @@ export default fp(
               direction: Type.Optional(Type.Union([Type.Literal('outgoing'), Type.Literal('incoming')])),
               cursor: Type.Optional(Type.String({ maxLength: 4096 })),
               limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+              at: At,
             },
             { additionalProperties: false },
           ),
@@ -163,12 +165,23 @@ export default fp(
       async (request) => {
         const { world, type: typeName, pk, linkType: name } = request.params;
         keyParam('pk', pk);
-        const { limit } = request.query;
+        const { limit, at } = request.query;
         await app.awaitConsistency(request, world);
-        const ctx = await objectContext(app.pg, world, typeName, pk);
-        if (!ctx.provisioned) throw notProvisioned(world);
-        await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
-        const { type } = await linkTypeOf(app, app.pg, world, name, ctx.schemaVersion);
+        // The cursor carries the commit its first page read, and is tied to its query.
+        const cursor = decodeCursor(request.query.cursor, (c) =>
+          c.q === `${typeName}/${pk}/${name}/${request.query.direction ?? ''}/${at ?? ''}` &&
+          typeof c.p === 'string' &&
+          (c.c === null || Number.isSafeInteger(c.c))
+            ? { pk: c.p, commit: c.c as number | null }
+            : undefined,
+        );
+        const point =
+          cursor && cursor.commit !== null
+            ? await resolveRef(app.pg, world, String(cursor.commit), 'querystring/cursor')
+            : await resolveRef(app.pg, world, at);
+        await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
+        const { type } = await linkTypeOf(app, app.pg, world, name, point.schemaVersion);
+        const self = await objectAt(app.pg, world, point.commit, typeName, pk);
         const direction = request.query.direction ?? (type.from === typeName ? 'outgoing' : 'incoming');
         if ((direction === 'outgoing' ? type.from : type.to) !== typeName) {
           throw new BadRequest(`${typeName} is not the ${direction === 'outgoing' ? 'from' : 'to'} of ${name}`, [
@@ -178,10 +191,8 @@ export default fp(
             },
           ]);
         }
-        if (!ctx.head || ctx.head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
-        const after = decodeCursor(request.query.cursor, (c) =>
-          c.d === direction && typeof c.p === 'string' ? c.p : undefined,
-        );
+        if (!self || self.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
+        const after = cursor?.pk ?? null;
         const otherType = direction === 'outgoing' ? type.to : type.from;
         const rows = await traverse(app.pg, {
           worldId: world,
@@ -191,6 +202,8 @@ export default fp(
           otherType,
           after,
           limit: limit + 1,
+          // A world of its own read now: its heads alone; otherwise up the chain at the commit.
+          ...(point.commit === null && point.chain.length === 1 ? {} : { chain: { commit: point.commit } }),
         });
         const page = rows.slice(0, limit);
         const last = page.at(-1);
@@ -203,7 +216,14 @@ export default fp(
             linkVersion: r.linkVersion,
             object: r.version === null ? null : { version: r.version, properties: r.properties ?? {} },
           })),
-          next: rows.length > limit && last ? encodeCursor({ d: direction, p: last.pk }) : null,
+          next:
+            rows.length > limit && last
+              ? encodeCursor({
+                  q: `${typeName}/${pk}/${name}/${request.query.direction ?? ''}/${at ?? ''}`,
+                  c: point.commit,
+                  p: last.pk,
+                })
+              : null,
         };
       },
     );

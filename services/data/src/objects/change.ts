@@ -23,10 +23,12 @@ import type { LiveLink } from '../links/repository.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { type Checked, capped, type Properties } from './model.js';
 import {
+  CONTEXT_HEAD,
   type ContextRow,
   contextOf,
   type Head,
   type HeadWrite,
+  inheritedSql,
   insertHead,
   keepSuperseded,
   type ObjectContext,
@@ -68,6 +70,9 @@ export interface ObjectWritten {
   /** The head as it was before the write. */
   before: Head | null;
 }
+
+/** The world has a head of its own for the key (a fork's inherited version has none: it is inserted). */
+const ownHead = (head: Head | null) => head !== null && !head.inherited;
 
 const same = (a: Properties | null, b: Properties) => a !== null && canonicalJson(a) === canonicalJson(b);
 
@@ -160,7 +165,7 @@ export async function writeObject(app: FastifyInstance, tx: pg.PoolClient, w: Ob
     const ctx = await objectContext(tx, worldId, typeName, pk, 'FOR NO KEY UPDATE');
     const plan = await planObjectWrite(app, tx, w, ctx);
     if (plan.kind === 'unchanged') return plan.result;
-    const seq = plan.head === null ? await insertHead(tx, plan.change) : await updateHead(tx, plan.change);
+    const seq = ownHead(plan.head) ? await updateHead(tx, plan.change) : await insertHead(tx, plan.change);
     if (seq === null) {
       // Another transaction created the object between our read and insert: read it again, locked.
       if (attempt < 3) continue;
@@ -201,6 +206,7 @@ export async function deleteObject(
     head,
     schemaVersion: ctx.schemaVersion,
     schema: doc,
+    forked: ctx.forked ?? false,
     origin: d.origin,
     topicPrefix: d.topicPrefix,
   });
@@ -247,7 +253,7 @@ const createdConcurrently = (error: unknown) => {
  */
 const CONTEXTS = `SELECT i.n, EXISTS (SELECT 1 FROM worlds WHERE id = i.world_id) AS provisioned,
         (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = i.world_id) AS schema_version,
-        h.version, h.seq, h.deleted, h.properties, h.updated_at
+        ${CONTEXT_HEAD}
    FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(world_id, type, pk, n)
           ORDER BY world_id, type, pk) AS i
    LEFT JOIN LATERAL (
@@ -255,6 +261,7 @@ const CONTEXTS = `SELECT i.n, EXISTS (SELECT 1 FROM worlds WHERE id = i.world_id
        FROM object_heads WHERE world_id = i.world_id AND type = i.type AND pk = i.pk
         FOR NO KEY UPDATE
    ) h ON true
+   ${inheritedSql('i.world_id', 'i.type', 'i.pk')}
   ORDER BY i.n`;
 
 const ROWS = `unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::text[], $8::text[], $9::bigint[])
@@ -267,7 +274,7 @@ const INSERT_HEADS = `INSERT INTO object_heads
 
 /** Next versions of heads this transaction holds locked; the versions they supersede go to history. */
 const UPDATE_HEADS = `WITH i AS (SELECT * FROM ${ROWS}),
-   ${keepSuperseded('i JOIN object_heads o ON o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk')}
+   ${keepSuperseded('i JOIN object_heads o ON o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk', 'i.seq')}
    UPDATE object_heads AS o
       SET version = i.version, seq = i.seq, deleted = false, properties = i.properties::jsonb,
           schema_version = i.schema_version, actor = i.actor, request_id = i.request_id, updated_at = now(),
@@ -483,8 +490,8 @@ export class ObjectWrites {
           }
         }
         if (plans.length === 0) return { value: undefined };
-        const created = plans.filter((p) => p.plan.head === null);
-        const updated = plans.filter((p) => p.plan.head !== null);
+        const created = plans.filter((p) => !ownHead(p.plan.head));
+        const updated = plans.filter((p) => ownHead(p.plan.head));
         const events: OutboxMessage[] = plans.map((p) => p.plan.event(p.seq));
         for (const p of plans) outcomes.set(p.w, { ok: p.plan.result(p.seq) });
         const last: Statement[] = [];

@@ -1,4 +1,5 @@
 import type { Queryable } from '@onto/shared';
+import type { Segment } from '../worlds/refs.js';
 import { type Filter, type Properties, SQL_OPS } from './model.js';
 
 /** An object's current state in one world: what object_heads holds for its key. */
@@ -8,11 +9,18 @@ export interface Head {
   deleted: boolean;
   properties: Properties | null;
   updatedAt: string;
+  /**
+   * A fork's view of an object it never wrote: its base's version at the fork point
+   * (docs/adr/0023). The first write creates the world's own head from it (version + 1).
+   */
+  inherited?: boolean;
 }
 
 export interface ObjectContext {
   /** The world is provisioned here (data's `worlds`). */
   provisioned: boolean;
+  /** The world is a fork (it reads through a base; docs/adr/0023). */
+  forked?: boolean;
   /** The world's applied schema version (0 before the first). */
   schemaVersion: number;
   head: Head | null;
@@ -20,12 +28,17 @@ export interface ObjectContext {
 
 /** The world and its schema version, for routes about no single object. */
 export async function worldContext(db: Queryable, worldId: string): Promise<Omit<ObjectContext, 'head'>> {
-  const { rows } = await db.query<{ provisioned: boolean; schema_version: number }>(
-    `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
-            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version`,
+  const { rows } = await db.query<{ provisioned: boolean; forked: boolean; schema_version: number }>(
+    `SELECT w.id IS NOT NULL AS provisioned, w.base_world IS NOT NULL AS forked,
+            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version
+       FROM (SELECT 1) one LEFT JOIN worlds w ON w.id = $1`,
     [worldId],
   );
-  return { provisioned: rows[0]?.provisioned ?? false, schemaVersion: rows[0]?.schema_version ?? 0 };
+  return {
+    provisioned: rows[0]?.provisioned ?? false,
+    forked: rows[0]?.forked ?? false,
+    schemaVersion: rows[0]?.schema_version ?? 0,
+  };
 }
 
 /** Row locks a read may take on the head: writers update it, link creators only need it to stay. */
@@ -47,26 +60,46 @@ export async function objectContext(
   return contextOf(rows[0]);
 }
 
+/**
+ * The version a fork inherits for a key it has no head of: its base's, read up the chain at the
+ * fork point (docs/adr/0023). `world`, `type`, `pk` are SQL expressions; joined only when the
+ * world's own head is missing, and a world without a base skips the chain at once.
+ */
+export const inheritedSql = (world: string, type: string, pk: string) => `LEFT JOIN LATERAL (
+       SELECT a.version, a.seq, a.deleted, a.properties, to_json(a.written_at)#>>'{}' AS updated_at
+         FROM worlds f CROSS JOIN LATERAL object_at(f.base_world, f.base_seq, ${type}, ${pk}) a
+        WHERE f.id = ${world} AND f.base_world IS NOT NULL
+     ) b ON h.version IS NULL`;
+
+/** The head's columns of a context row: the world's own head, else the inherited version. */
+export const CONTEXT_HEAD = `coalesce(h.version, b.version) AS version, coalesce(h.seq, b.seq) AS seq,
+          coalesce(h.deleted, b.deleted) AS deleted, CASE WHEN h.version IS NULL THEN b.properties ELSE h.properties END AS properties,
+          coalesce(h.updated_at, b.updated_at) AS updated_at, h.version IS NULL AND b.version IS NOT NULL AS inherited`;
+
 /** The context query: $1 world, $2 type, $3 pk. */
 export const contextSql = (lock: HeadLock) =>
   `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
           (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
-          h.version, h.seq, h.deleted, h.properties, h.updated_at
+          EXISTS (SELECT 1 FROM worlds WHERE id = $1 AND base_world IS NOT NULL) AS forked,
+          ${CONTEXT_HEAD}
      FROM (SELECT 1) AS one
      LEFT JOIN LATERAL (
        SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
          FROM object_heads WHERE world_id = $1 AND type = $2 AND pk = $3
          ${lock === 'none' ? '' : lock}
-     ) h ON true`;
+     ) h ON true
+     ${inheritedSql('$1', '$2', '$3')}`;
 
 export type ContextRow = {
   provisioned: boolean;
+  forked?: boolean;
   schema_version: number;
   version: number | null;
   seq: number | string;
   deleted: boolean;
   properties: Properties | null;
   updated_at: string;
+  inherited: boolean;
 };
 
 /** The context a row of contextSql says. */
@@ -74,6 +107,7 @@ export function contextOf(row: ContextRow | undefined): ObjectContext {
   if (!row) throw new Error('the context query returned no row');
   return {
     provisioned: row.provisioned,
+    ...(row.forked ? { forked: true } : {}),
     schemaVersion: row.schema_version,
     head:
       row.version === null
@@ -84,6 +118,7 @@ export function contextOf(row: ContextRow | undefined): ObjectContext {
             deleted: row.deleted,
             properties: row.properties,
             updatedAt: row.updated_at,
+            ...(row.inherited ? { inherited: true } : {}),
           },
   };
 }
@@ -123,23 +158,26 @@ const INSERT_HEAD = `INSERT INTO object_heads (world_id, type, pk, version, seq,
 
 /**
  * The CTEs (`prev`, `kept`) that copy the heads an UPDATE of the same statement supersedes into
- * history (docs/adr/0017); `heads` is a FROM list that names them `o`. The statement's snapshot is
- * taken before its UPDATE, so `prev` reads the versions being replaced.
+ * history (docs/adr/0017), with the seq of the write that supersedes them (`supersededBy`, an
+ * expression over `heads`; docs/adr/0023); `heads` is a FROM list that names them `o`. The
+ * statement's snapshot is taken before its UPDATE, so `prev` reads the versions being replaced.
  */
-export const keepSuperseded = (heads: string) => `prev AS (
+export const keepSuperseded = (heads: string, supersededBy: string) => `prev AS (
      SELECT o.world_id, o.type, o.pk, o.seq, o.version, o.deleted, o.properties, o.schema_version, o.actor,
-            o.request_id, o.updated_at
+            o.request_id, o.updated_at, ${supersededBy} AS superseded_seq
        FROM ${heads}
    ), kept AS (
      INSERT INTO object_history
-       (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at)
+       (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at,
+        superseded_seq)
      SELECT * FROM prev
    )`;
 
 /** The next version of a locked head; the version it supersedes goes to history (docs/adr/0017). */
-const UPDATE_HEAD = `WITH ${keepSuperseded('object_heads o WHERE o.world_id = $1 AND o.type = $2 AND o.pk = $3')}
+const UPDATE_HEAD = `WITH s AS (SELECT nextval('data_seq') AS seq),
+   ${keepSuperseded('object_heads o, s WHERE o.world_id = $1 AND o.type = $2 AND o.pk = $3', 's.seq')}
    UPDATE object_heads
-      SET version = $4, seq = nextval('data_seq'), deleted = $5::jsonb IS NULL, properties = $5::jsonb,
+      SET version = $4, seq = (SELECT seq FROM s), deleted = $5::jsonb IS NULL, properties = $5::jsonb,
           schema_version = $6, actor = $7, request_id = $8, updated_at = now(),
           created_at = CASE WHEN deleted THEN now() ELSE created_at END
     WHERE world_id = $1 AND type = $2 AND pk = $3
@@ -175,6 +213,8 @@ export type ObjectRow = {
 export interface ListQuery {
   worldId: string;
   type: string;
+  /** The worlds read and their commits (docs/adr/0023); absent: the world's own current heads. */
+  chain?: Segment[];
   filters: Filter[];
   /** null sorts by primary key (as text). */
   sortProperty: string | null;
@@ -188,7 +228,9 @@ export interface ListQuery {
  * A page of live objects in keyset order. Sorting by a property orders by its stored JSON value
  * (the order of the property's index), objects without it last (first when descending), then by
  * pk. The two parts — objects with a value, objects without — are separate branches so that each
- * can walk an index.
+ * can walk an index. Through a chain (a fork, or a read at a commit) each world of the chain is
+ * read at its commit, in the same order, without the keys a nearer world wrote by then, and the
+ * parts merged: the page costs its rows and the keys a fork shadows, not the size of its bases.
  */
 export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRow[]> {
   const params: unknown[] = [q.worldId, q.type];
@@ -196,42 +238,93 @@ export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRo
     params.push(value);
     return `$${params.length}`;
   };
-  const where = ['world_id = $1', 'type = $2', 'NOT deleted'];
+  const chain = q.chain ?? [{ world: q.worldId, upTo: null }];
+  const plain = chain.length === 1 && chain[0]?.world === q.worldId && chain[0]?.upTo === null;
+  /**
+   * Each world of the chain as sources `r` with their where clauses: its rows at its commit (its
+   * heads; at a commit, also the history rows whose interval holds it, a source of their own so
+   * that each walks its index in order and stops at the limit), without the keys a nearer world
+   * wrote by its point.
+   */
+  const sources = chain.flatMap((seg, depth) => {
+    const w = seg.world === q.worldId ? '$1' : p(seg.world);
+    const shadows: string[] = [];
+    for (const nearer of chain.slice(0, depth)) {
+      const nw = nearer.world === q.worldId ? '$1' : p(nearer.world);
+      if (nearer.upTo === null) {
+        shadows.push(
+          `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk)`,
+        );
+      } else {
+        // A key has history in a world only if it has a head there: one probe for keys never written.
+        const nu = `${p(nearer.upTo)}::bigint`;
+        shadows.push(
+          `NOT EXISTS (SELECT 1 FROM object_heads s WHERE s.world_id = ${nw} AND s.type = $2 AND s.pk = r.pk
+             AND (s.seq <= ${nu} OR EXISTS (SELECT 1 FROM object_history x
+                    WHERE x.world_id = ${nw} AND x.type = $2 AND x.pk = r.pk AND x.seq <= ${nu})))`,
+        );
+      }
+    }
+    if (seg.upTo === null) return [{ from: 'object_heads r', where: [`r.world_id = ${w}`, ...shadows] }];
+    const u = `${p(seg.upTo)}::bigint`;
+    return [
+      { from: 'object_heads r', where: [`r.world_id = ${w}`, `r.seq <= ${u}`, ...shadows] },
+      {
+        from: 'object_history r',
+        where: [`r.world_id = ${w}`, `r.seq <= ${u}`, `r.superseded_seq > ${u}`, ...shadows],
+      },
+    ];
+  });
+  const common = ['r.type = $2', 'NOT r.deleted'];
   for (const f of q.filters) {
-    const expr = `(properties -> ${p(f.property)}::text)`;
-    where.push(`${expr} ${SQL_OPS[f.op]} ${p(JSON.stringify(f.value))}::jsonb`);
-    if (f.op !== 'eq') where.push(`jsonb_typeof(${expr}) = ${p(f.jsonType)}`);
+    const expr = `(r.properties -> ${p(f.property)}::text)`;
+    common.push(`${expr} ${SQL_OPS[f.op]} ${p(JSON.stringify(f.value))}::jsonb`);
+    if (f.op !== 'eq') common.push(`jsonb_typeof(${expr}) = ${p(f.jsonType)}`);
   }
-  const columns = 'pk, version, seq, properties';
+  const columns = 'r.pk, r.version, r.seq, r.properties';
   const dir = q.descending ? 'DESC' : 'ASC';
   const cmp = q.descending ? '<' : '>';
   const limit = p(q.limit);
+  /** One SELECT per world of the chain, merged (a single world: the SELECT itself). */
+  const merged = (select: (from: string, where: string) => string, order: string) => {
+    const parts = sources.map((src) => select(src.from, [...src.where, ...common].join(' AND ')));
+    if (plain) return parts[0] as string;
+    return `(SELECT * FROM (${parts.join(' UNION ALL ')}) merged ORDER BY ${order} LIMIT ${limit})`;
+  };
   if (q.sortProperty === null) {
-    if (q.after) where.push(`pk ${cmp} ${p(q.after.pk)}`);
-    const { rows } = await db.query<ObjectRow>(
-      `SELECT ${columns}, NULL::jsonb AS "sortValue" FROM object_heads
-        WHERE ${where.join(' AND ')} ORDER BY pk ${dir} LIMIT ${limit}`,
-      params,
+    const cursor = q.after ? ` AND r.pk ${cmp} ${p(q.after.pk)}` : '';
+    const sql = merged(
+      (from, where) =>
+        `(SELECT ${columns}, NULL::jsonb AS "sortValue" FROM ${from} WHERE ${where}${cursor} ORDER BY r.pk ${dir} LIMIT ${limit})`,
+      `pk ${dir}`,
     );
+    const { rows } = await db.query<ObjectRow>(`SELECT * FROM ${sql} page ORDER BY pk ${dir} LIMIT ${limit}`, params);
     return rows;
   }
-  const key = `(properties -> ${p(q.sortProperty)}::text)`;
-  const base = where.join(' AND ');
+  const key = `(r.properties -> ${p(q.sortProperty)}::text)`;
   const withValue = (cursor: string) =>
-    `(SELECT ${columns}, ${key} AS "sortValue", 1 AS part FROM object_heads
-       WHERE ${base} AND ${key} IS NOT NULL ${cursor} ORDER BY ${key} ${dir}, pk ${dir} LIMIT ${limit})`;
+    merged(
+      (from, where) =>
+        `(SELECT ${columns}, ${key} AS "sortValue", 1 AS part FROM ${from}
+           WHERE ${where} AND ${key} IS NOT NULL ${cursor} ORDER BY ${key} ${dir}, r.pk ${dir} LIMIT ${limit})`,
+      `"sortValue" ${dir}, pk ${dir}`,
+    );
   const withoutValue = (cursor: string) =>
-    `(SELECT ${columns}, NULL::jsonb AS "sortValue", 2 AS part FROM object_heads
-       WHERE ${base} AND ${key} IS NULL ${cursor} ORDER BY pk ${dir} LIMIT ${limit})`;
+    merged(
+      (from, where) =>
+        `(SELECT ${columns}, NULL::jsonb AS "sortValue", 2 AS part FROM ${from}
+           WHERE ${where} AND ${key} IS NULL ${cursor} ORDER BY r.pk ${dir} LIMIT ${limit})`,
+      `pk ${dir}`,
+    );
   // Ascending: values, then objects without; descending: the reverse.
   const parts: string[] = [];
   const after = q.after;
   if (after && after.value !== null) {
-    const cursor = `AND (${key}, pk) ${cmp} (${p(JSON.stringify(after.value))}::jsonb, ${p(after.pk)})`;
+    const cursor = `AND (${key}, r.pk) ${cmp} (${p(JSON.stringify(after.value))}::jsonb, ${p(after.pk)})`;
     parts.push(withValue(cursor));
     if (!q.descending) parts.push(withoutValue(''));
   } else if (after) {
-    parts.push(withoutValue(`AND pk ${cmp} ${p(after.pk)}`));
+    parts.push(withoutValue(`AND r.pk ${cmp} ${p(after.pk)}`));
     if (q.descending) parts.push(withValue(''));
   } else {
     parts.push(q.descending ? withoutValue('') : withValue(''));
@@ -243,4 +336,33 @@ export async function listObjects(db: Queryable, q: ListQuery): Promise<ObjectRo
     params,
   );
   return rows.map(({ part: _, ...row }) => row);
+}
+
+/** One object of a world at a commit (null: now), read up the chain; null when it never was. */
+export async function objectAt(
+  db: Queryable,
+  worldId: string,
+  commit: number | null,
+  type: string,
+  pk: string,
+): Promise<Head | null> {
+  const { rows } = await db.query<{
+    version: string;
+    seq: string;
+    deleted: boolean;
+    properties: Properties | null;
+    updated_at: string;
+  }>(
+    `SELECT version, seq, deleted, properties, to_json(written_at)#>>'{}' AS updated_at FROM object_at($1, $2, $3, $4)`,
+    [worldId, commit, type, pk],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  return {
+    version: Number(row.version),
+    seq: Number(row.seq),
+    deleted: row.deleted,
+    properties: row.properties,
+    updatedAt: row.updated_at,
+  };
 }

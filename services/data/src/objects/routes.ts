@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BadRequest,
@@ -14,9 +15,10 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
-import { type Head, listObjects, objectContext, worldContext } from './repository.js';
+import { type Head, listObjects, objectAt, objectContext } from './repository.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 413, 422, 503);
@@ -29,6 +31,14 @@ const ObjectParams = Type.Object({
   type: Type.String({ pattern: NAME }),
   pk: Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description: 'the primary key, URL-encoded' }),
 });
+/** `?at=`: the ref a read looks at (docs/adr/0023). */
+export const At = Type.Optional(
+  Type.String({
+    maxLength: 100,
+    description:
+      'read at a ref: a data commit (the n of X-Consistency-Token: data=<n>) or an RFC 3339 instant with an offset; absent: now. In a fork, reads go up to the base at the fork point.',
+  }),
+);
 const ReadHeaders = Type.Object({
   'x-consistency-token': Type.Optional(
     Type.String({ description: 'control=<schema version>: wait (bounded) until data has applied it' }),
@@ -185,17 +195,26 @@ export default fp(
           summary: 'Read an object',
           params: ObjectParams,
           headers: ReadHeaders,
+          querystring: Type.Object({ at: At }, { additionalProperties: false }),
           response: { 200: ObjectBody, ...errors },
         },
       },
       async (request, reply) => {
         const { world, type: typeName, pk } = request.params;
+        const { at } = request.query;
         keyParam('pk', pk);
         await app.awaitConsistency(request, world);
-        const ctx = await objectContext(app.pg, world, typeName, pk);
-        if (!ctx.provisioned) throw notProvisioned(world);
-        await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
-        const head = ctx.head;
+        let head: Head | null;
+        if (at === undefined) {
+          const ctx = await objectContext(app.pg, world, typeName, pk);
+          if (!ctx.provisioned) throw notProvisioned(world);
+          await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+          head = ctx.head;
+        } else {
+          const point = await resolveRef(app.pg, world, at);
+          await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
+          head = await objectAt(app.pg, world, point.commit, typeName, pk);
+        }
         if (!head || head.deleted || !head.properties)
           throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
         written(reply, head.version, head.seq);
@@ -256,6 +275,7 @@ export default fp(
               sort: Type.Optional(Type.String({ pattern: '^-?[A-Za-z][A-Za-z0-9_]{0,62}$' })),
               cursor: Type.Optional(Type.String({ maxLength: 4096 })),
               limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+              at: At,
             },
             { additionalProperties: false },
           ),
@@ -270,11 +290,23 @@ export default fp(
       },
       async (request) => {
         const { world, type: typeName } = request.params;
-        const { filter = [], sort, cursor, limit } = request.query;
+        const { filter = [], sort, cursor, limit, at } = request.query;
         await app.awaitConsistency(request, world);
-        const ctx = await worldContext(app.pg, world);
-        if (!ctx.provisioned) throw notProvisioned(world);
-        const { type } = await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+        // The cursor is tied to its query, and carries the commit its first page resolved.
+        const query = createHash('sha256')
+          .update(JSON.stringify([typeName, filter, sort ?? null, at ?? null]))
+          .digest('base64url')
+          .slice(0, 16);
+        const after = decodeCursor(cursor, (c) =>
+          c.q === query && typeof c.p === 'string' && 'k' in c && (c.c === null || Number.isSafeInteger(c.c))
+            ? { value: c.k, pk: c.p, commit: c.c as number | null }
+            : undefined,
+        );
+        const point =
+          after && after.commit !== null
+            ? await resolveRef(app.pg, world, String(after.commit), 'querystring/cursor')
+            : await resolveRef(app.pg, world, at);
+        const { type } = await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
         const filters: Filter[] = [];
         const faults = [];
         for (const [i, raw] of filter.entries()) {
@@ -295,13 +327,10 @@ export default fp(
           });
         }
         if (faults.length > 0) throw new BadRequest('the listing cannot be made as asked', faults);
-        const sortSpec = `${descending ? '-' : ''}${sortName}`;
-        const after = decodeCursor(cursor, (c) =>
-          c.s === sortSpec && typeof c.p === 'string' && 'k' in c ? { value: c.k, pk: c.p } : undefined,
-        );
         const rows = await listObjects(app.pg, {
           worldId: world,
           type: typeName,
+          chain: point.chain,
           filters,
           sortProperty,
           descending,
@@ -313,7 +342,9 @@ export default fp(
         return {
           objects: page.map((r) => ({ type: typeName, pk: r.pk, version: r.version, properties: r.properties })),
           next:
-            rows.length > limit && last ? encodeCursor({ s: sortSpec, k: last.sortValue ?? null, p: last.pk }) : null,
+            rows.length > limit && last
+              ? encodeCursor({ q: query, c: point.commit, k: last.sortValue ?? null, p: last.pk })
+              : null,
         };
       },
     );

@@ -1,8 +1,8 @@
-import { Outbox, type SchemaDocument } from '@onto/shared';
+import { Outbox, type SchemaDocument, StaleWriteError } from '@onto/shared';
 import type pg from 'pg';
 import { linkChange, type Origin, objectChange } from '../events.js';
-import { type LiveLink, linksTouching, writeLink } from '../links/repository.js';
-import { type Head, updateHead } from './repository.js';
+import { type LiveLink, linksTouching, lockInherited, writeLink } from '../links/repository.js';
+import { type Head, insertHead, updateHead } from './repository.js';
 
 export interface Tombstone {
   worldId: string;
@@ -12,6 +12,8 @@ export interface Tombstone {
   head: Head;
   schemaVersion: number;
   schema: SchemaDocument;
+  /** The world is a fork: links it inherited are deleted too (docs/adr/0023). */
+  forked: boolean;
   origin: Origin;
   topicPrefix: string;
 }
@@ -25,6 +27,8 @@ export async function tombstoneObject(
   tx: pg.ClientBase,
   t: Tombstone,
 ): Promise<{ version: number; seq: number; removedLinks: LiveLink[] }> {
+  // No row of the fork to lock for an inherited object: linkers of it hold this lock shared.
+  if (t.head.inherited) await lockInherited(tx, t.worldId, { type: t.type, pk: t.pk }, true);
   const linkTypes = Object.values(t.schema.linkTypes);
   const links = await linksTouching(
     tx,
@@ -32,6 +36,7 @@ export async function tombstoneObject(
     { type: t.type, pk: t.pk },
     linkTypes.filter((l) => l.from === t.type).map((l) => l.apiName),
     linkTypes.filter((l) => l.to === t.type).map((l) => l.apiName),
+    t.forked,
   );
   for (const link of links) {
     const change = {
@@ -53,7 +58,7 @@ export async function tombstoneObject(
     await new Outbox(tx, t.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq }, t.origin));
   }
   const version = t.head.version + 1;
-  const seq = await updateHead(tx, {
+  const tombstone = {
     worldId: t.worldId,
     type: t.type,
     pk: t.pk,
@@ -62,7 +67,10 @@ export async function tombstoneObject(
     schemaVersion: t.schemaVersion,
     actor: t.origin.actor,
     requestId: t.origin.requestId,
-  });
+  };
+  // An object a fork inherited gets the fork's own head: a tombstone that hides the base's.
+  const seq = t.head.inherited ? await insertHead(tx, tombstone) : await updateHead(tx, tombstone);
+  if (seq === null) throw new StaleWriteError(`${t.worldId}/${t.type}/${t.pk} was written concurrently`);
   await new Outbox(tx, t.topicPrefix).add(
     objectChange(
       {

@@ -16,11 +16,22 @@ interface Claimed {
  * that filters, sorting and keyset cursors of the list use it. DDL takes no parameters: the names
  * come from the schema (control allows letters, digits and _ only) and are quoted here.
  */
-export function indexDdl(name: string, objectType: string, property: string): string {
-  return `CREATE INDEX CONCURRENTLY IF NOT EXISTS ${pg.escapeIdentifier(name)} ON object_heads
+export function indexDdl(
+  name: string,
+  objectType: string,
+  property: string,
+  table: 'object_heads' | 'object_history' = 'object_heads',
+): string {
+  return `CREATE INDEX CONCURRENTLY IF NOT EXISTS ${pg.escapeIdentifier(name)} ON ${table}
     (world_id, (properties -> ${pg.escapeLiteral(property)}), pk)
     WHERE type = ${pg.escapeLiteral(objectType)} AND NOT deleted`;
 }
+
+/**
+ * The same index on history, named after the heads' one: lists at a commit filter and sort the
+ * superseded versions too (docs/adr/0023).
+ */
+export const historyIndexName = (name: string) => `${name}_at`;
 
 /**
  * Builds the indexes the schema replica requests, one at a time, with CREATE INDEX CONCURRENTLY:
@@ -85,15 +96,20 @@ export class IndexBuilder {
     const client = await this.pool.connect();
     this.backendPid = (client as unknown as { processID: number }).processID;
     try {
-      const existing = await client.query<{ valid: boolean }>(
-        `SELECT i.indisvalid AS valid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
-          WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`,
-        [job.name],
-      );
-      if (existing.rows[0]?.valid === false) {
-        await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(job.name)}`);
+      for (const [name, table] of [
+        [job.name, 'object_heads'],
+        [historyIndexName(job.name), 'object_history'],
+      ] as const) {
+        const existing = await client.query<{ valid: boolean }>(
+          `SELECT i.indisvalid AS valid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+            WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`,
+          [name],
+        );
+        if (existing.rows[0]?.valid === false) {
+          await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(name)}`);
+        }
+        await client.query(indexDdl(name, job.object_type, job.property, table));
       }
-      await client.query(indexDdl(job.name, job.object_type, job.property));
       await client.query(
         "UPDATE storage_indexes SET state = 'ready', ready_at = now(), last_error = NULL WHERE name = $1",
         [job.name],

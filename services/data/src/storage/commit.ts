@@ -24,3 +24,18 @@ export async function cutCommit(pool: pg.Pool, lockTimeoutMs = 2000): Promise<nu
     client.release();
   }
 }
+
+/**
+ * The same cut inside the caller's transaction (the fork in the world.created inbox
+ * transaction): writers wait until it commits, a few milliseconds later. The lock timeout is set
+ * back afterwards; on a timeout the transaction fails and is retried.
+ */
+export async function cutCommitIn(tx: pg.ClientBase, lockTimeoutMs = 2000): Promise<number> {
+  await tx.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.trunc(lockTimeoutMs))}`);
+  await tx.query('LOCK TABLE object_heads, object_history, link_heads, link_history IN SHARE MODE');
+  await tx.query('SET LOCAL lock_timeout TO DEFAULT');
+  const { rows } = await tx.query<{ c: string }>(
+    'SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS c FROM data_seq',
+  );
+  return Number(rows[0]?.c ?? 0);
+}

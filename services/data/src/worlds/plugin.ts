@@ -1,8 +1,10 @@
-import { worldProvisioning } from '@onto/shared';
+import { type ProvisionOutcome, type WorldOrigin, worldProvisioning } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { lockWorldForDrop } from '../http.js';
+import { cutCommitIn } from '../storage/commit.js';
+import { commitAtInstant, INSTANT } from './refs.js';
 
 /**
  * Removes a world's objects, links, their history and its schema replica. The world's drop lock
@@ -15,13 +17,77 @@ async function dropWorld(tx: pg.ClientBase, worldId: string): Promise<void> {
   }
 }
 
+const refused = (field: string, reason: string): ProvisionOutcome => ({ failed: { field, reason } });
+
+/**
+ * Records a world: a fresh one starts at data's head; a fork records its base and the commit it
+ * forks at (docs/adr/0023), one row whatever the base's size. The commit is cut in this
+ * transaction, so every write of the base at or before it has committed and every later one is
+ * after it: the fork point is exact under concurrent writers.
+ */
+async function provisionWorld(tx: pg.ClientBase, worldId: string, from: WorldOrigin | null): Promise<ProvisionOutcome> {
+  // A world.created sent again (control retrying) finds the world recorded: the same answer.
+  const { rows: known } = await tx.query<{ base_world: string | null; base_seq: string | null; created_seq: string }>(
+    'SELECT base_world, base_seq, created_seq FROM worlds WHERE id = $1',
+    [worldId],
+  );
+  const recorded = known[0];
+  if (recorded?.base_world) {
+    return { reply: { base: { world: recorded.base_world, commit: Number(recorded.base_seq) } } };
+  }
+  if (recorded && Number(recorded.created_seq) > 0) return undefined;
+  if (from === null) {
+    // No write can be in a world before it exists: its first commit is data's head now.
+    await tx.query(
+      'UPDATE worlds SET created_seq = (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM data_seq) WHERE id = $1',
+      [worldId],
+    );
+    return undefined;
+  }
+  const cut = await cutCommitIn(tx);
+  const { rows } = await tx.query<{ created_seq: string; provisioned_at: Date }>(
+    'SELECT created_seq, provisioned_at FROM worlds WHERE id = $1',
+    [from.world],
+  );
+  const base = rows[0];
+  if (!base) return refused('/from/world', `world ${from.world} is not provisioned in data`);
+  const baseCreated = Number(base.created_seq);
+  let commit = cut;
+  const ref = from.ref ?? {};
+  if (ref.commit !== undefined) {
+    if (!Number.isSafeInteger(ref.commit) || ref.commit > cut) {
+      return refused('/from/ref', `commit ${ref.commit} is ahead of data's head (${cut}): a ref in the future`);
+    }
+    if (ref.commit < baseCreated) {
+      return refused('/from/ref', `commit ${ref.commit} is before world ${from.world} existed (from ${baseCreated})`);
+    }
+    commit = ref.commit;
+  } else if (ref.instant !== undefined) {
+    const time = Date.parse(ref.instant);
+    if (!INSTANT.test(ref.instant) || Number.isNaN(time)) {
+      return refused('/from/ref', `${ref.instant} is not an RFC 3339 instant`);
+    }
+    if (time > Date.now()) return refused('/from/ref', `${ref.instant} is in the future`);
+    if (time < base.provisioned_at.getTime()) {
+      return refused('/from/ref', `world ${from.world} did not exist at ${ref.instant}`);
+    }
+    commit = await commitAtInstant(tx, from.world, ref.instant, baseCreated, cut);
+  }
+  await tx.query('UPDATE worlds SET base_world = $2, base_seq = $3, created_seq = $3 WHERE id = $1', [
+    worldId,
+    from.world,
+    commit,
+  ]);
+  return { reply: { base: { world: from.world, commit } } };
+}
+
 /** This service's side of the world lifecycle saga (see worldProvisioning). */
 export default fp(
   async (app: FastifyInstance) => {
     app.addConsumer({
       name: 'data-worlds',
       topics: ['onto.worlds'],
-      apply: worldProvisioning('data', app.topicPrefix, { drop: dropWorld }),
+      apply: worldProvisioning('data', app.topicPrefix, { provision: provisionWorld, drop: dropWorld }),
     });
   },
   { name: 'onto-data-worlds', dependencies: ['onto-consumers'] },

@@ -1,0 +1,133 @@
+import { BadRequest, HttpProblem, type Queryable, Unprocessable } from '@onto/shared';
+import { notProvisioned } from '../schema/lookup.js';
+
+/*
+ * Refs and chains (docs/adr/0023). A ref of world w is a data commit (data_seq) or an RFC 3339
+ * instant; w at commit c reads, per key, w's newest version with seq <= c, else its base's at
+ * the fork point, and so on up the chain.
+ */
+
+/** One world of a chain and the commit it is read at (null: its current heads). */
+export interface Segment {
+  world: string;
+  upTo: number | null;
+}
+
+/** Where a read looks: the world at a commit (null: now), and the chain that commit reads. */
+export interface ReadPoint {
+  schemaVersion: number;
+  commit: number | null;
+  chain: Segment[];
+}
+
+const DIGITS = /^[0-9]{1,18}$/;
+/** RFC 3339 date-time with a required offset (Z or ±hh:mm). */
+export const INSTANT = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+
+const notFoundRef = (field: string, detail: string) =>
+  new HttpProblem(404, 'not-found', 'Not Found', detail, { errors: [{ path: field, message: detail }] });
+
+type WorldRow = {
+  provisioned: boolean;
+  schema_version: number;
+  base_world: string | null;
+  created_seq: string;
+  provisioned_at: Date | null;
+  head: string;
+};
+
+const WORLD = `SELECT w.id IS NOT NULL AS provisioned, w.base_world, w.created_seq, w.provisioned_at,
+        (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
+        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM data_seq) AS head
+   FROM (SELECT 1) one LEFT JOIN worlds w ON w.id = $1`;
+
+/** The chain world `world` reads at `commit` (null: now), nearest first. */
+export async function chainOf(db: Queryable, world: string, commit: number | null): Promise<Segment[]> {
+  const { rows } = await db.query<{ world_id: string; up_to: string | null }>(
+    'SELECT world_id, up_to FROM world_chain($1, $2) ORDER BY depth',
+    [world, commit],
+  );
+  return rows.map((r) => ({ world: r.world_id, upTo: r.up_to === null ? null : Number(r.up_to) }));
+}
+
+/**
+ * The greatest commit of the world's chain (read at `upTo`) written at or before `instant`, at
+ * least the world's creation: every key of the chain reads the same there as at the instant.
+ */
+export async function commitAtInstant(
+  db: Queryable,
+  world: string,
+  instant: string,
+  createdSeq: number,
+  upTo: number,
+): Promise<number> {
+  const latest = (table: string, time: string) =>
+    `(SELECT x.seq FROM ${table} x WHERE x.world_id = ch.world_id AND x.seq <= coalesce(ch.up_to, $3)
+         AND x.${time} <= $2::timestamptz ORDER BY x.seq DESC LIMIT 1)`;
+  const { rows } = await db.query<{ c: string | null }>(
+    `SELECT max(greatest(${latest('object_heads', 'updated_at')}, ${latest('object_history', 'written_at')},
+                         ${latest('link_history', 'written_at')})) AS c
+       FROM world_chain($1, $3) ch`,
+    [world, instant, upTo],
+  );
+  return Math.max(createdSeq, Number(rows[0]?.c ?? 0));
+}
+
+/**
+ * Resolves `raw` (a commit or an instant; undefined: now) for a read of `world`; the answers of
+ * the contract: malformed 400, a commit ahead of data's head 404, before the world 422, a name
+ * (a tag: control resolves those) 404. `field` names the parameter in problems.
+ */
+export async function resolveRef(
+  db: Queryable,
+  world: string,
+  raw: string | undefined,
+  field = 'querystring/at',
+): Promise<ReadPoint> {
+  const { rows } = await db.query<WorldRow>(WORLD, [world]);
+  const w = rows[0];
+  if (!w?.provisioned) throw notProvisioned(world);
+  const schemaVersion = w.schema_version;
+  const createdSeq = Number(w.created_seq);
+  if (raw === undefined) {
+    // A world without a base reads its own heads alone: no chain to look up.
+    const chain = w.base_world === null ? [{ world, upTo: null }] : await chainOf(db, world, null);
+    return { schemaVersion, commit: null, chain };
+  }
+  let commit: number;
+  if (DIGITS.test(raw)) {
+    commit = Number(raw);
+    const head = Number(w.head);
+    if (commit > head) {
+      throw notFoundRef(field, `no commit ${raw} in ${world}: a ref in the future (data's head is ${head})`);
+    }
+    if (commit < createdSeq) {
+      throw new Unprocessable(`commit ${raw} is before world ${world} existed (its first commit is ${createdSeq})`, [
+        { path: field, message: `must be at least ${createdSeq}` },
+      ]);
+    }
+  } else if (INSTANT.test(raw) || /^\d{4}-\d{2}-\d{2}[Tt ]/.test(raw)) {
+    const time = Date.parse(raw);
+    if (!INSTANT.test(raw) || Number.isNaN(time)) {
+      throw new BadRequest(`${raw} is not an RFC 3339 instant`, [
+        { path: field, message: 'must be a commit (digits) or an RFC 3339 instant with an offset' },
+      ]);
+    }
+    if (time > Date.now()) {
+      throw new Unprocessable(`${raw} is in the future`, [{ path: field, message: 'must not be in the future' }]);
+    }
+    if (w.provisioned_at && time < w.provisioned_at.getTime()) {
+      throw new Unprocessable(`world ${world} did not exist at ${raw}`, [
+        { path: field, message: `must not be before ${w.provisioned_at.toISOString()}` },
+      ]);
+    }
+    // The instant as given: PostgreSQL keeps its microseconds, a JavaScript Date would not.
+    commit = await commitAtInstant(db, world, raw, createdSeq, Number(w.head));
+  } else {
+    throw notFoundRef(
+      field,
+      `no ref ${raw} in ${world}: data reads at a commit or an instant (tags are resolved by control)`,
+    );
+  }
+  return { schemaVersion, commit, chain: await chainOf(db, world, commit) };
+}
