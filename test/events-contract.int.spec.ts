@@ -27,7 +27,7 @@ import { type IntelligenceStack, intelligenceStack } from '../services/intellige
 
 const W = 'contract';
 /** Declared in the catalogue, produced by nothing yet: the only types the flow cannot show. */
-const RESERVED: EventType[] = ['world.merge.requested', 'world.provision.failed'];
+const RESERVED: EventType[] = ['world.merge.requested'];
 
 const str = { type: 'string', required: true };
 const Order = {
@@ -178,6 +178,15 @@ describe('every event the services produce matches the published contract', () =
     // Identity: a member's role granted (by s.user), then their access token revoked.
     const member = await s.user('mia', W, 'viewer');
     expect((await s.controlCall('DELETE', '/v1/auth/token', { token: member })).statusCode).toBe(204);
+
+    // A fork at a commit data has not reached: data refuses it and control fails the world.
+    await ok(
+      'fork ahead of data',
+      s.controlCall('POST', '/v1/worlds', { body: { id: 'ahead', from: { world: W, ref: '999999999999' } } }),
+    );
+    await s.until('the fork ahead of data failed', async () =>
+      (await s.controlCall('GET', '/v1/worlds/ahead')).json().status === 'FAILED' ? true : undefined,
+    );
 
     // A world deleted, and one failed past its provisioning deadline: both dropped by data and intelligence.
     for (const id of ['gone', 'doomed']) await s.world(id);
