@@ -28,6 +28,9 @@ export function runPeriodically(app: FastifyInstance, what: string, intervalMs: 
   });
   app.addHook('onClose', async () => {
     clearInterval(timer);
-    await round;
+    // A round stuck behind a lock must not hold the shutdown; the pool's end cuts it off.
+    let bound: NodeJS.Timeout | undefined;
+    await Promise.race([round, new Promise((resolve) => (bound = setTimeout(resolve, 2000)))]);
+    clearTimeout(bound);
   });
 }
