@@ -7,7 +7,6 @@ import { SERVICES } from './services.js';
 
 /** Metric names the alerts and the dashboard use before any service exports them, and who will. */
 const COMING = {
-  onto_version_vector_spread: 'control, with the version vector (issue 20)',
   onto_merge_conflict_rate: 'the merge saga (issue 17)',
 };
 

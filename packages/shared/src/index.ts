@@ -62,6 +62,7 @@ export { DeadLetters, type DeadRecord, DLQ_HEADERS } from './messaging/dead-lett
 export * from './messaging/envelope.js';
 export { ConcurrencyConflictError, isConflict, type OccOptions, StaleWriteError, withOcc } from './messaging/occ.js';
 export * from './messaging/outbox.js';
+export { runPeriodically } from './messaging/periodic.js';
 export { type OutboxPluginOptions, outboxPlugin } from './messaging/plugin.js';
 export { ProcessedCache } from './messaging/processed-cache.js';
 export { RecordConsumer, type RecordConsumerOptions } from './messaging/record-consumer.js';

@@ -6,6 +6,7 @@ import fp from 'fastify-plugin';
 import type { Config } from './config.js';
 import identity from './identity/plugin.js';
 import schemaRoutes from './schema/routes.js';
+import worldConsistency from './worlds/consistency.js';
 import worldRoutes from './worlds/routes.js';
 import worldSaga from './worlds/saga.js';
 import worldTags from './worlds/tags.js';
@@ -34,6 +35,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS });
   await fastify.register(worldTags);
   await fastify.register(worldSaga);
+  await fastify.register(worldConsistency);
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

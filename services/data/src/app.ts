@@ -10,6 +10,7 @@ import identity from './identity/plugin.js';
 import bulk from './ingest/routes.js';
 import links from './links/routes.js';
 import objects from './objects/routes.js';
+import positions from './positions/plugin.js';
 import schema from './schema/plugin.js';
 import diff from './worlds/diff.js';
 import worlds from './worlds/plugin.js';
@@ -42,6 +43,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(diff);
   await fastify.register(cdc, { mappings: config.CDC_MAPPINGS });
   await fastify.register(actions);
+  await fastify.register(positions, { intervalMs: config.POSITION_ANNOUNCE_MS });
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

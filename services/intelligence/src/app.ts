@@ -8,6 +8,7 @@ import type { Config } from './config.js';
 import consistency from './consistency.js';
 import evaluation from './engine/plugin.js';
 import identity from './identity/plugin.js';
+import positions from './positions/announcer.js';
 import schema from './schema/plugin.js';
 import worlds from './worlds/plugin.js';
 
@@ -40,6 +41,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     pruneIntervalMs: config.IDEMPOTENCY_PRUNE_INTERVAL_MS,
     stepRetryMs: config.ACTION_STEP_RETRY_MS,
   });
+  await fastify.register(positions, { intervalMs: config.POSITION_ANNOUNCE_MS });
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

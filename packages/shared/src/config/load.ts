@@ -121,5 +121,12 @@ export function replicaConfigSchema() {
       description:
         'How long a request whose X-Consistency-Token names a version not applied here (schema, or data in intelligence) waits before 503',
     }),
+    POSITION_ANNOUNCE_MS: Type.Integer({
+      minimum: 100,
+      maximum: 600_000,
+      default: 1000,
+      description:
+        "How often the service announces its position per world (what it has applied) for control's version vector, when it changed",
+    }),
   });
 }

@@ -2,6 +2,7 @@ import { inTransaction, newEvent, Outbox, type ReceivedEvent, TOPICS } from '@on
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
+import { recordingPositions } from './consistency.js';
 import { PROVISIONERS } from './routes.js';
 
 const REPORTS: Record<string, { service: string; kind: 'provisioned' | 'dropped' }> = {
@@ -114,7 +115,12 @@ export default fp(
     app.addConsumer({
       name: 'control-worlds',
       topics: ['onto.storage', 'onto.intelligence'],
-      apply: (tx, events) => applyReports(tx, events, app.topicPrefix),
+      apply: async (tx, events) => {
+        await applyReports(tx, events, app.topicPrefix);
+        // The same reports carry data's and intelligence's positions for the version vector.
+        const positions = recordingPositions(events);
+        if (positions) await tx.query(positions.text, [...(positions.values ?? [])]);
+      },
     });
     let timer: NodeJS.Timeout | undefined;
     app.addHook('onReady', async () => {

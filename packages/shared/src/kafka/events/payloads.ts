@@ -194,8 +194,30 @@ export const EVENT_PAYLOADS = {
     { description: 'data cannot provision a world (a fork at a ref it cannot resolve); it recorded nothing' },
   ),
   'world.dropped': ProvisioningReport("data dropped a world's data"),
+  'storage.position': closed(
+    {
+      seq: Type.Integer({
+        minimum: 1,
+        description: "the world's newest committed write: data's write sequence (a consistency token's data=<n>)",
+      }),
+    },
+    "data's position in a world, announced at most once per interval while it changes (the version vector)",
+  ),
   'intelligence.world.provisioned': ProvisioningReport('intelligence provisioned a world'),
   'intelligence.world.dropped': ProvisioningReport("intelligence dropped a world's data"),
+  'intelligence.position': closed(
+    {
+      schemaVersion: Type.Integer({
+        minimum: 0,
+        description: "the world's schema version applied (0 before the first)",
+      }),
+      dataSeq: Type.Integer({
+        minimum: 0,
+        description: "the data watermark: the newest of data's writes applied (0 before the first)",
+      }),
+    },
+    "intelligence's position in a world, announced at most once per interval while it changes (the version vector)",
+  ),
   'object.created': objectChange('an object was created'),
   'object.updated': objectChange('an object was changed'),
   'object.deleted': objectChange('an object was deleted (after is null)'),

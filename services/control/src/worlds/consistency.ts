@@ -1,0 +1,201 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { NotFound, problemResponses, type Queryable, type ReceivedEvent, type Statement, WORLD_ID } from '@onto/shared';
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { Gauge } from 'prom-client';
+
+type Reporter = 'data' | 'intelligence';
+interface Announced {
+  schemaVersion: number;
+  dataSeq: number;
+}
+
+/** What each event type announces of its producer's position; the other field stays as it is (0). */
+const ANNOUNCEMENTS: Record<string, (payload: Record<string, unknown>) => { service: Reporter } & Announced> = {
+  'storage.schema.updated': (p) => ({ service: 'data', schemaVersion: Number(p.version), dataSeq: 0 }),
+  'storage.position': (p) => ({ service: 'data', schemaVersion: 0, dataSeq: Number(p.seq) }),
+  'intelligence.position': (p) => ({
+    service: 'intelligence',
+    schemaVersion: Number(p.schemaVersion),
+    dataSeq: Number(p.dataSeq),
+  }),
+};
+
+/**
+ * The statement that records a batch's position announcements, or null when it has none. Every
+ * column only rises (greatest), so a replayed or older announcement changes nothing; announcements
+ * of one (world, service) in the batch are folded first, as one row may be upserted once per statement.
+ */
+export function recordingPositions(events: ReceivedEvent[]): Statement | null {
+  const folded = new Map<string, { world: string; service: Reporter } & Announced>();
+  for (const { event } of events) {
+    const read = ANNOUNCEMENTS[event.type];
+    if (!read) continue;
+    const a = read(event.payload as Record<string, unknown>);
+    const key = `${event.world_id}\u0000${a.service}`;
+    const had = folded.get(key);
+    folded.set(key, {
+      world: event.world_id,
+      service: a.service,
+      schemaVersion: Math.max(had?.schemaVersion ?? 0, a.schemaVersion),
+      dataSeq: Math.max(had?.dataSeq ?? 0, a.dataSeq),
+    });
+  }
+  if (folded.size === 0) return null;
+  const rows = [...folded.values()];
+  return {
+    text: `INSERT INTO world_positions (world_id, service, schema_version, data_seq)
+           SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::int8[])
+           ON CONFLICT (world_id, service) DO UPDATE
+             SET schema_version = greatest(world_positions.schema_version, excluded.schema_version),
+                 data_seq = greatest(world_positions.data_seq, excluded.data_seq),
+                 reported_at = now()
+           WHERE excluded.schema_version > world_positions.schema_version
+              OR excluded.data_seq > world_positions.data_seq`,
+    values: [
+      rows.map((r) => r.world),
+      rows.map((r) => r.service),
+      rows.map((r) => r.schemaVersion),
+      rows.map((r) => r.dataSeq),
+    ],
+  };
+}
+
+const Position = Type.Object({
+  schemaVersion: Type.Integer({ description: "control's schema version this service has applied (0: none yet)" }),
+  dataSeq: Type.Union([Type.Integer(), Type.Null()], {
+    description:
+      "data's write sequence: for data its newest write of the world, for intelligence its watermark (the newest it applied); null for control, which holds no data",
+  }),
+  reportedAt: Type.Union([Type.String(), Type.Null()], {
+    description: 'when control last learnt a newer position from the service (null: never; control: now)',
+  }),
+});
+const Vector = Type.Object({
+  world: Type.String(),
+  control: Position,
+  data: Position,
+  intelligence: Position,
+  spread: Type.Integer({
+    description: 'max - min of the three schema versions: how many schema versions the furthest service is behind',
+  }),
+  dataBehind: Type.Integer({
+    description:
+      "data's newest write minus intelligence's watermark, in data's write sequence (shared by all worlds: an upper bound of this world's writes not yet applied), 0 when caught up",
+  }),
+  consistent: Type.Boolean({
+    description: "spread <= 1 and intelligence's watermark has reached data's newest write as last announced",
+  }),
+  lagging: Type.Union([Type.Literal('control'), Type.Literal('data'), Type.Literal('intelligence'), Type.Null()], {
+    description:
+      'the service furthest behind: the lowest schema version, else intelligence when behind data; null when none is',
+  }),
+  findings: Type.Array(Type.Unknown(), { description: "the consistency checker's last findings (none yet)" }),
+});
+type Vector = Static<typeof Vector>;
+
+/** The version vector of a world, or null when control does not know the world (or it is deleted). */
+export async function versionVector(db: Queryable, world: string): Promise<Vector | null> {
+  const { rows } = await db.query<{
+    control: number;
+    positions: { service: Reporter; schemaVersion: number; dataSeq: string; reportedAt: string }[] | null;
+  }>(
+    `SELECT (SELECT coalesce(max(version), 0) FROM schema_versions v WHERE v.world_id = w.id) AS control,
+            (SELECT json_agg(json_build_object('service', service, 'schemaVersion', schema_version,
+                      'dataSeq', data_seq::text, 'reportedAt', to_json(reported_at)#>>'{}'))
+               FROM world_positions p WHERE p.world_id = w.id) AS positions
+       FROM worlds w WHERE w.id = $1 AND w.status <> 'DELETED'`,
+    [world],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  const of = (service: Reporter) => {
+    const p = row.positions?.find((x) => x.service === service);
+    return {
+      schemaVersion: p?.schemaVersion ?? 0,
+      dataSeq: Number(p?.dataSeq ?? 0),
+      reportedAt: p?.reportedAt ?? null,
+    };
+  };
+  const control = { schemaVersion: row.control, dataSeq: null, reportedAt: new Date().toISOString() };
+  const data = of('data');
+  const intelligence = of('intelligence');
+  const schema = [
+    ['control', control.schemaVersion],
+    ['data', data.schemaVersion],
+    ['intelligence', intelligence.schemaVersion],
+  ] as const;
+  const max = Math.max(...schema.map(([, v]) => v));
+  const min = Math.min(...schema.map(([, v]) => v));
+  const dataBehind = Math.max(0, data.dataSeq - intelligence.dataSeq);
+  // Downstream first: intelligence waits on data, data on control, so the last behind is named.
+  const behindOnSchema = [...schema].reverse().find(([, v]) => v === min && v < max)?.[0];
+  return {
+    world,
+    control,
+    data,
+    intelligence,
+    spread: max - min,
+    dataBehind,
+    consistent: max - min <= 1 && dataBehind === 0,
+    lagging: behindOnSchema ?? (dataBehind > 0 ? 'intelligence' : null),
+    findings: [],
+  };
+}
+
+/** The schema spread of every live world, for the gauge. */
+async function spreads(db: Queryable): Promise<{ world: string; spread: number }[]> {
+  const { rows } = await db.query<{ world: string; spread: number }>(
+    `SELECT w.id AS world,
+            greatest(c.v, d.v, i.v) - least(c.v, d.v, i.v) AS spread
+       FROM worlds w
+       CROSS JOIN LATERAL (SELECT coalesce(max(version), 0) AS v FROM schema_versions WHERE world_id = w.id) c
+       CROSS JOIN LATERAL (SELECT coalesce(max(schema_version), 0) AS v FROM world_positions
+                            WHERE world_id = w.id AND service = 'data') d
+       CROSS JOIN LATERAL (SELECT coalesce(max(schema_version), 0) AS v FROM world_positions
+                            WHERE world_id = w.id AND service = 'intelligence') i
+      WHERE w.status <> 'DELETED'`,
+  );
+  return rows;
+}
+
+/** `GET /v1/worlds/{world}/consistency` and the gauge `onto_version_vector_spread{world}`. */
+export default fp(
+  async (fastify: FastifyInstance) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    const pool = app.pg;
+    new Gauge({
+      name: 'onto_version_vector_spread',
+      help: 'Per world: max - min of the schema versions control, data and intelligence have applied (consistent is <= 1)',
+      labelNames: ['world'] as const,
+      registers: [app.metrics],
+      async collect() {
+        const rows = await spreads(pool);
+        this.reset();
+        for (const r of rows) this.set({ world: r.world }, r.spread);
+      },
+    });
+
+    app.get(
+      '/v1/worlds/:world/consistency',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['worlds'],
+          summary: "The world's version vector: what each service has applied, the spread and the laggard",
+          description:
+            'control knows the others from their announcements on Kafka (storage.schema.updated, storage.position, intelligence.position), at most about a second old while they change. See docs/adr/0024.',
+          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
+          response: { 200: Vector, ...problemResponses(400, 401, 403, 404, 503) },
+        },
+      },
+      async (request) => {
+        const vector = await versionVector(pool, request.params.world);
+        if (!vector) throw new NotFound(`world ${request.params.world} does not exist`);
+        return vector;
+      },
+    );
+  },
+  { name: 'onto-control-consistency', dependencies: ['onto-auth'] },
+);
