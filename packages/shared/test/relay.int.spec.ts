@@ -8,7 +8,8 @@ import { OutboxRelay, pendingRows } from '../src/messaging/relay.js';
 import { consumedPastSentinel, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import {
   effectCounts,
-  kernelFixture,
+  type KernelFixture,
+  kernelFixtureWithProducer,
   onIdleClaim,
   orderEvent,
   readTopic,
@@ -18,7 +19,7 @@ import {
 } from './kernel.js';
 
 describe('outbox relay', () => {
-  let fx: Awaited<ReturnType<typeof kernelFixture>>;
+  let fx: KernelFixture;
   let producer: Producer;
   const pending = async () =>
     (await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending')).rows[0]?.n ?? 0;
@@ -39,13 +40,9 @@ describe('outbox relay', () => {
     });
 
   beforeAll(async () => {
-    fx = await kernelFixture();
-    producer = await testBroker(fx.endpoints.kafkaBrokers).producer();
+    ({ fx, producer } = await kernelFixtureWithProducer());
   });
-  afterAll(async () => {
-    await producer?.disconnect();
-    await fx?.close();
-  });
+  afterAll(() => fx?.close());
 
   it('delivered twice, effect once: the relay dies after the broker acknowledged, before marking sent', async () => {
     await emptyOutbox('effects', 'inbox');

@@ -8,6 +8,19 @@ export interface Origin {
   causedBy: string | null;
 }
 
+/** A change event of data's on `key`, caused by the request and carrying its id as a header. */
+function changeMessage(
+  key: OutboxMessage['key'],
+  event: Pick<Parameters<typeof newEvent>[0], 'type' | 'worldId' | 'version' | 'producerSeq' | 'payload'>,
+  origin: Origin,
+): OutboxMessage {
+  return {
+    event: newEvent({ ...event, key, producer: 'data', causedBy: origin.causedBy }),
+    key,
+    headers: { 'x-request-id': origin.requestId },
+  };
+}
+
 /**
  * `object.created|updated|deleted` on onto.changes.objects, keyed by world + type + pk so that
  * one object's events stay in one partition, in order. `version` is the object's version,
@@ -28,15 +41,13 @@ export function objectChange(
   origin: Origin,
 ): OutboxMessage {
   const key = TOPICS['onto.changes.objects'].key({ worldId: change.worldId, objectType: change.type, pk: change.pk });
-  return {
-    event: newEvent({
+  return changeMessage(
+    key,
+    {
       type: `object.${change.kind}`,
       worldId: change.worldId,
-      key,
       version: change.version,
-      producer: 'data',
       producerSeq: change.seq,
-      causedBy: origin.causedBy,
       payload: {
         type: change.type,
         pk: change.pk,
@@ -47,10 +58,9 @@ export function objectChange(
         requestId: origin.requestId,
         schemaVersion: change.schemaVersion,
       },
-    }),
-    key,
-    headers: { 'x-request-id': origin.requestId },
-  };
+    },
+    origin,
+  );
 }
 
 /** A link's own primary key: its two ends. */
@@ -72,15 +82,13 @@ export function linkChange(
   const pk = linkPk(change.from.pk, change.to.pk);
   const key = TOPICS['onto.changes.links'].key({ worldId: change.worldId, linkType: change.linkType, linkPk: pk });
   const ends = { from: change.from, to: change.to };
-  return {
-    event: newEvent({
+  return changeMessage(
+    key,
+    {
       type: `link.${change.kind}`,
       worldId: change.worldId,
-      key,
       version: change.version,
-      producer: 'data',
       producerSeq: change.seq,
-      causedBy: origin.causedBy,
       payload: {
         type: change.linkType,
         pk,
@@ -91,10 +99,9 @@ export function linkChange(
         actor: origin.actor,
         requestId: origin.requestId,
       },
-    }),
-    key,
-    headers: { 'x-request-id': origin.requestId },
-  };
+    },
+    origin,
+  );
 }
 
 /** The parts of an object change event that differ from one object to the next. */

@@ -43,6 +43,15 @@ function expectVersion(what: string, ifVersion: number | undefined, head: { vers
 const beforeOf = (head: { version: number; deleted: boolean; properties?: Record<string, unknown> | null } | null) =>
   head ? { version: head.version, deleted: head.deleted, properties: head.properties ?? null } : null;
 
+/** Which link a link command is about, and the version check it asks for. */
+const linkCommand = (c: Extract<StepCommand, { op: 'createLink' | 'deleteLink' }>) => ({
+  linkType: c.linkType,
+  fromPk: c.from,
+  toPk: c.to,
+  check: (head: { version: number } | null) =>
+    expectVersion(`link ${c.linkType} ${c.from} → ${c.to}`, c.ifVersion, head),
+});
+
 /** One command through data's write path, in the caller's transaction. */
 async function applyCommand(
   app: FastifyInstance,
@@ -104,10 +113,7 @@ async function applyCommand(
     case 'createLink': {
       const l = await putLink(app, tx, {
         ...base,
-        linkType: c.linkType,
-        fromPk: c.from,
-        toPk: c.to,
-        check: (head) => expectVersion(`link ${c.linkType} ${c.from} → ${c.to}`, c.ifVersion, head),
+        ...linkCommand(c),
       });
       return {
         result: { op: c.op, changed: l.changed, version: l.version, before: beforeOf(l.before) },
@@ -117,10 +123,7 @@ async function applyCommand(
     case 'deleteLink': {
       const l = await removeLink(app, tx, {
         ...base,
-        linkType: c.linkType,
-        fromPk: c.from,
-        toPk: c.to,
-        check: (head) => expectVersion(`link ${c.linkType} ${c.from} → ${c.to}`, c.ifVersion, head),
+        ...linkCommand(c),
       });
       return { result: { op: c.op, changed: true, version: l.version, before: beforeOf(l.before) }, seq: l.seq };
     }
