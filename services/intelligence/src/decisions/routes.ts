@@ -3,7 +3,7 @@ import { actorOf, Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } f
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
-import { definitionResource } from '../definition-routes.js';
+import { DefinitionBookkeeping, definitionResource } from '../definition-routes.js';
 import type { Engine } from '../engine/engine.js';
 import { definitionsOf } from '../engine/world-model.js';
 import { decodeCursor, encodeCursor, errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
@@ -47,12 +47,7 @@ const DefinitionView = Type.Object({
   parameters: Type.Record(Type.String(), Type.String()),
   approval: Approval,
   description: Type.Optional(Type.String()),
-  version: Type.Integer(),
-  state: Type.Union([Type.Literal('valid'), Type.Literal('invalid')]),
-  errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
-  schemaVersion: Type.Integer(),
-  createdAt: Type.String(),
-  updatedAt: Type.String(),
+  ...DefinitionBookkeeping,
 });
 const DecisionView = Type.Object({
   id: Type.String(),
