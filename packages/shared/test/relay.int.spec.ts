@@ -39,6 +39,33 @@ describe('outbox relay', () => {
       }
     });
 
+  /**
+   * Starts a relay whose two loops sleep on a 60 s poll, runs `write`, and expects its event sent
+   * within 2 s: the write woke the relay.
+   */
+  async function expectWokenAtOnceBy(write: () => Promise<unknown>) {
+    await emptyOutbox();
+    const relay = new OutboxRelay({
+      pool: fx.pool,
+      producer,
+      logger: testLogger,
+      concurrency: 2,
+      pollIntervalMs: 60_000,
+    });
+    let idle = 0;
+    onIdleClaim(relay, () => idle++);
+    await relay.start();
+    try {
+      await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
+      const started = Date.now();
+      await write();
+      await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
+      expect(Date.now() - started).toBeLessThan(2000);
+    } finally {
+      await relay.stop();
+    }
+  }
+
   beforeAll(async () => {
     ({ fx, producer } = await kernelFixtureWithProducer());
   });
@@ -187,52 +214,18 @@ describe('outbox relay', () => {
   });
 
   it('wakes at once when a transaction of this process enqueues, without waiting for its poll', async () => {
-    await emptyOutbox();
-    const relay = new OutboxRelay({
-      pool: fx.pool,
-      producer,
-      logger: testLogger,
-      concurrency: 2,
-      pollIntervalMs: 60_000,
-    });
-    let idle = 0;
-    onIdleClaim(relay, () => idle++);
-    await relay.start();
-    try {
-      await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
-      const started = Date.now();
-      await inTransaction(fx.pool, (tx) => new Outbox(tx, fx.prefix).add(orderEvent('local-wake', 1)));
-      await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
-      expect(Date.now() - started).toBeLessThan(2000);
-    } finally {
-      await relay.stop();
-    }
+    await expectWokenAtOnceBy(() =>
+      inTransaction(fx.pool, (tx) => new Outbox(tx, fx.prefix).add(orderEvent('local-wake', 1))),
+    );
   });
 
   it('wakes at once when a writer sends its outbox statement with COMMIT, without waiting for its poll', async () => {
-    await emptyOutbox();
-    const relay = new OutboxRelay({
-      pool: fx.pool,
-      producer,
-      logger: testLogger,
-      concurrency: 2,
-      pollIntervalMs: 60_000,
-    });
-    let idle = 0;
-    onIdleClaim(relay, () => idle++);
-    await relay.start();
-    try {
-      await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
-      const started = Date.now();
-      await inTransactionTogether(fx.pool, [], async (tx) => ({
+    await expectWokenAtOnceBy(() =>
+      inTransactionTogether(fx.pool, [], async (tx) => ({
         value: undefined,
         last: [new Outbox(tx, fx.prefix).addStatement(orderEvent('with-commit', 1))],
-      }));
-      await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
-      expect(Date.now() - started).toBeLessThan(2000);
-    } finally {
-      await relay.stop();
-    }
+      })),
+    );
   });
 
   it('wakes a relay in another process by NOTIFY, sent after the commit', async () => {

@@ -11,11 +11,22 @@ export interface Origin {
 /** A change event of data's on `key`, caused by the request and carrying its id as a header. */
 function changeMessage(
   key: OutboxMessage['key'],
-  event: Pick<Parameters<typeof newEvent>[0], 'type' | 'worldId' | 'version' | 'producerSeq' | 'payload'>,
+  type: Parameters<typeof newEvent>[0]['type'],
+  change: { worldId: string; version: number; seq: number },
+  payload: Record<string, unknown>,
   origin: Origin,
 ): OutboxMessage {
   return {
-    event: newEvent({ ...event, key, producer: 'data', causedBy: origin.causedBy }),
+    event: newEvent({
+      type,
+      worldId: change.worldId,
+      key,
+      version: change.version,
+      producer: 'data',
+      producerSeq: change.seq,
+      causedBy: origin.causedBy,
+      payload,
+    }),
     key,
     headers: { 'x-request-id': origin.requestId },
   };
@@ -43,21 +54,17 @@ export function objectChange(
   const key = TOPICS['onto.changes.objects'].key({ worldId: change.worldId, objectType: change.type, pk: change.pk });
   return changeMessage(
     key,
+    `object.${change.kind}`,
+    change,
     {
-      type: `object.${change.kind}`,
-      worldId: change.worldId,
+      type: change.type,
+      pk: change.pk,
       version: change.version,
-      producerSeq: change.seq,
-      payload: {
-        type: change.type,
-        pk: change.pk,
-        version: change.version,
-        before: change.before,
-        after: change.after,
-        actor: origin.actor,
-        requestId: origin.requestId,
-        schemaVersion: change.schemaVersion,
-      },
+      before: change.before,
+      after: change.after,
+      actor: origin.actor,
+      requestId: origin.requestId,
+      schemaVersion: change.schemaVersion,
     },
     origin,
   );
@@ -84,21 +91,17 @@ export function linkChange(
   const ends = { from: change.from, to: change.to };
   return changeMessage(
     key,
+    `link.${change.kind}`,
+    change,
     {
-      type: `link.${change.kind}`,
-      worldId: change.worldId,
+      type: change.linkType,
+      pk,
+      ...ends,
       version: change.version,
-      producerSeq: change.seq,
-      payload: {
-        type: change.linkType,
-        pk,
-        ...ends,
-        version: change.version,
-        before: change.kind === 'created' ? null : ends,
-        after: change.kind === 'created' ? ends : null,
-        actor: origin.actor,
-        requestId: origin.requestId,
-      },
+      before: change.kind === 'created' ? null : ends,
+      after: change.kind === 'created' ? ends : null,
+      actor: origin.actor,
+      requestId: origin.requestId,
     },
     origin,
   );
