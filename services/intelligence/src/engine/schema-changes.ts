@@ -6,6 +6,7 @@
  */
 import {
   type ApplyEffects,
+  type FieldError,
   type Queryable,
   type SchemaDocument,
   type SchemaReplica,
@@ -58,6 +59,12 @@ export async function revalidateWorld(
     }
     return doc;
   };
+  /** A definition's bookkeeping as checked against the new schema. */
+  const checkedAt = (valid: boolean, r: { errors: FieldError[] } | undefined) => ({
+    state: valid ? ('valid' as const) : ('invalid' as const),
+    errors: r?.errors ?? [],
+    schemaVersion: version,
+  });
   /** Notes how a definition's state moved under the new schema. */
   const note = (label: string, was: 'valid' | 'invalid', valid: boolean, recompute: boolean) => {
     if (was === 'valid' && !valid) report.invalidated.push(label);
@@ -95,13 +102,7 @@ export async function revalidateWorld(
     const after = schemaFootprint(d, { self }, document);
     const recompute = valid && (d.state === 'invalid' || before !== after);
     note(d.name, d.state, valid, recompute);
-    await saveDerived(tx, {
-      ...d,
-      state: valid ? 'valid' : 'invalid',
-      errors: r?.errors ?? [],
-      schemaVersion: version,
-      invalidateValues: recompute,
-    });
+    await saveDerived(tx, { ...d, ...checkedAt(valid, r), invalidateValues: recompute });
     await reevaluate('derived', d, valid, recompute, d.maxStalenessMs);
   }
   for (const rule of rules) {
@@ -110,24 +111,14 @@ export async function revalidateWorld(
     const changed = ruleFootprint(rule, await documentAt(rule.schemaVersion)) !== ruleFootprint(rule, document);
     const recompute = valid && (rule.state === 'invalid' || changed);
     note(`rule:${rule.name}`, rule.state, valid, recompute);
-    await saveRule(tx, {
-      ...rule,
-      state: valid ? 'valid' : 'invalid',
-      errors: r?.errors ?? [],
-      schemaVersion: version,
-    });
+    await saveRule(tx, { ...rule, ...checkedAt(valid, r) });
     await reevaluate('rule', rule, valid, recompute, 0);
   }
   for (const d of decisions) {
     const r = resolution.decisions.get(d.name);
     const valid = r?.resolved !== undefined;
     note(`decision:${d.name}`, d.state, valid, false);
-    await saveDecisionDefinition(tx, {
-      ...d,
-      state: valid ? 'valid' : 'invalid',
-      errors: r?.errors ?? [],
-      schemaVersion: version,
-    });
+    await saveDecisionDefinition(tx, { ...d, ...checkedAt(valid, r) });
   }
   await bumpRevision(tx, worldId);
   return report;
