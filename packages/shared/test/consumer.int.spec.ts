@@ -14,7 +14,8 @@ import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { consumedPastSentinel, createTestDatabase, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import {
   effectCounts,
-  kernelFixture,
+  type KernelFixture,
+  kernelFixtureWithProducer,
   kernelTracks,
   orderEvent,
   readTopic,
@@ -26,18 +27,14 @@ import {
 type Message = ReturnType<typeof orderEvent>;
 
 describe('inbox consumer', () => {
-  let fx: Awaited<ReturnType<typeof kernelFixture>>;
+  let fx: KernelFixture;
   let producer: Producer;
   let topicIndex = 0;
 
   beforeAll(async () => {
-    fx = await kernelFixture();
-    producer = await testBroker(fx.endpoints.kafkaBrokers).producer();
+    ({ fx, producer } = await kernelFixtureWithProducer());
   });
-  afterAll(async () => {
-    await producer?.disconnect();
-    await fx?.close();
-  });
+  afterAll(() => fx?.close());
 
   /** A topic (and its DLQ) of this test's own, so each test reads only its own records. */
   async function freshTopic(): Promise<string> {

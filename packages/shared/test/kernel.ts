@@ -14,6 +14,7 @@ import {
   createTestDatabase,
   createTestTopics,
   eventually,
+  testBroker,
   testEndpoints,
 } from '../src/testing/index.js';
 
@@ -40,6 +41,25 @@ export async function kernelFixture() {
       await db.drop();
     },
   };
+}
+
+export type KernelFixture = Awaited<ReturnType<typeof kernelFixture>>;
+
+/** The kernel fixture and a producer on its broker; the fixture's `close()` disconnects the producer first. */
+export async function kernelFixtureWithProducer() {
+  const fx = await kernelFixture();
+  const producer = await testBroker(fx.endpoints.kafkaBrokers)
+    .producer()
+    .catch(async (error: unknown) => {
+      await fx.close();
+      throw error;
+    });
+  const closeFixture = fx.close;
+  fx.close = async () => {
+    await producer.disconnect();
+    await closeFixture();
+  };
+  return { fx, producer };
 }
 
 /** An object change of `key` at `version`: the event the tests pass through the kernel. */

@@ -5,20 +5,16 @@ import { BUNDLE_MAX, laneOf, Outbox, OutboxConflictError } from '../src/messagin
 import { acknowledge, OutboxRelay, pendingRows } from '../src/messaging/relay.js';
 import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { testBroker, testLogger } from '../src/testing/index.js';
-import { faultyProducer, kernelFixture, orderEvent, readTopic } from './kernel.js';
+import { faultyProducer, type KernelFixture, kernelFixtureWithProducer, orderEvent, readTopic } from './kernel.js';
 
 describe('transactional outbox', () => {
-  let fx: Awaited<ReturnType<typeof kernelFixture>>;
+  let fx: KernelFixture;
   let producer: Producer;
 
   beforeAll(async () => {
-    fx = await kernelFixture();
-    producer = await testBroker(fx.endpoints.kafkaBrokers).producer();
+    ({ fx, producer } = await kernelFixtureWithProducer());
   });
-  afterAll(async () => {
-    await producer?.disconnect();
-    await fx?.close();
-  });
+  afterAll(() => fx?.close());
   beforeEach(async () => {
     await fx.pool.query('TRUNCATE outbox, outbox_pending, outbox_sent, orders');
   });

@@ -8,7 +8,8 @@ import { OutboxRelay, pendingRows } from '../src/messaging/relay.js';
 import { consumedPastSentinel, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import {
   effectCounts,
-  kernelFixture,
+  type KernelFixture,
+  kernelFixtureWithProducer,
   onIdleClaim,
   orderEvent,
   readTopic,
@@ -18,7 +19,7 @@ import {
 } from './kernel.js';
 
 describe('outbox relay', () => {
-  let fx: Awaited<ReturnType<typeof kernelFixture>>;
+  let fx: KernelFixture;
   let producer: Producer;
   const pending = async () =>
     (await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox_pending')).rows[0]?.n ?? 0;
@@ -38,14 +39,37 @@ describe('outbox relay', () => {
       }
     });
 
+  /**
+   * Starts a relay whose two loops sleep on a 60 s poll, runs `write`, and expects its event sent
+   * within 2 s: the write woke the relay.
+   */
+  async function expectWokenAtOnceBy(write: () => Promise<unknown>) {
+    await emptyOutbox();
+    const relay = new OutboxRelay({
+      pool: fx.pool,
+      producer,
+      logger: testLogger,
+      concurrency: 2,
+      pollIntervalMs: 60_000,
+    });
+    let idle = 0;
+    onIdleClaim(relay, () => idle++);
+    await relay.start();
+    try {
+      await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
+      const started = Date.now();
+      await write();
+      await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
+      expect(Date.now() - started).toBeLessThan(2000);
+    } finally {
+      await relay.stop();
+    }
+  }
+
   beforeAll(async () => {
-    fx = await kernelFixture();
-    producer = await testBroker(fx.endpoints.kafkaBrokers).producer();
+    ({ fx, producer } = await kernelFixtureWithProducer());
   });
-  afterAll(async () => {
-    await producer?.disconnect();
-    await fx?.close();
-  });
+  afterAll(() => fx?.close());
 
   it('delivered twice, effect once: the relay dies after the broker acknowledged, before marking sent', async () => {
     await emptyOutbox('effects', 'inbox');
@@ -190,52 +214,18 @@ describe('outbox relay', () => {
   });
 
   it('wakes at once when a transaction of this process enqueues, without waiting for its poll', async () => {
-    await emptyOutbox();
-    const relay = new OutboxRelay({
-      pool: fx.pool,
-      producer,
-      logger: testLogger,
-      concurrency: 2,
-      pollIntervalMs: 60_000,
-    });
-    let idle = 0;
-    onIdleClaim(relay, () => idle++);
-    await relay.start();
-    try {
-      await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
-      const started = Date.now();
-      await inTransaction(fx.pool, (tx) => new Outbox(tx, fx.prefix).add(orderEvent('local-wake', 1)));
-      await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
-      expect(Date.now() - started).toBeLessThan(2000);
-    } finally {
-      await relay.stop();
-    }
+    await expectWokenAtOnceBy(() =>
+      inTransaction(fx.pool, (tx) => new Outbox(tx, fx.prefix).add(orderEvent('local-wake', 1))),
+    );
   });
 
   it('wakes at once when a writer sends its outbox statement with COMMIT, without waiting for its poll', async () => {
-    await emptyOutbox();
-    const relay = new OutboxRelay({
-      pool: fx.pool,
-      producer,
-      logger: testLogger,
-      concurrency: 2,
-      pollIntervalMs: 60_000,
-    });
-    let idle = 0;
-    onIdleClaim(relay, () => idle++);
-    await relay.start();
-    try {
-      await eventually('both loops asleep on their 60 s poll', () => idle >= 2);
-      const started = Date.now();
-      await inTransactionTogether(fx.pool, [], async (tx) => ({
+    await expectWokenAtOnceBy(() =>
+      inTransactionTogether(fx.pool, [], async (tx) => ({
         value: undefined,
         last: [new Outbox(tx, fx.prefix).addStatement(orderEvent('with-commit', 1))],
-      }));
-      await eventually('sent', async () => (await pending()) === 0, { timeoutMs: 5000 });
-      expect(Date.now() - started).toBeLessThan(2000);
-    } finally {
-      await relay.stop();
-    }
+      })),
+    );
   });
 
   it('wakes a relay in another process by NOTIFY, sent after the commit', async () => {

@@ -1,25 +1,20 @@
 import { type EventEnvelope, newEvent, type Producer, parseEvent } from '@onto/shared';
 import {
   blockedOnLock,
-  buildTestService,
   createTestTopics,
   eventually,
   type TestService,
   testBroker,
   testEndpoints,
 } from '@onto/shared/testing';
-import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import * as control from '../src/app.js';
-import { ConfigSchema } from '../src/config.js';
+import { controlService, expectProblem } from './control-service.js';
 
 /**
  * Forks as control sees them (issue 16, /work/wt/BRANCHES-CONTRACT.md): control alone on a topic
  * prefix of its own; data's and intelligence's replies are produced here by hand, so each reply,
  * and each failure, is exactly the one the test means.
  */
-
-const BOOTSTRAP = 'world-forks-test-bootstrap-token-0123';
 
 const order = {
   displayName: 'Order',
@@ -32,12 +27,6 @@ interface World {
   status: string;
   from: { world: string; ref: string | null; commit: number | null; schemaVersion: number } | null;
   failure: { field: string | null; reason: string } | null;
-}
-
-function expectProblem(res: LightMyRequestResponse, status: number) {
-  expect(res.statusCode, res.body).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-  return res.json();
 }
 
 describe('forking a world at a ref', () => {
@@ -97,12 +86,10 @@ describe('forking a world at a ref', () => {
   beforeAll(async () => {
     const { kafkaBrokers } = testEndpoints();
     topics = await createTestTopics(kafkaBrokers, 2);
-    service = (await buildTestService(
-      { schema: ConfigSchema, app: control.default, migrations: control.migrations } as never,
-      { ONTO_TOPIC_PREFIX: topics.prefix, ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP, WORLD_PROVISION_TIMEOUT_MS: '120000' },
-    )) as TestService<unknown>;
-    const login = await service.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken: BOOTSTRAP } });
-    admin = login.json().accessToken;
+    ({ service, admin } = await controlService({
+      ONTO_TOPIC_PREFIX: topics.prefix,
+      WORLD_PROVISION_TIMEOUT_MS: '120000',
+    }));
     const broker = testBroker(kafkaBrokers);
     producer = await broker.producer();
     const reader = await broker.consumer({

@@ -8,16 +8,13 @@ import {
   testBroker,
   testEndpoints,
 } from '@onto/shared/testing';
-import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as data from '../../data/src/app.js';
 import { ConfigSchema as DataConfig } from '../../data/src/config.js';
 import * as intelligence from '../../intelligence/src/app.js';
 import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
-import * as control from '../src/app.js';
-import { ConfigSchema } from '../src/config.js';
+import { controlService, expectProblem } from './control-service.js';
 
-const BOOTSTRAP = 'worlds-test-bootstrap-token-0123456789';
 type Service = TestService<unknown>;
 
 /** control, and the provisioners asked for, on one topic prefix of their own. */
@@ -25,14 +22,7 @@ async function stack(provisioners: ('data' | 'intelligence')[], timeoutMs = 30_0
   const { kafkaBrokers } = testEndpoints();
   const topics = await createTestTopics(kafkaBrokers, 2);
   const env = { ONTO_TOPIC_PREFIX: topics.prefix };
-  const c = (await buildTestService(
-    { schema: ConfigSchema, app: control.default, migrations: control.migrations } as never,
-    {
-      ...env,
-      ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP,
-      WORLD_PROVISION_TIMEOUT_MS: String(timeoutMs),
-    },
-  )) as Service;
+  const { service: c, admin } = await controlService({ ...env, WORLD_PROVISION_TIMEOUT_MS: String(timeoutMs) });
   const others: Record<string, Service> = {};
   if (provisioners.includes('data')) {
     others.data = (await buildTestService(
@@ -46,8 +36,6 @@ async function stack(provisioners: ('data' | 'intelligence')[], timeoutMs = 30_0
       env,
     )) as Service;
   }
-  const login = await c.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken: BOOTSTRAP } });
-  const admin = login.json().accessToken as string;
   const call = (
     method: 'GET' | 'POST' | 'PUT' | 'DELETE',
     url: string,
@@ -90,12 +78,6 @@ async function accessTokenFor(s: Awaited<ReturnType<typeof stack>>, id: string):
   const apiToken = (await s.call('POST', `/v1/users/${id}/tokens`, s.admin, {})).json().token;
   const res = await s.control.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken } });
   return res.json().accessToken;
-}
-
-function expectProblem(res: LightMyRequestResponse, status: number) {
-  expect(res.statusCode, res.body).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-  return res.json();
 }
 
 const order = {

@@ -8,6 +8,30 @@ export interface Origin {
   causedBy: string | null;
 }
 
+/** A change event of data's on `key`, caused by the request and carrying its id as a header. */
+function changeMessage(
+  key: OutboxMessage['key'],
+  type: Parameters<typeof newEvent>[0]['type'],
+  change: { worldId: string; version: number; seq: number },
+  payload: Record<string, unknown>,
+  origin: Origin,
+): OutboxMessage {
+  return {
+    event: newEvent({
+      type,
+      worldId: change.worldId,
+      key,
+      version: change.version,
+      producer: 'data',
+      producerSeq: change.seq,
+      causedBy: origin.causedBy,
+      payload,
+    }),
+    key,
+    headers: { 'x-request-id': origin.requestId },
+  };
+}
+
 /**
  * `object.created|updated|deleted` on onto.changes.objects, keyed by world + type + pk so that
  * one object's events stay in one partition, in order. `version` is the object's version,
@@ -28,29 +52,22 @@ export function objectChange(
   origin: Origin,
 ): OutboxMessage {
   const key = TOPICS['onto.changes.objects'].key({ worldId: change.worldId, objectType: change.type, pk: change.pk });
-  return {
-    event: newEvent({
-      type: `object.${change.kind}`,
-      worldId: change.worldId,
-      key,
-      version: change.version,
-      producer: 'data',
-      producerSeq: change.seq,
-      causedBy: origin.causedBy,
-      payload: {
-        type: change.type,
-        pk: change.pk,
-        version: change.version,
-        before: change.before,
-        after: change.after,
-        actor: origin.actor,
-        requestId: origin.requestId,
-        schemaVersion: change.schemaVersion,
-      },
-    }),
+  return changeMessage(
     key,
-    headers: { 'x-request-id': origin.requestId },
-  };
+    `object.${change.kind}`,
+    change,
+    {
+      type: change.type,
+      pk: change.pk,
+      version: change.version,
+      before: change.before,
+      after: change.after,
+      actor: origin.actor,
+      requestId: origin.requestId,
+      schemaVersion: change.schemaVersion,
+    },
+    origin,
+  );
 }
 
 /** A link's own primary key: its two ends. */
@@ -72,29 +89,22 @@ export function linkChange(
   const pk = linkPk(change.from.pk, change.to.pk);
   const key = TOPICS['onto.changes.links'].key({ worldId: change.worldId, linkType: change.linkType, linkPk: pk });
   const ends = { from: change.from, to: change.to };
-  return {
-    event: newEvent({
-      type: `link.${change.kind}`,
-      worldId: change.worldId,
-      key,
-      version: change.version,
-      producer: 'data',
-      producerSeq: change.seq,
-      causedBy: origin.causedBy,
-      payload: {
-        type: change.linkType,
-        pk,
-        ...ends,
-        version: change.version,
-        before: change.kind === 'created' ? null : ends,
-        after: change.kind === 'created' ? ends : null,
-        actor: origin.actor,
-        requestId: origin.requestId,
-      },
-    }),
+  return changeMessage(
     key,
-    headers: { 'x-request-id': origin.requestId },
-  };
+    `link.${change.kind}`,
+    change,
+    {
+      type: change.linkType,
+      pk,
+      ...ends,
+      version: change.version,
+      before: change.kind === 'created' ? null : ends,
+      after: change.kind === 'created' ? ends : null,
+      actor: origin.actor,
+      requestId: origin.requestId,
+    },
+    origin,
+  );
 }
 
 /** The parts of an object change event that differ from one object to the next. */

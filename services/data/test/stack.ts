@@ -10,14 +10,14 @@ import {
 } from '@onto/shared/testing';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { expect } from 'vitest';
-import * as control from '../../control/src/app.js';
-import { ConfigSchema as ControlConfig } from '../../control/src/config.js';
+import { controlService } from '../../control/test/control-service.js';
 import * as intelligence from '../../intelligence/src/app.js';
 import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
 import * as data from '../src/app.js';
 import { ConfigSchema as DataConfig } from '../src/config.js';
 
-const BOOTSTRAP = 'data-objects-bootstrap-token-0123456789';
+export { expectProblem } from '../../control/test/control-service.js';
+
 type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 export interface Call {
@@ -48,10 +48,11 @@ export async function dataStack(
   const kafkaBrokers = opts.kafkaBrokers ?? testEndpoints().kafkaBrokers;
   const topics = await createTestTopics(kafkaBrokers, opts.partitions ?? 3);
   const env = { ONTO_TOPIC_PREFIX: topics.prefix, KAFKA_BROKERS: kafkaBrokers };
-  const c = (await buildTestService(
-    { schema: ControlConfig, app: control.default, migrations: control.migrations } as never,
-    { ...env, ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP, WORLD_PROVISION_TIMEOUT_MS: '600000', ...opts.controlEnv },
-  )) as TestService<unknown>;
+  const { service: c, admin } = await controlService({
+    ...env,
+    WORLD_PROVISION_TIMEOUT_MS: '600000',
+    ...opts.controlEnv,
+  });
   const d = (await buildTestService({ schema: DataConfig, app: data.default, migrations: data.migrations } as never, {
     ...env,
     ...opts.dataEnv,
@@ -62,8 +63,6 @@ export async function dataStack(
         { ...env, ...opts.intelligenceEnv },
       )) as TestService<unknown>)
     : undefined;
-  const login = await c.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken: BOOTSTRAP } });
-  const admin = login.json().accessToken as string;
 
   const inject = (app: FastifyInstance, method: Method, url: string, call: Call = {}) =>
     app.inject({
@@ -220,11 +219,4 @@ export async function dataStack(
   };
   await s.identityKnown();
   return s;
-}
-
-/** A problem+json answer with this status; returns its body. */
-export function expectProblem(res: LightMyRequestResponse, status: number) {
-  expect(res.statusCode, res.body).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-  return res.json();
 }

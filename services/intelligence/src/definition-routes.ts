@@ -57,6 +57,16 @@ export const RecomputeView = Type.Object({
   finishedAt: Type.Union([Type.String(), Type.Null()]),
 });
 
+/** The bookkeeping fields of a definition's view, as every kind shows them (see Definition). */
+export const DefinitionBookkeeping = {
+  version: Type.Integer(),
+  state: Type.Union([Type.Literal('valid'), Type.Literal('invalid')]),
+  errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
+  schemaVersion: Type.Integer(),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+};
+
 export interface DefinitionResource<D extends Definition, Body extends TObject, Input, Query extends TProperties> {
   /** The path segment after the world, e.g. `rules`. */
   path: string;

@@ -16,6 +16,9 @@ export interface Definition {
   updatedAt: string;
 }
 
+/** The bookkeeping a save writes; the table keeps `createdAt` and `updatedAt` itself. */
+export type DefinitionWrite = Omit<Definition, 'createdAt' | 'updatedAt'>;
+
 /**
  * The reads and the delete of a definition table, by world and name; `columns` selects a row
  * that `fromRow` turns into the definition. Saving stays with each kind: its columns differ.

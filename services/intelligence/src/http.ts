@@ -1,5 +1,13 @@
 /** What the intelligence routes share: names, conditional writes, cursors, the world's transaction. */
-import { inTransaction, NotFound, PreconditionFailed, problemResponses, type Queryable } from '@onto/shared';
+import {
+  decodeCursor,
+  encodeCursor,
+  inTransaction,
+  NotFound,
+  PreconditionFailed,
+  problemResponses,
+  type Queryable,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type pg from 'pg';
 import { lockWorlds } from './engine/locks.js';
@@ -51,4 +59,24 @@ export async function inWorld<T>(pool: pg.Pool, worldId: string, work: (tx: pg.P
   });
 }
 
-export { decodeCursor, encodeCursor } from '@onto/shared';
+/** A UUID, either case: an alert's or a decision's id. */
+export const UUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+
+/**
+ * Keyset paging by id, newest first, of one listing (its filters, as text): `after` is the id the
+ * cursor goes on from (400 for a cursor of another listing); `page` takes the `limit + 1` rows
+ * read after it and gives the page and the next page's cursor.
+ */
+export function idKeyset(cursor: string | undefined, listing: string, limit: number) {
+  const after = decodeCursor(cursor, (c) =>
+    typeof c.i === 'string' && new RegExp(UUID).test(c.i) && c.f === listing ? c.i : undefined,
+  );
+  return {
+    after,
+    page<R extends { id: string }>(rows: R[]) {
+      const page = rows.slice(0, limit);
+      const last = page.at(-1);
+      return { page, next: rows.length > limit && last ? encodeCursor({ i: last.id, f: listing }) : null };
+    },
+  };
+}

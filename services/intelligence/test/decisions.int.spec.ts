@@ -44,33 +44,28 @@ describe('decisions', () => {
     s = await intelligenceStack();
     await s.world(W, { objectTypes: { Customer }, actionTypes: { flagCustomer } });
     viewer = await s.user('vic', W, 'viewer');
-    const rule = await s.intelCall('PUT', `/v1/worlds/${W}/rules/risky`, {
-      body: {
-        objectType: 'Customer',
-        condition: 'self.creditLimit > 1000',
-        alertType: 'credit.high',
-        severity: 'critical',
-      },
+    const create = async (path: string, body: object) => {
+      const res = await s.intelCall('PUT', `/v1/worlds/${W}/${path}`, { body });
+      expect(res.statusCode, res.body).toBe(201);
+    };
+    await create('rules/risky', {
+      objectType: 'Customer',
+      condition: 'self.creditLimit > 1000',
+      alertType: 'credit.high',
+      severity: 'critical',
     });
-    expect(rule.statusCode, rule.body).toBe(201);
-    const auto = await s.intelCall('PUT', `/v1/worlds/${W}/decision-definitions/flag`, {
-      body: {
-        rule: 'risky',
-        actionType: 'flagCustomer',
-        parameters: { customer: 'self.id', note: '"limit " + string(self.creditLimit)' },
-        approval: 'automatic',
-      },
+    await create('decision-definitions/flag', {
+      rule: 'risky',
+      actionType: 'flagCustomer',
+      parameters: { customer: 'self.id', note: '"limit " + string(self.creditLimit)' },
+      approval: 'automatic',
     });
-    expect(auto.statusCode, auto.body).toBe(201);
-    const manual = await s.intelCall('PUT', `/v1/worlds/${W}/decision-definitions/review`, {
-      body: {
-        alertType: 'credit.high',
-        actionType: 'flagCustomer',
-        parameters: { customer: 'alert.pk', note: '"reviewed: " + alert.severity' },
-        approval: 'manual',
-      },
+    await create('decision-definitions/review', {
+      alertType: 'credit.high',
+      actionType: 'flagCustomer',
+      parameters: { customer: 'alert.pk', note: '"reviewed: " + alert.severity' },
+      approval: 'manual',
     });
-    expect(manual.statusCode, manual.body).toBe(201);
   }, 120_000);
   afterAll(async () => s?.close());
 

@@ -8,6 +8,14 @@ function reuse<M>(registry: Registry | undefined, name: string, create: () => M)
   return (registry?.getSingleMetric(name) as M | undefined) ?? create();
 }
 
+/** A counter of this name on the registry: the one already there, or a new one. */
+function sharedCounter<L extends string>(
+  registry: Registry | undefined,
+  config: { name: string; help: string; labelNames: readonly L[] },
+): Counter<L> {
+  return reuse(registry, config.name, () => new Counter({ ...config, registers: registry ? [registry] : [] }));
+}
+
 /** An inbox consumer's counters, labelled with its name; the parked-events gauge of its database. */
 export class ConsumerMetrics {
   private readonly events: Counter<'consumer' | 'outcome'>;
@@ -20,39 +28,21 @@ export class ConsumerMetrics {
     pool: pg.Pool,
   ) {
     const registers = registry ? [registry] : [];
-    this.events = reuse(
-      registry,
-      'onto_inbox_events_total',
-      () =>
-        new Counter({
-          name: 'onto_inbox_events_total',
-          help: 'Events handled by an inbox consumer, by outcome',
-          labelNames: ['consumer', 'outcome'] as const,
-          registers,
-        }),
-    );
-    this.duplicates = reuse(
-      registry,
-      'onto_inbox_duplicates_total',
-      () =>
-        new Counter({
-          name: 'onto_inbox_duplicates_total',
-          help: 'Redelivered events skipped (idempotency hits), by what detected them',
-          labelNames: ['consumer', 'detected_by'] as const,
-          registers,
-        }),
-    );
-    this.redisFallbacks = reuse(
-      registry,
-      'onto_inbox_redis_fallbacks_total',
-      () =>
-        new Counter({
-          name: 'onto_inbox_redis_fallbacks_total',
-          help: 'Batches that went to the PostgreSQL inbox alone because Redis did not answer',
-          labelNames: ['consumer'] as const,
-          registers,
-        }),
-    );
+    this.events = sharedCounter(registry, {
+      name: 'onto_inbox_events_total',
+      help: 'Events handled by an inbox consumer, by outcome',
+      labelNames: ['consumer', 'outcome'] as const,
+    });
+    this.duplicates = sharedCounter(registry, {
+      name: 'onto_inbox_duplicates_total',
+      help: 'Redelivered events skipped (idempotency hits), by what detected them',
+      labelNames: ['consumer', 'detected_by'] as const,
+    });
+    this.redisFallbacks = sharedCounter(registry, {
+      name: 'onto_inbox_redis_fallbacks_total',
+      help: 'Batches that went to the PostgreSQL inbox alone because Redis did not answer',
+      labelNames: ['consumer'] as const,
+    });
     reuse(
       registry,
       'onto_inbox_deferred',

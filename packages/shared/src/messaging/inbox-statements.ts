@@ -51,6 +51,15 @@ export async function pruneInbox(pool: pg.Pool, consumer: string, retentionMs: n
   }
 }
 
+/** The inbox's columns of the events, as arrays: event id, type, topic, partition, offset. */
+const inboxColumns = (events: ReceivedEvent[]) => [
+  events.map((e) => e.event.event_id),
+  events.map((e) => e.event.type),
+  events.map((e) => e.message.topic),
+  events.map((e) => e.message.partition),
+  events.map((e) => e.message.offset),
+];
+
 /** Inserts inbox rows; returns the ids that were not there yet. */
 export async function recordEvents(
   tx: pg.ClientBase,
@@ -65,15 +74,7 @@ export async function recordEvents(
        AS u(e, t, tp, p, o)
      ON CONFLICT (consumer, event_id) DO NOTHING
      RETURNING event_id::text`,
-    [
-      consumer,
-      events.map((e) => e.event.event_id),
-      events.map((e) => e.event.type),
-      events.map((e) => e.message.topic),
-      events.map((e) => e.message.partition),
-      events.map((e) => e.message.offset),
-      outcome,
-    ],
+    [consumer, ...inboxColumns(events), outcome],
   );
   return rows.map((r) => r.event_id);
 }
@@ -138,16 +139,7 @@ export function recordStatement(consumer: string, events: ReceivedEvent[]): Stat
               WHERE d.consumer = $1) AS blocked,
        ARRAY(SELECT event_id::text FROM skipped) AS "notInserted",
        (SELECT count(*) FROM inserted)::int AS inserted`,
-    values: [
-      consumer,
-      events.map((e) => e.event.event_id),
-      events.map((e) => e.event.type),
-      events.map((e) => e.message.topic),
-      events.map((e) => e.message.partition),
-      events.map((e) => e.message.offset),
-      events.map(partitionKey),
-      events.map((e) => e.event.caused_by),
-    ],
+    values: [consumer, ...inboxColumns(events), events.map(partitionKey), events.map((e) => e.event.caused_by)],
   };
 }
 

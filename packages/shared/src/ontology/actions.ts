@@ -5,7 +5,7 @@
  * applies the commands of one step in one transaction through its write path and replies with
  * what compensating them would need (the state before), or with why it refused.
  */
-import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { type Static, type TProperties, type TSchema, Type } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { FieldError } from '../http/problem.js';
 import { UUID_V7 } from '../messaging/uuidv7.js';
@@ -16,34 +16,20 @@ const Properties = Type.Record(Type.String(), Type.Unknown());
 /** The version the head (live or tombstone) must be at for the command to apply. */
 const IfVersion = Type.Optional(Type.Integer({ minimum: 1 }));
 
+/** A command: its `op` and these fields, nothing else. */
+const command = <Op extends string, Fields extends TProperties>(op: Op, fields: Fields) =>
+  Type.Object({ op: Type.Literal(op), ...fields }, { additionalProperties: false });
+
 export const StepCommandSchema = Type.Union([
   /** Creates an object that does not exist (a tombstone may be there: it is revived). */
-  Type.Object(
-    { op: Type.Literal('createObject'), objectType: Name, pk: Key, properties: Properties },
-    { additionalProperties: false },
-  ),
+  command('createObject', { objectType: Name, pk: Key, properties: Properties }),
   /** A merge patch of an existing object's top-level properties (null removes one). */
-  Type.Object(
-    { op: Type.Literal('modifyObject'), objectType: Name, pk: Key, properties: Properties, ifVersion: IfVersion },
-    { additionalProperties: false },
-  ),
+  command('modifyObject', { objectType: Name, pk: Key, properties: Properties, ifVersion: IfVersion }),
   /** Puts the object back to `properties`, live or deleted: how a modify or a delete is undone. */
-  Type.Object(
-    { op: Type.Literal('replaceObject'), objectType: Name, pk: Key, properties: Properties, ifVersion: IfVersion },
-    { additionalProperties: false },
-  ),
-  Type.Object(
-    { op: Type.Literal('deleteObject'), objectType: Name, pk: Key, ifVersion: IfVersion },
-    { additionalProperties: false },
-  ),
-  Type.Object(
-    { op: Type.Literal('createLink'), linkType: Name, from: Key, to: Key, ifVersion: IfVersion },
-    { additionalProperties: false },
-  ),
-  Type.Object(
-    { op: Type.Literal('deleteLink'), linkType: Name, from: Key, to: Key, ifVersion: IfVersion },
-    { additionalProperties: false },
-  ),
+  command('replaceObject', { objectType: Name, pk: Key, properties: Properties, ifVersion: IfVersion }),
+  command('deleteObject', { objectType: Name, pk: Key, ifVersion: IfVersion }),
+  command('createLink', { linkType: Name, from: Key, to: Key, ifVersion: IfVersion }),
+  command('deleteLink', { linkType: Name, from: Key, to: Key, ifVersion: IfVersion }),
 ]);
 export type StepCommand = Static<typeof StepCommandSchema>;
 

@@ -58,6 +58,23 @@ class Collector {
   }
 }
 
+/** Checks an entry of a property or parameter map: its name, that it is an object, and only `keys` in it. */
+function checkTypedEntry(
+  c: Collector,
+  p: string,
+  name: string,
+  def: Json,
+  keys: string[],
+): def is Record<string, Json> {
+  c.name(p, name);
+  if (!isObject(def)) {
+    c.add(p, 'must be an object with a type');
+    return false;
+  }
+  c.only(p, def, keys);
+  return true;
+}
+
 const esc = (key: string) => key.replaceAll('~', '~0').replaceAll('/', '~1');
 
 function checkPropertyType(c: Collector, path: string, t: Json, depth = 0): void {
@@ -133,12 +150,7 @@ export function checkObjectType(body: Json, apiName: string): FieldError[] {
     if (Object.keys(properties).length > 500) c.add('/properties', 'must define at most 500 properties');
     for (const [name, def] of Object.entries(properties)) {
       const p = `/properties/${esc(name)}`;
-      c.name(p, name);
-      if (!isObject(def)) {
-        c.add(p, 'must be an object with a type');
-        continue;
-      }
-      c.only(p, def, ['type', 'required', 'indexed', 'description']);
+      if (!checkTypedEntry(c, p, name, def, ['type', 'required', 'indexed', 'description'])) continue;
       if (def.type === undefined) c.add(`${p}/type`, 'is required');
       else checkPropertyType(c, `${p}/type`, def.type);
       c.optionalBoolean(`${p}/required`, def.required);
@@ -189,12 +201,7 @@ export function checkActionType(body: Json, apiName: string, schema: SchemaDocum
   if (body.parameters !== undefined && !isObject(body.parameters)) c.add('/parameters', 'must be an object');
   for (const [name, def] of Object.entries(params)) {
     const p = `/parameters/${esc(name)}`;
-    c.name(p, name);
-    if (!isObject(def)) {
-      c.add(p, 'must be an object with a type');
-      continue;
-    }
-    c.only(p, def, ['type', 'required', 'description']);
+    if (!checkTypedEntry(c, p, name, def, ['type', 'required', 'description'])) continue;
     checkPropertyType(c, `${p}/type`, def.type);
     c.optionalBoolean(`${p}/required`, def.required);
   }

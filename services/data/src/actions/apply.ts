@@ -43,6 +43,24 @@ function expectVersion(what: string, ifVersion: number | undefined, head: { vers
 const beforeOf = (head: { version: number; deleted: boolean; properties?: Record<string, unknown> | null } | null) =>
   head ? { version: head.version, deleted: head.deleted, properties: head.properties ?? null } : null;
 
+/** A write's outcome; one that changed nothing advanced no write sequence. */
+const outcome = (
+  op: StepCommand['op'],
+  w: { changed: boolean; version: number; seq: number; before: Parameters<typeof beforeOf>[0] },
+): Applied => ({
+  result: { op, changed: w.changed, version: w.version, before: beforeOf(w.before) },
+  seq: w.changed ? w.seq : 0,
+});
+
+/** Which link a link command is about, and the version check it asks for. */
+const linkCommand = (c: Extract<StepCommand, { op: 'createLink' | 'deleteLink' }>) => ({
+  linkType: c.linkType,
+  fromPk: c.from,
+  toPk: c.to,
+  check: (head: { version: number } | null) =>
+    expectVersion(`link ${c.linkType} ${c.from} → ${c.to}`, c.ifVersion, head),
+});
+
 /** One command through data's write path, in the caller's transaction. */
 async function applyCommand(
   app: FastifyInstance,
@@ -73,10 +91,7 @@ async function applyCommand(
             ? applyPatch(type, head?.properties ?? {}, c.properties, c.pk)
             : checkObject(type, c.properties, c.pk),
       });
-      return {
-        result: { op: c.op, changed: w.changed, version: w.version, before: beforeOf(w.before) },
-        seq: w.changed ? w.seq : 0,
-      };
+      return outcome(c.op, w);
     }
     case 'deleteObject': {
       const d = await deleteObject(app, tx, {
@@ -104,25 +119,16 @@ async function applyCommand(
     case 'createLink': {
       const l = await putLink(app, tx, {
         ...base,
-        linkType: c.linkType,
-        fromPk: c.from,
-        toPk: c.to,
-        check: (head) => expectVersion(`link ${c.linkType} ${c.from} → ${c.to}`, c.ifVersion, head),
+        ...linkCommand(c),
       });
-      return {
-        result: { op: c.op, changed: l.changed, version: l.version, before: beforeOf(l.before) },
-        seq: l.changed ? l.seq : 0,
-      };
+      return outcome(c.op, l);
     }
     case 'deleteLink': {
       const l = await removeLink(app, tx, {
         ...base,
-        linkType: c.linkType,
-        fromPk: c.from,
-        toPk: c.to,
-        check: (head) => expectVersion(`link ${c.linkType} ${c.from} → ${c.to}`, c.ifVersion, head),
+        ...linkCommand(c),
       });
-      return { result: { op: c.op, changed: true, version: l.version, before: beforeOf(l.before) }, seq: l.seq };
+      return outcome(c.op, { ...l, changed: true });
     }
   }
 }

@@ -1,6 +1,6 @@
-import type { FieldError, Queryable } from '@onto/shared';
-import { definitionTable } from '../definitions.js';
-import type { Approval, DecisionDefinition } from './model.js';
+import type { Queryable } from '@onto/shared';
+import { type DefinitionWrite, definitionTable } from '../definitions.js';
+import type { DecisionDefinition, DecisionInput } from './model.js';
 
 const COLUMNS = `world_id AS "worldId", name, rule, alert_type AS "alertType", action_type AS "actionType",
   parameters, approval, description, version, state, errors, schema_version AS "schemaVersion",
@@ -23,20 +23,7 @@ export const listDecisionDefinitions = table.list;
 export const getDecisionDefinition = table.get;
 export const deleteDecisionDefinition = table.remove;
 
-export interface DecisionDefinitionWrite {
-  worldId: string;
-  name: string;
-  rule?: string | undefined;
-  alertType?: string | undefined;
-  actionType: string;
-  parameters: Record<string, string>;
-  approval: Approval;
-  description?: string | undefined;
-  version: number;
-  state: 'valid' | 'invalid';
-  errors: FieldError[];
-  schemaVersion: number;
-}
+export interface DecisionDefinitionWrite extends DecisionInput, DefinitionWrite {}
 
 export async function saveDecisionDefinition(tx: Queryable, w: DecisionDefinitionWrite) {
   const { rows } = await tx.query<Row>(

@@ -3,10 +3,10 @@ import { actorOf, Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } f
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
-import { definitionResource } from '../definition-routes.js';
+import { DefinitionBookkeeping, definitionResource } from '../definition-routes.js';
 import type { Engine } from '../engine/engine.js';
 import { definitionsOf } from '../engine/world-model.js';
-import { decodeCursor, encodeCursor, errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
+import { errors, idKeyset, NAME, notProvisioned, provisioned, ReadHeaders, UUID } from '../http.js';
 import { ALERT_TYPE } from '../rules/model.js';
 import { DECISION_COLUMNS, type Decision, decideManually } from './make.js';
 import { APPROVALS, DECISION_STATUSES, type DecisionDefinition, type DecisionInput, resolveDecision } from './model.js';
@@ -17,7 +17,6 @@ import {
   saveDecisionDefinition,
 } from './repository.js';
 
-const UUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
 const Approval = Type.Union(APPROVALS.map((a) => Type.Literal(a)));
 const Body = Type.Object(
@@ -47,12 +46,7 @@ const DefinitionView = Type.Object({
   parameters: Type.Record(Type.String(), Type.String()),
   approval: Approval,
   description: Type.Optional(Type.String()),
-  version: Type.Integer(),
-  state: Type.Union([Type.Literal('valid'), Type.Literal('invalid')]),
-  errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
-  schemaVersion: Type.Integer(),
-  createdAt: Type.String(),
-  updatedAt: Type.String(),
+  ...DefinitionBookkeeping,
 });
 const DecisionView = Type.Object({
   id: Type.String(),
@@ -177,24 +171,18 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
       const q = request.query;
       const watermark = await app.awaitConsistency(request, world);
       const listing = JSON.stringify([q.status, q.definition, q.alertId]);
-      const after = decodeCursor(q.cursor, (c) =>
-        typeof c.i === 'string' && new RegExp(UUID).test(c.i) && c.f === listing ? c.i : undefined,
-      );
+      const keyset = idKeyset(q.cursor, listing, q.limit);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
       const { rows } = await app.pg.query<Decision>(
         `SELECT ${DECISION_COLUMNS} FROM decisions
           WHERE world_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR definition = $3)
             AND ($4::uuid IS NULL OR alert_id = $4) AND ($5::uuid IS NULL OR id < $5)
           ORDER BY id DESC LIMIT $6`,
-        [world, q.status ?? null, q.definition ?? null, q.alertId ?? null, after, q.limit + 1],
+        [world, q.status ?? null, q.definition ?? null, q.alertId ?? null, keyset.after, q.limit + 1],
       );
-      const page = rows.slice(0, q.limit);
-      const last = page.at(-1);
+      const { page, next } = keyset.page(rows);
       await app.consistencyHeader(reply, world, watermark);
-      return {
-        decisions: page.map(decisionView),
-        next: rows.length > q.limit && last ? encodeCursor({ i: last.id, f: listing }) : null,
-      };
+      return { decisions: page.map(decisionView), next };
     },
   );
 

@@ -1,6 +1,6 @@
-import type { FieldError, Queryable } from '@onto/shared';
-import { definitionTable } from '../definitions.js';
-import type { AggregateDecl, DerivedDefinition } from './model.js';
+import type { Queryable } from '@onto/shared';
+import { type DefinitionWrite, definitionTable } from '../definitions.js';
+import type { DerivedDefinition, DerivedInput } from './model.js';
 
 const COLUMNS = `world_id AS "worldId", name, object_type AS "objectType", expression, aggregates,
   max_staleness_ms AS "maxStalenessMs", description, version, state, errors, schema_version AS "schemaVersion",
@@ -17,18 +17,7 @@ const table = definitionTable('derived_definitions', COLUMNS, fromRow);
 export const listDerived = table.list;
 export const getDerived = table.get;
 
-export interface DerivedWrite {
-  worldId: string;
-  name: string;
-  objectType: string;
-  expression: string;
-  aggregates: Record<string, AggregateDecl>;
-  maxStalenessMs: number;
-  description?: string | undefined;
-  version: number;
-  state: 'valid' | 'invalid';
-  errors: FieldError[];
-  schemaVersion: number;
+export interface DerivedWrite extends DerivedInput, DefinitionWrite {
   /** The values computed before now become stale (clock time: after this transaction took the world's lock). */
   invalidateValues: boolean;
 }

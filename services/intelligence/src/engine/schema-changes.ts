@@ -6,6 +6,7 @@
  */
 import {
   type ApplyEffects,
+  type FieldError,
   type Queryable,
   type SchemaDocument,
   type SchemaReplica,
@@ -58,6 +59,39 @@ export async function revalidateWorld(
     }
     return doc;
   };
+  /** A definition's bookkeeping as checked against the new schema. */
+  const checkedAt = (valid: boolean, r: { errors: FieldError[] } | undefined) => ({
+    state: valid ? ('valid' as const) : ('invalid' as const),
+    errors: r?.errors ?? [],
+    schemaVersion: version,
+  });
+  /** Notes how a definition's state moved under the new schema. */
+  const note = (label: string, was: 'valid' | 'invalid', valid: boolean, recompute: boolean) => {
+    if (was === 'valid' && !valid) report.invalidated.push(label);
+    if (was === 'invalid' && valid) report.revalidated.push(label);
+    if (recompute) report.recomputed.push(label);
+  };
+  /** Asks for a valid definition's evaluation over existing objects again, or ends an invalid one's. */
+  const reevaluate = async (
+    kind: 'derived' | 'rule',
+    def: { name: string; version: number; objectType: string },
+    valid: boolean,
+    recompute: boolean,
+    dueInMs: number,
+  ) => {
+    if (recompute) {
+      await requestRecompute(tx, {
+        worldId,
+        kind,
+        name: def.name,
+        definitionVersion: def.version,
+        objectType: def.objectType,
+        dueInMs,
+      });
+    } else if (!valid) {
+      await finishRecomputes(tx, worldId, kind, def.name);
+    }
+  };
 
   for (const d of derived) {
     const r = resolution.derived.get(d.name);
@@ -67,67 +101,24 @@ export async function revalidateWorld(
     const before = schemaFootprint(d, { self }, await documentAt(d.schemaVersion));
     const after = schemaFootprint(d, { self }, document);
     const recompute = valid && (d.state === 'invalid' || before !== after);
-    if (d.state === 'valid' && !valid) report.invalidated.push(d.name);
-    if (d.state === 'invalid' && valid) report.revalidated.push(d.name);
-    if (recompute) report.recomputed.push(d.name);
-    await saveDerived(tx, {
-      ...d,
-      state: valid ? 'valid' : 'invalid',
-      errors: r?.errors ?? [],
-      schemaVersion: version,
-      invalidateValues: recompute,
-    });
-    if (recompute) {
-      await requestRecompute(tx, {
-        worldId,
-        kind: 'derived',
-        name: d.name,
-        definitionVersion: d.version,
-        objectType: d.objectType,
-        dueInMs: d.maxStalenessMs,
-      });
-    } else if (!valid) {
-      await finishRecomputes(tx, worldId, 'derived', d.name);
-    }
+    note(d.name, d.state, valid, recompute);
+    await saveDerived(tx, { ...d, ...checkedAt(valid, r), invalidateValues: recompute });
+    await reevaluate('derived', d, valid, recompute, d.maxStalenessMs);
   }
   for (const rule of rules) {
     const r = resolution.rules.get(rule.name);
     const valid = r?.resolved !== undefined;
     const changed = ruleFootprint(rule, await documentAt(rule.schemaVersion)) !== ruleFootprint(rule, document);
     const recompute = valid && (rule.state === 'invalid' || changed);
-    if (rule.state === 'valid' && !valid) report.invalidated.push(`rule:${rule.name}`);
-    if (rule.state === 'invalid' && valid) report.revalidated.push(`rule:${rule.name}`);
-    if (recompute) report.recomputed.push(`rule:${rule.name}`);
-    await saveRule(tx, {
-      ...rule,
-      state: valid ? 'valid' : 'invalid',
-      errors: r?.errors ?? [],
-      schemaVersion: version,
-    });
-    if (recompute) {
-      await requestRecompute(tx, {
-        worldId,
-        kind: 'rule',
-        name: rule.name,
-        definitionVersion: rule.version,
-        objectType: rule.objectType,
-        dueInMs: 0,
-      });
-    } else if (!valid) {
-      await finishRecomputes(tx, worldId, 'rule', rule.name);
-    }
+    note(`rule:${rule.name}`, rule.state, valid, recompute);
+    await saveRule(tx, { ...rule, ...checkedAt(valid, r) });
+    await reevaluate('rule', rule, valid, recompute, 0);
   }
   for (const d of decisions) {
     const r = resolution.decisions.get(d.name);
     const valid = r?.resolved !== undefined;
-    if (d.state === 'valid' && !valid) report.invalidated.push(`decision:${d.name}`);
-    if (d.state === 'invalid' && valid) report.revalidated.push(`decision:${d.name}`);
-    await saveDecisionDefinition(tx, {
-      ...d,
-      state: valid ? 'valid' : 'invalid',
-      errors: r?.errors ?? [],
-      schemaVersion: version,
-    });
+    note(`decision:${d.name}`, d.state, valid, false);
+    await saveDecisionDefinition(tx, { ...d, ...checkedAt(valid, r) });
   }
   await bumpRevision(tx, worldId);
   return report;

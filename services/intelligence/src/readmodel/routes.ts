@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { NotFound, WORLD_ID } from '@onto/shared';
-import { Type } from '@sinclair/typebox';
-import type { FastifyInstance } from 'fastify';
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listDerived, valuesOf } from '../derived/repository.js';
 import { errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
 
@@ -71,6 +71,18 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     return { object, derived };
   }
 
+  /** `read` once the request's consistency token is met; the answer carries the world's token. */
+  async function readConsistent(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    { world, type, pk }: Static<typeof Params>,
+  ) {
+    const watermark = await app.awaitConsistency(request, world);
+    const found = await read(world, type, pk);
+    await app.consistencyHeader(reply, world, watermark);
+    return found;
+  }
+
   app.get(
     '/v1/worlds/:world/objects/:type/:pk',
     {
@@ -96,10 +108,8 @@ export async function readModelRoutes(fastify: FastifyInstance) {
       },
     },
     async (request, reply) => {
-      const { world, type, pk } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
-      const { object, derived } = await read(world, type, pk);
-      await app.consistencyHeader(reply, world, watermark);
+      const { type, pk } = request.params;
+      const { object, derived } = await readConsistent(request, reply, request.params);
       return { type, pk, version: object.version, seq: object.seq, properties: object.properties, derived };
     },
   );
@@ -120,10 +130,8 @@ export async function readModelRoutes(fastify: FastifyInstance) {
       },
     },
     async (request, reply) => {
-      const { world, type, pk } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
-      const { object, derived } = await read(world, type, pk);
-      await app.consistencyHeader(reply, world, watermark);
+      const { type, pk } = request.params;
+      const { object, derived } = await readConsistent(request, reply, request.params);
       return { type, pk, version: object.version, derived };
     },
   );

@@ -2,11 +2,10 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { NotFound, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { decodeCursor, encodeCursor, errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
+import { errors, idKeyset, NAME, notProvisioned, provisioned, ReadHeaders, UUID } from '../http.js';
 import { ALERT_COLUMNS, type Alert } from './alerts.js';
 import { ALERT_TYPE, SEVERITIES } from './model.js';
 
-const UUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
 const AlertView = Type.Object({
   id: Type.String(),
   rule: Type.String(),
@@ -73,9 +72,7 @@ export async function alertRoutes(fastify: FastifyInstance) {
         pk: q.pk,
       };
       const listing = JSON.stringify(filters);
-      const after = decodeCursor(q.cursor, (c) =>
-        typeof c.i === 'string' && new RegExp(UUID).test(c.i) && c.f === listing ? c.i : undefined,
-      );
+      const keyset = idKeyset(q.cursor, listing, q.limit);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
       const { rows } = await app.pg.query<Alert>(
         `SELECT ${ALERT_COLUMNS} FROM alerts
@@ -92,17 +89,13 @@ export async function alertRoutes(fastify: FastifyInstance) {
           q.severity ?? null,
           q.objectType ?? null,
           q.pk ?? null,
-          after,
+          keyset.after,
           q.limit + 1,
         ],
       );
-      const page = rows.slice(0, q.limit);
-      const last = page.at(-1);
+      const { page, next } = keyset.page(rows);
       await app.consistencyHeader(reply, world, watermark);
-      return {
-        alerts: page.map(view),
-        next: rows.length > q.limit && last ? encodeCursor({ i: last.id, f: listing }) : null,
-      };
+      return { alerts: page.map(view), next };
     },
   );
 

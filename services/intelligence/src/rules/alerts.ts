@@ -25,16 +25,13 @@ export const ALERT_COLUMNS = `id::text, world_id AS "worldId", rule, rule_versio
 
 export type ClearReason = 'condition false' | 'object deleted' | 'rule deleted' | 'rule changed';
 
-export interface NewAlert {
-  worldId: string;
-  rule: string;
-  ruleVersion: number;
-  alertType: string;
-  severity: string;
-  objectType: string;
-  pk: string;
+/** An alert to raise: what it is about, and the object's version that raised it. */
+export type NewAlert = Pick<
+  Alert,
+  'worldId' | 'rule' | 'ruleVersion' | 'alertType' | 'severity' | 'objectType' | 'pk'
+> & {
   objectVersion: number;
-}
+};
 
 function alertEvent(alert: Alert, seq: number, cause: string | undefined): OutboxMessage {
   const raised = alert.status === 'OPEN';
@@ -100,11 +97,11 @@ export async function raiseAlerts(
       alerts.map((a) => a.objectVersion),
     ],
   );
-  const causes = new Map(alerts.map((a) => [`${a.rule}\u0000${a.objectType}\u0000${a.pk}`, a.cause]));
+  // One open alert per rule and object: that is what finds a row's cause.
+  const openOn = (a: Pick<Alert, 'rule' | 'objectType' | 'pk'>) => `${a.rule}\u0000${a.objectType}\u0000${a.pk}`;
+  const causes = new Map(alerts.map((a) => [openOn(a), a.cause]));
   await new Outbox(tx, topicPrefix).add(
-    rows.map(({ seq, ...alert }) =>
-      alertEvent(alert, Number(seq), causes.get(`${alert.rule}\u0000${alert.objectType}\u0000${alert.pk}`)),
-    ),
+    rows.map(({ seq, ...alert }) => alertEvent(alert, Number(seq), causes.get(openOn(alert)))),
   );
   return rows.map(({ seq: _, ...alert }) => alert);
 }

@@ -1,6 +1,6 @@
-import type { FieldError, Queryable } from '@onto/shared';
-import { definitionTable } from '../definitions.js';
-import type { Rule, Severity } from './model.js';
+import type { Queryable } from '@onto/shared';
+import { type DefinitionWrite, definitionTable } from '../definitions.js';
+import type { Rule, RuleInput } from './model.js';
 
 const COLUMNS = `world_id AS "worldId", name, object_type AS "objectType", condition, alert_type AS "alertType",
   severity, description, version, state, errors, schema_version AS "schemaVersion",
@@ -17,19 +17,7 @@ export const listRules = table.list;
 export const getRule = table.get;
 export const deleteRule = table.remove;
 
-export interface RuleWrite {
-  worldId: string;
-  name: string;
-  objectType: string;
-  condition: string;
-  alertType: string;
-  severity: Severity;
-  description?: string | undefined;
-  version: number;
-  state: 'valid' | 'invalid';
-  errors: FieldError[];
-  schemaVersion: number;
-}
+export interface RuleWrite extends RuleInput, DefinitionWrite {}
 
 export async function saveRule(tx: Queryable, w: RuleWrite): Promise<Rule> {
   const { rows } = await tx.query<Row>(

@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
-import { definitionResource, RecomputeView } from '../definition-routes.js';
+import { DefinitionBookkeeping, definitionResource, RecomputeView } from '../definition-routes.js';
 import type { Engine } from '../engine/engine.js';
 import type { RecomputeProgress } from '../engine/recompute-jobs.js';
 import { definitionsOf, refuseToBreak } from '../engine/world-model.js';
@@ -37,12 +37,7 @@ const View = Type.Object({
   alertType: Type.String(),
   severity: Severity,
   description: Type.Optional(Type.String()),
-  version: Type.Integer(),
-  state: Type.Union([Type.Literal('valid'), Type.Literal('invalid')]),
-  errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
-  schemaVersion: Type.Integer(),
-  createdAt: Type.String(),
-  updatedAt: Type.String(),
+  ...DefinitionBookkeeping,
   evaluation: Type.Optional(Type.Union([RecomputeView, Type.Null()])),
 });
 
