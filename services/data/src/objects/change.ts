@@ -1,6 +1,4 @@
 import {
-  ConcurrencyConflictError,
-  Conflict,
   canonicalJson,
   HttpProblem,
   inTransactionTogether,
@@ -12,13 +10,12 @@ import {
   StaleWriteError,
   type Statement,
   Unprocessable,
-  withOcc,
 } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { Counter } from 'prom-client';
 import { type Origin, objectChange } from '../events.js';
-import { WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
+import { retryWriteConflicts, WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
 import type { LiveLink } from '../links/repository.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { type Checked, capped, type Properties } from './model.js';
@@ -412,14 +409,7 @@ export class ObjectWrites {
       if ('error' in outcome) throw outcome.error;
       return outcome.ok;
     };
-    try {
-      return await withOcc(once, { maxRetries: 3, baseDelayMs: 20 });
-    } catch (error) {
-      if (error instanceof ConcurrencyConflictError) {
-        throw new Conflict('the write kept conflicting with concurrent writes; retry it');
-      }
-      throw error;
-    }
+    return retryWriteConflicts(once);
   }
 
   private async together(members: Member[]): Promise<void> {
