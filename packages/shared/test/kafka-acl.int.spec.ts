@@ -6,7 +6,7 @@ import { createKafkaBroker } from '../src/kafka/kafkajs-broker.js';
 import { platformTopics, TOPIC_NAMES } from '../src/kafka/topics.js';
 import { PRODUCERS, type ProducerName } from '../src/messaging/envelope.js';
 import { eventually, testLogger } from '../src/testing/index.js';
-import { type PrivateKafka, startPrivateKafka } from './fixtures/private-kafka.js';
+import { type PrivateKafka, startPrivateKafka } from '../src/testing/private-kafka.js';
 
 const { AclOperationTypes, AclPermissionTypes, AclResourceTypes, ResourcePatternTypes } = kafkajs;
 

@@ -4,4 +4,5 @@ export { dockerAvailable, ENV, endpointsFromEnv, type TestEndpoints, testEndpoin
 export { type EventuallyOptions, eventually } from './eventually.js';
 export { createTestTopics, testBroker, testLogger } from './kafka.js';
 export { blockedOnLock } from './locks.js';
+export { type PrivateKafka, startPrivateKafka } from './private-kafka.js';
 export { committedToEnd, consumedPastSentinel } from './sentinel.js';
