@@ -10,7 +10,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
-// control and data as ./onto up runs them against an authenticated broker (docs/adr/0024): each
+// The three services as ./onto up runs them against an authenticated broker (docs/adr/0024): each
 // logs in as its own user and is allowed only what the catalogue grants it. A broker of this
 // file's own: the shared test broker stays anonymous.
 describe('services with their own Kafka users', () => {
@@ -19,7 +19,7 @@ describe('services with their own Kafka users', () => {
   const services: TestService<unknown>[] = [];
 
   beforeAll(async () => {
-    kafka = await startPrivateKafka(['control', 'data']);
+    kafka = await startPrivateKafka(['control', 'data', 'intelligence']);
     const admin = await createKafkaBroker({
       brokers: [kafka.brokers],
       clientId: 'users-test-admin',
@@ -36,29 +36,31 @@ describe('services with their own Kafka users', () => {
     await kafka?.stop();
   }, 60_000);
 
-  it("data replicates control's identity through onto.identity, each as its own user", {
+  it("data and intelligence replicate control's identity through onto.identity, each as its own user", {
     timeout: 180_000,
   }, async () => {
-    for (const name of ['control', 'data'] as const) {
+    for (const name of ['control', 'data', 'intelligence'] as const) {
       const service = SERVICES.find((s) => s.name === name);
       services.push(
         await buildTestService(service as never, {
           KAFKA_BROKERS: kafka.brokers,
           ONTO_TOPIC_PREFIX: prefix,
+          DB_POOL_MAX: '4',
           KAFKA_SASL_MECHANISM: 'scram-sha-512',
           KAFKA_SASL_USERNAME: name,
           KAFKA_SASL_PASSWORD: kafka.passwords.get(name) as string,
         }),
       );
     }
-    const [control, data] = services as [TestService<unknown>, TestService<unknown>];
-    // control's relay publishes heartbeats on onto.identity; data's inbox consumer reads them.
-    await eventually(
-      () => `data's identity replica to hear from control: ${JSON.stringify(data.app.identityReplica.describe())}`,
-      () => data.app.identityReplica.lagMs() !== undefined,
-      { timeoutMs: 120_000, intervalMs: 200 },
-    );
-    for (const service of [control, data]) {
+    // control's relay publishes heartbeats on onto.identity; the replicas' inbox consumers read them.
+    for (const replica of services.slice(1)) {
+      await eventually(
+        () => `an identity replica to hear from control: ${JSON.stringify(replica.app.identityReplica.describe())}`,
+        () => replica.app.identityReplica.lagMs() !== undefined,
+        { timeoutMs: 120_000, intervalMs: 200 },
+      );
+    }
+    for (const service of services) {
       const ready = await service.app.inject({ method: 'GET', url: '/ready' });
       expect(ready.statusCode, ready.body).toBe(200);
     }
