@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +14,7 @@ const file = fileURLToPath(new URL('../docker-compose.yml', import.meta.url));
 
 interface ComposeService {
   image?: string;
+  entrypoint?: string[];
   build?: unknown;
   command?: string[];
   environment?: Record<string, string | number>;
@@ -23,10 +25,15 @@ interface ComposeService {
 
 const compose = parse(readFileSync(file, 'utf8'), { merge: true }) as { services: Record<string, ComposeService> };
 
+const KAFKA_USERS = ['admin', 'controller', 'control', 'data', 'intelligence'];
+
 // What a deployment sets: the secrets compose demands (`${NAME:?message}`).
 const SECRETS: Record<string, string> = {
   ONTO_BOOTSTRAP_TOKEN: randomBytes(32).toString('hex'),
   ONTO_POSTGRES_PASSWORD: randomBytes(32).toString('hex'),
+  ...Object.fromEntries(
+    KAFKA_USERS.map((u) => [`ONTO_KAFKA_${u.toUpperCase()}_PASSWORD`, randomBytes(24).toString('hex')]),
+  ),
 };
 
 /**
@@ -56,7 +63,10 @@ describe('docker-compose.yml', () => {
     expect(compose.services.postgres?.image).toBe('postgres:15');
     expect(compose.services.redis?.image).toBe('redis:7');
     expect(compose.services.kafka?.image).toMatch(/^apache\/kafka:4\.1\./);
-    expect(compose.services.kafka?.environment?.KAFKA_PROCESS_ROLES).toBe('broker,controller');
+    expect(compose.services.kafka?.entrypoint).toEqual(['/etc/onto-kafka/compose-start.sh']);
+    expect(readFileSync(new URL('../infra/kafka/server.properties', import.meta.url), 'utf8')).toMatch(
+      /^process\.roles=broker,controller$/m,
+    );
     for (const infra of ['postgres', 'redis', 'kafka']) {
       expect(compose.services[infra]?.healthcheck?.test.length, infra).toBeGreaterThan(0);
     }
@@ -72,6 +82,34 @@ describe('docker-compose.yml', () => {
     // Nothing else falls back to a value written in the file.
     expect(values(compose).filter((v) => /\$\{[A-Z_]+:-/.test(v))).toEqual([]);
     expect(JSON.stringify(compose)).not.toMatch(/postgres:postgres@|change-me/);
+  });
+
+  it("has no default Kafka password, and the broker's start script refuses to run without them", () => {
+    const kafka = compose.services.kafka?.environment ?? {};
+    const topics = compose.services.topics?.environment ?? {};
+    const passwords = [
+      ...KAFKA_USERS.map((u) => kafka[`KAFKA_${u.toUpperCase()}_PASSWORD`]),
+      topics.KAFKA_SASL_PASSWORD,
+      ...SERVICES.map((s) => compose.services[s.name]?.environment?.KAFKA_SASL_PASSWORD),
+    ];
+    for (const value of passwords) expect(() => interpolate(value ?? '', {})).toThrow(/openssl rand -hex 24/);
+    const start = fileURLToPath(new URL('../infra/kafka/compose-start.sh', import.meta.url));
+    const env = Object.fromEntries(KAFKA_USERS.map((u) => [`KAFKA_${u.toUpperCase()}_PASSWORD`, 'a1'.repeat(16)]));
+    const run = spawnSync('bash', [start], { env: { PATH: process.env.PATH, ...env, KAFKA_DATA_PASSWORD: '' } });
+    expect(run.status).toBe(1);
+    expect(run.stderr.toString()).toMatch(/password of data must be .*openssl rand -hex 24/);
+  });
+
+  it('gives each service its own Kafka user, and the topics job the admin with the ACLs', () => {
+    for (const s of SERVICES) {
+      const env = compose.services[s.name]?.environment ?? {};
+      expect(env.KAFKA_SASL_MECHANISM).toBe('scram-sha-512');
+      expect(env.KAFKA_SASL_USERNAME).toBe(s.name);
+      expect(env.KAFKA_SASL_PASSWORD).toBe(
+        `\${ONTO_KAFKA_${s.name.toUpperCase()}_PASSWORD:?set ONTO_KAFKA_${s.name.toUpperCase()}_PASSWORD, e.g. to the output of openssl rand -hex 24}`,
+      );
+    }
+    expect(compose.services.topics?.environment).toMatchObject({ KAFKA_SASL_USERNAME: 'admin', ONTO_KAFKA_ACLS: 'on' });
   });
 
   it('publishes PostgreSQL, Redis and Kafka only with the override file, on the loopback interface', () => {

@@ -1,4 +1,4 @@
-import { ConfigError, loadConfig } from '@onto/shared';
+import { ConfigError, kafkaSaslOf, loadConfig } from '@onto/shared';
 import { describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
@@ -61,5 +61,24 @@ describe.each(SERVICES)('$name configuration', (service) => {
         new Set(['DATABASE_URL', 'REDIS_URL', 'KAFKA_BROKERS', 'PORT']),
       );
     }
+  });
+
+  it("reads the service's Kafka user, all three SASL variables or none", () => {
+    const sasl = {
+      KAFKA_SASL_MECHANISM: 'scram-sha-512',
+      KAFKA_SASL_USERNAME: service.name,
+      KAFKA_SASL_PASSWORD: 'p'.repeat(32),
+    };
+    expect(kafkaSaslOf(loadConfig(service.schema, { ...valid, ...sasl }))).toEqual({
+      mechanism: 'scram-sha-512',
+      username: service.name,
+      password: 'p'.repeat(32),
+    });
+    expect(kafkaSaslOf(loadConfig(service.schema, valid))).toBeUndefined();
+    expect(() => loadConfig(service.schema, { ...valid, ...sasl, KAFKA_SASL_MECHANISM: 'gssapi' })).toThrow(
+      /KAFKA_SASL_MECHANISM/,
+    );
+    const partial = loadConfig(service.schema, { ...valid, KAFKA_SASL_USERNAME: service.name });
+    expect(() => kafkaSaslOf(partial)).toThrow(/KAFKA_SASL_MECHANISM: required.*KAFKA_SASL_PASSWORD: required/);
   });
 });

@@ -17,7 +17,14 @@ export {
 export * from './auth/tokens.js';
 export * from './auth/types.js';
 export { type Backoff, backoffDelay, equalJitter, type RetryOptions, retryWithBackoff } from './backoff.js';
-export { ConfigError, loadConfig, replicaConfigSchema, serviceConfigSchema } from './config/load.js';
+export {
+  ConfigError,
+  kafkaSaslConfigSchema,
+  kafkaSaslOf,
+  loadConfig,
+  replicaConfigSchema,
+  serviceConfigSchema,
+} from './config/load.js';
 export { advisoryLockKey, fnv1a32, lockSpace } from './db/advisory-lock.js';
 export { copyField, copyLines } from './db/copy.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
@@ -32,9 +39,10 @@ export { metricsPlugin } from './http/observability.js';
 export { type BaseServiceConfig, fastifyOptions, type PlatformOptions, platformPlugin } from './http/platform.js';
 export * from './http/problem.js';
 export { runService } from './http/server.js';
+export { type AclRule, kafkaAclsCommands, producedTopics, serviceAcls } from './kafka/acls.js';
 export type * from './kafka/broker.js';
 export * from './kafka/events/index.js';
-export { createKafkaBroker, type KafkaBrokerOptions } from './kafka/kafkajs-broker.js';
+export { createKafkaBroker, type KafkaBrokerOptions, type KafkaSasl } from './kafka/kafkajs-broker.js';
 export { kafkaPlugin } from './kafka/plugin.js';
 export * from './kafka/topics.js';
 export { identityReplicaMigrations, kernelMigrations } from './kernel-migrations.js';

@@ -1,5 +1,6 @@
 import { type Static, type TObject, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
+import { type KafkaSasl, SASL_MECHANISMS } from '../kafka/kafkajs-broker.js';
 
 /** A missing or malformed environment variable; the message names every one of them. */
 export class ConfigError extends Error {
@@ -67,6 +68,41 @@ export const BrokerList = Type.String({
 export const PostgresUrl = Type.String({ pattern: '^postgres(ql)?://', description: 'PostgreSQL URL' });
 export const RedisUrl = Type.String({ pattern: '^rediss?://', description: 'Redis URL' });
 
+/** SASL for the Kafka clients (docs/adr/0024): the service's own user; all three or none. */
+export function kafkaSaslConfigSchema() {
+  return Type.Object({
+    KAFKA_SASL_MECHANISM: Type.Optional(
+      Type.Union(
+        SASL_MECHANISMS.map((m) => Type.Literal(m)),
+        { description: 'SASL mechanism of the Kafka clients; unset: anonymous' },
+      ),
+    ),
+    KAFKA_SASL_USERNAME: Type.Optional(Type.String({ minLength: 1, description: "the service's Kafka user" })),
+    KAFKA_SASL_PASSWORD: Type.Optional(Type.String({ minLength: 1, description: "the Kafka user's password" })),
+  });
+}
+
+export interface KafkaSaslConfig {
+  KAFKA_SASL_MECHANISM?: KafkaSasl['mechanism'] | undefined;
+  KAFKA_SASL_USERNAME?: string | undefined;
+  KAFKA_SASL_PASSWORD?: string | undefined;
+}
+
+/** The Kafka clients' SASL credentials, or undefined for anonymous ones; a partial set is refused. */
+export function kafkaSaslOf(config: KafkaSaslConfig): KafkaSasl | undefined {
+  const { KAFKA_SASL_MECHANISM: mechanism, KAFKA_SASL_USERNAME: username, KAFKA_SASL_PASSWORD: password } = config;
+  if (mechanism === undefined && username === undefined && password === undefined) return undefined;
+  const missing = Object.entries({
+    KAFKA_SASL_MECHANISM: mechanism,
+    KAFKA_SASL_USERNAME: username,
+    KAFKA_SASL_PASSWORD: password,
+  })
+    .filter(([, value]) => value === undefined)
+    .map(([variable]) => ({ variable, message: 'required when any KAFKA_SASL_ variable is set' }));
+  if (missing.length > 0 || !mechanism || !username || !password) throw new ConfigError(missing);
+  return { mechanism, username, password };
+}
+
 export function serviceConfigSchema(defaultPort: number) {
   return Type.Object({
     HOST: Type.String({ default: '0.0.0.0', minLength: 1 }),
@@ -76,6 +112,7 @@ export function serviceConfigSchema(defaultPort: number) {
     REDIS_URL: RedisUrl,
     KAFKA_BROKERS: BrokerList,
     KAFKA_CLIENT_ID: Type.Optional(Type.String({ minLength: 1 })),
+    ...kafkaSaslConfigSchema().properties,
     ONTO_TOPIC_PREFIX: Type.String({
       default: '',
       pattern: '^[a-zA-Z0-9._-]*$',

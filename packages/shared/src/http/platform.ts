@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
 import type { FastifyInstance, FastifyReply, FastifySchema, FastifyServerOptions } from 'fastify';
 import fp from 'fastify-plugin';
+import { type KafkaSaslConfig, kafkaSaslOf } from '../config/load.js';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
 import { asyncApiDocument } from '../kafka/events/asyncapi.js';
@@ -15,7 +16,7 @@ import { metricsPlugin } from './observability.js';
 import { installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
 import { validatorCompiler } from './validation.js';
 
-export interface BaseServiceConfig {
+export interface BaseServiceConfig extends KafkaSaslConfig {
   LOG_LEVEL: string;
   DATABASE_URL: string;
   REDIS_URL: string;
@@ -203,6 +204,7 @@ export const platformPlugin = fp(
       brokers: opts.config.KAFKA_BROKERS.split(','),
       clientId: opts.config.KAFKA_CLIENT_ID ?? `onto-${opts.service}`,
       topicPrefix: opts.config.ONTO_TOPIC_PREFIX,
+      sasl: kafkaSaslOf(opts.config),
     });
     await app.register(outboxPlugin, {
       batchSize: opts.config.OUTBOX_BATCH_SIZE,

@@ -1,3 +1,4 @@
+import type { AclRule } from './acls.js';
 /**
  * The broker as onto sees it: a producer, a consumer group and an admin. Everything else in
  * the code base talks to these interfaces; only kafkajs-broker.ts knows the Kafka client, so
@@ -103,6 +104,8 @@ export interface Admin {
   listTopics(): Promise<string[]>;
   partitionOffsets(topic: string): Promise<PartitionOffsets[]>;
   consumerLag(groupId: string, topic: string): Promise<number>;
+  /** Adds allow rules (a rule already there is kept); needs a super user (docs/adr/0024). */
+  createAcls(rules: readonly AclRule[]): Promise<void>;
   disconnect(): Promise<void>;
 }
 

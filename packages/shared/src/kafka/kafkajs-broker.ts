@@ -1,5 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CompressionTypes, type ICustomPartitioner, Kafka, type logCreator, logLevel, Partitioners } from 'kafkajs';
+import kafkajs, {
+  CompressionTypes,
+  type ICustomPartitioner,
+  Kafka,
+  type logCreator,
+  logLevel,
+  Partitioners,
+  type SASLOptions,
+} from 'kafkajs';
 import type { Logger } from 'pino';
 import { retryWithBackoff } from '../backoff.js';
 import type { Admin, Broker, Consumer, ConsumerOptions, Headers, IncomingMessage, Producer } from './broker.js';
@@ -13,6 +21,15 @@ export interface KafkaBrokerOptions {
   requestTimeoutMs?: number;
   connectionTimeoutMs?: number;
   retries?: number;
+  /** SASL credentials (SASL_PLAINTEXT); without them the client connects anonymously. */
+  sasl?: KafkaSasl | undefined;
+}
+
+export const SASL_MECHANISMS = ['scram-sha-512', 'scram-sha-256', 'plain'] as const;
+export interface KafkaSasl {
+  mechanism: (typeof SASL_MECHANISMS)[number];
+  username: string;
+  password: string;
 }
 
 function pinoLogCreator(logger: Logger): logCreator {
@@ -52,6 +69,8 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
     retry: { retries: options.retries ?? 5, initialRetryTime: 100, maxRetryTime: 2000 },
     logLevel: logLevel.WARN,
     logCreator: pinoLogCreator(options.logger),
+    // kafkajs's SASLOptions is a union per mechanism; each of ours has exactly these three fields.
+    ...(options.sasl ? { sasl: { ...options.sasl } as SASLOptions } : {}),
   });
 
   return {
@@ -279,11 +298,29 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
           }
           return Number(lag);
         },
+        async createAcls(rules) {
+          if (rules.length === 0) return;
+          await admin.createAcls({
+            acl: rules.map((r) => ({
+              principal: r.principal,
+              host: '*',
+              resourceType: r.resourceType === 'Topic' ? AclResourceTypes.TOPIC : AclResourceTypes.GROUP,
+              resourceName: r.name,
+              resourcePatternType:
+                r.patternType === 'Literal' ? ResourcePatternTypes.LITERAL : ResourcePatternTypes.PREFIXED,
+              operation: r.operation === 'Read' ? AclOperationTypes.READ : AclOperationTypes.WRITE,
+              permissionType: AclPermissionTypes.ALLOW,
+            })),
+          });
+        },
         disconnect: () => admin.disconnect(),
       };
     },
   };
 }
+
+// Node's ESM loader does not see these among kafkajs's CommonJS named exports.
+const { AclOperationTypes, AclPermissionTypes, AclResourceTypes, ResourcePatternTypes } = kafkajs;
 
 /** At most `permits` holders at once; the others wait in arrival order. */
 function semaphore(permits: number) {

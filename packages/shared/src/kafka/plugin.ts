@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Admin, Broker } from './broker.js';
-import { createKafkaBroker } from './kafkajs-broker.js';
+import { createKafkaBroker, type KafkaSasl } from './kafkajs-broker.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -14,12 +14,18 @@ export interface KafkaPluginOptions {
   brokers: string[];
   clientId: string;
   topicPrefix: string;
+  sasl?: KafkaSasl | undefined;
 }
 
 /** The broker for this service; connections are made by the components that need them. */
 export const kafkaPlugin = fp(
   async (app: FastifyInstance, opts: KafkaPluginOptions) => {
-    const broker = createKafkaBroker({ brokers: opts.brokers, clientId: opts.clientId, logger: app.log as never });
+    const broker = createKafkaBroker({
+      brokers: opts.brokers,
+      clientId: opts.clientId,
+      logger: app.log as never,
+      sasl: opts.sasl,
+    });
     app.decorate('broker', broker);
     app.decorate('topicPrefix', opts.topicPrefix);
 
@@ -28,6 +34,7 @@ export const kafkaPlugin = fp(
       brokers: opts.brokers,
       clientId: `${opts.clientId}-ready`,
       logger: app.log as never,
+      sasl: opts.sasl,
       retries: 0,
       connectionTimeoutMs: 1500,
       requestTimeoutMs: 1500,
