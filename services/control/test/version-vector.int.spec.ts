@@ -6,7 +6,7 @@ import * as intelligence from '../../intelligence/src/app.js';
 import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
 
 /**
- * The version vector (docs/adr/0024) on the real stack: control learns data's and intelligence's
+ * The version vector (docs/adr/0025) on the real stack: control learns data's and intelligence's
  * positions from their announcements on Kafka. intelligence starts late, so it lags by everything
  * until it runs; one partition per topic keeps the hand-made announcements in order.
  */

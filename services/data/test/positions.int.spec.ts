@@ -10,7 +10,7 @@ const Item = {
 const ndjson = (ids: string[]) => ids.map((id, i) => JSON.stringify({ properties: { id, qty: i } })).join('\n');
 
 /**
- * data's position announcements (docs/adr/0024), driven tick by tick: the service's own announcer
+ * data's position announcements (docs/adr/0025), driven tick by tick: the service's own announcer
  * is slowed out of the way, so that each tick here sees exactly the writes made before it.
  */
 describe("data's position per world", () => {

@@ -185,7 +185,7 @@ export default fp(
           tags: ['worlds'],
           summary: "The world's version vector: what each service has applied, the spread and the laggard",
           description:
-            'control knows the others from their announcements on Kafka (storage.schema.updated, storage.position, intelligence.position), at most about a second old while they change. See docs/adr/0024.',
+            'control knows the others from their announcements on Kafka (storage.schema.updated, storage.position, intelligence.position), at most about a second old while they change. See docs/adr/0025.',
           params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
           response: { 200: Vector, ...problemResponses(400, 401, 403, 404, 503) },
         },

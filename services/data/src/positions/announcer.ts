@@ -32,7 +32,7 @@ export const POSITIONS_SINCE = `
 
 /**
  * Announces data's position per world, `storage.position` `{ seq }` on onto.storage: the newest
- * write sequence among the world's change events, for control's version vector (docs/adr/0024).
+ * write sequence among the world's change events, for control's version vector (docs/adr/0025).
  * A periodic task, not the write path: a write costs nothing more (docs/adr/0013). Each tick
  * reads `data_seq`; when it moved, it reads the change events the outbox gained since the tick
  * before last (an id range of its primary key — the one-tick overlap catches a transaction that

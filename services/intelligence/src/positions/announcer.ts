@@ -10,7 +10,7 @@ interface Position {
 
 /**
  * Announces intelligence's position per world, `intelligence.position` `{ schemaVersion, dataSeq }`
- * on onto.intelligence, for control's version vector (docs/adr/0024): the schema version its
+ * on onto.intelligence, for control's version vector (docs/adr/0025): the schema version its
  * replica applied and its data watermark. A periodic task reading the watermark and schema tables,
  * not the applying transaction: the hot consumer path stays as it is. Each tick reads the worlds
  * whose watermark or schema changed since the previous read (less one interval, which catches an
