@@ -223,7 +223,7 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
       )
       .requiredOption('--topic <topic>', 'the original topic')
       .action(async (opts: { topic: string }, cmd: Command) => {
-        const { o, kafka, bar, topic } = setup(cmd);
+        const { o, kafka, bar, topic, services } = setup(cmd);
         const tools = kafka();
         const name = dlqOf(topic(opts.topic));
         const log = await dlqLog(tools, name);
@@ -237,6 +237,22 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
             `${name} ${missing.partition}@${missing.offset} does not say where it was read (${DLQ_HEADERS.topic}): nothing redriven`,
             EXIT.failure,
           );
+        }
+        // The consumers recorded these events as dead-lettered: they forget that first, or the
+        // redriven events would be skipped as duplicates.
+        const byConsumer = new Map<string, string[]>();
+        for (const r of records) {
+          const consumer = r.headers[DLQ_HEADERS.consumer];
+          const eventId =
+            r.headers['onto-event-id'] ?? (decodedValue(r.value) as { event_id?: string } | null)?.event_id;
+          if (consumer && typeof eventId === 'string')
+            byConsumer.set(consumer, [...(byConsumer.get(consumer) ?? []), eventId]);
+        }
+        const api = services();
+        for (const [consumer, eventIds] of byConsumer) {
+          for (const service of ['control', 'data', 'intelligence'] as const) {
+            await api.call(service, 'POST', '/v1/admin/inbox/release', { consumer, eventIds });
+          }
         }
         await tools.publish(
           records.map((r) => ({

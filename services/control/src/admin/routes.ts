@@ -1,5 +1,6 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  inboxReleaseRoute,
   inTransaction,
   NotFound,
   newEvent,
@@ -28,6 +29,7 @@ const Republished = Type.Object({
 export default fp(
   async (fastify: FastifyInstance) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    await inboxReleaseRoute(fastify);
     app.post(
       '/v1/admin/worlds/:world/schema/republish',
       {

@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { newEvent, Outbox, problemResponses, recordAudit, TOPICS, WORLD_ID } from '@onto/shared';
+import { inboxReleaseRoute, newEvent, Outbox, problemResponses, recordAudit, TOPICS, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
@@ -34,6 +34,7 @@ interface HeadRow {
 export default fp(
   async (fastify: FastifyInstance) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    await inboxReleaseRoute(fastify);
     app.post(
       '/v1/admin/worlds/:world/object-types/:type/recount',
       {
