@@ -64,7 +64,9 @@ describe('onto-admin against the running stack', () => {
   };
 
   beforeAll(async () => {
-    s = await intelligenceStack({ partitions: 1 });
+    // Small pools: the test's three services share one PostgreSQL with the other test files.
+    const pool = { DB_POOL_MAX: '5' };
+    s = await intelligenceStack({ partitions: 1, controlEnv: pool, dataEnv: pool, intelligenceEnv: pool });
     const urls: string[] = [];
     for (const app of [s.control.app, s.data.app, s.intelligence?.app]) {
       urls.push(await (app as NonNullable<typeof app>).listen({ port: 0, host: '127.0.0.1' }));
