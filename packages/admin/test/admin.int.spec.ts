@@ -1,4 +1,6 @@
+import { spawnSync } from 'node:child_process';
 import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
 import { testEndpoints } from '@onto/shared/testing';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -132,6 +134,19 @@ describe('onto-admin against the running stack', () => {
       expect(help.out).toContain('Exit codes:');
     }
     expect((await run('event-replay', '--help')).out).toContain('INBOX_RETENTION_HOURS');
+  });
+
+  it('runs as `pnpm onto-admin` and `./onto admin`, its exit code the process status', () => {
+    const repo = fileURLToPath(new URL('../../..', import.meta.url));
+    const viaPnpm = spawnSync('pnpm', ['--loglevel', 'silent', 'onto-admin', 'merge-verify', '--merge-id', 'm-1'], {
+      cwd: repo,
+      encoding: 'utf8',
+    });
+    expect(viaPnpm.status, viaPnpm.stderr).toBe(EXIT.unsupported);
+    expect(viaPnpm.stderr).toContain('merges do not exist yet');
+    const viaOnto = spawnSync(`${repo}/onto`, ['admin', 'schema-reconcile', '--help'], { encoding: 'utf8' });
+    expect(viaOnto.status, viaOnto.stderr).toBe(EXIT.ok);
+    expect(viaOnto.stdout).toContain('Usage: onto-admin schema-reconcile');
   });
 
   it('refuses bad input with a message and a non-zero exit, changing nothing', async () => {
