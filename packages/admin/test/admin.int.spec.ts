@@ -282,6 +282,12 @@ describe('onto-admin against the running stack', () => {
       60_000,
     );
     expect(listed).toHaveLength(1);
+    globals = globals.filter((g) => g !== '--json');
+    const table = await run('dlq', 'list', '--topic', 'onto.changes.objects'); // for people
+    globals = ['--json', ...globals];
+    expect(table.out).toMatch(/partition.*offset.*key.*error type.*error.*original.*consumer/);
+    expect(table.out).toContain('the poison pill');
+    expect(table.err).toContain('1 dead letter(s)');
     expect(listed[0]).toMatchObject({
       key: `${W}/Order/poison`,
       error: expect.stringContaining('the poison pill'),
