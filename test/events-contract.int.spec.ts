@@ -129,6 +129,7 @@ describe('every event the services produce matches the published contract', () =
       'small order',
       s.dataCall('PATCH', `/v1/worlds/${W}/objects/Order/o-1`, { body: { properties: { amount: 5 } } }),
     );
+    await ok('recount', s.dataCall('POST', `/v1/admin/worlds/${W}/object-types/Order/recount`)); // object.announced
     await ok('customer', s.dataCall('PUT', `/v1/worlds/${W}/objects/Customer/c-1`, { body: { properties: {} } }));
     await ok('link', s.dataCall('PUT', `/v1/worlds/${W}/links/placedBy/o-1/c-1`));
     await ok('unlink', s.dataCall('DELETE', `/v1/worlds/${W}/links/placedBy/o-1/c-1`));

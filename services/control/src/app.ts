@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
+import adminRoutes from './admin/routes.js';
 import type { Config } from './config.js';
 import identity from './identity/plugin.js';
 import schemaRoutes from './schema/routes.js';
@@ -36,6 +37,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worldTags);
   await fastify.register(worldSaga);
   await fastify.register(worldConsistency);
+  await fastify.register(adminRoutes);
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

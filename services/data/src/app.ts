@@ -4,6 +4,7 @@ import { identityReplicaMigrations, kernelMigrations, type MigrationTrack, platf
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import actions from './actions/plugin.js';
+import adminRoutes from './admin/routes.js';
 import cdc from './cdc/plugin.js';
 import type { Config } from './config.js';
 import identity from './identity/plugin.js';
@@ -44,6 +45,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(cdc, { mappings: config.CDC_MAPPINGS });
   await fastify.register(actions);
   await fastify.register(positions, { intervalMs: config.POSITION_ANNOUNCE_MS });
+  await fastify.register(adminRoutes);
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

@@ -27,6 +27,7 @@ export const EVENT_TYPES = {
   'object.created': 'onto.changes.objects',
   'object.updated': 'onto.changes.objects',
   'object.deleted': 'onto.changes.objects',
+  'object.announced': 'onto.changes.objects',
   'link.created': 'onto.changes.links',
   'link.deleted': 'onto.changes.links',
   'alert.raised': 'domain.alerts',

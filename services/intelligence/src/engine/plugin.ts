@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import { adminRoutes } from '../admin/routes.js';
 import type { ActionStarter } from '../decisions/make.js';
 import { decisionRoutes } from '../decisions/routes.js';
 import { derivedRoutes } from '../derived/routes.js';
@@ -63,6 +64,7 @@ export default fp(
 
     await readModelRoutes(app);
     await derivedRoutes(app, engine);
+    await adminRoutes(app, engine);
     await ruleRoutes(app, engine);
     await alertRoutes(app);
     await decisionRoutes(app, engine);

@@ -221,6 +221,18 @@ export const EVENT_PAYLOADS = {
   'object.created': objectChange('an object was created'),
   'object.updated': objectChange('an object was changed'),
   'object.deleted': objectChange('an object was deleted (after is null)'),
+  'object.announced': closed(
+    {
+      type: Type.String({ minLength: 1, description: 'the object type' }),
+      pk: Type.String({ minLength: 1, description: "the object's primary key" }),
+      version: Type.Integer({ minimum: 1, description: "the object's current version" }),
+      after: Properties,
+      actor: Actor,
+      requestId: RequestId,
+      schemaVersion: Type.Integer({ minimum: 0, description: 'the world schema version the object was written with' }),
+    },
+    'data re-announces a live object as it is (an operator recount): applied only by a consumer that lacks this version',
+  ),
   'link.created': linkChange('a link was created'),
   'link.deleted': linkChange('a link was deleted'),
   'alert.raised': closed(

@@ -1,0 +1,116 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { inboxReleaseRoute, newEvent, Outbox, problemResponses, recordAudit, TOPICS, WORLD_ID } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { inWorldTransaction, originOf } from '../http.js';
+import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+
+/** Objects announced per transaction: a big type never makes one giant transaction. */
+const ANNOUNCE_BATCH = 500;
+
+const Recounted = Type.Object({
+  world: Type.String(),
+  type: Type.String(),
+  count: Type.Integer({ description: 'live objects of the type in data' }),
+  announced: Type.Integer({ description: 'object.announced events published' }),
+});
+
+interface HeadRow {
+  pk: string;
+  version: string;
+  seq: string;
+  properties: Record<string, unknown>;
+  schema_version: number;
+}
+
+/**
+ * Operator repairs (onto-admin): `POST /v1/admin/worlds/{world}/object-types/{type}/recount`
+ * counts the live objects of a type and re-announces each as `object.announced` with its current
+ * version, so that a consumer that lost some (intelligence's read model) takes them again; one
+ * that has the version already changes nothing. Only the world's own heads: a fork's inherited
+ * objects are its base world's to announce.
+ */
+export default fp(
+  async (fastify: FastifyInstance) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    await inboxReleaseRoute(fastify);
+    app.post(
+      '/v1/admin/worlds/:world/object-types/:type/recount',
+      {
+        preHandler: app.authorize({ admin: true }),
+        schema: {
+          tags: ['admin'],
+          summary: 'Count the live objects of a type and re-announce them as object.announced',
+          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), type: Type.String({ minLength: 1 }) }),
+          response: { 200: Recounted, ...problemResponses(400, 401, 403, 404, 409, 503) },
+        },
+      },
+      async (request) => {
+        const { world, type } = request.params;
+        const origin = originOf(request);
+        let after = '';
+        let announced = 0;
+        for (;;) {
+          const batch = await inWorldTransaction(app.pg, world, async (tx) => {
+            const { rows: ctx } = await tx.query<{ provisioned: boolean; schema_version: number }>(
+              `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
+                      (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version`,
+              [world],
+            );
+            if (!ctx[0]?.provisioned) throw notProvisioned(world);
+            await objectTypeOf(app, tx, world, type, ctx[0].schema_version);
+            const { rows } = await tx.query<HeadRow>(
+              `SELECT pk, version::text, seq::text, properties, schema_version FROM object_heads
+                WHERE world_id = $1 AND type = $2 AND NOT deleted AND pk > $3
+                ORDER BY pk LIMIT $4`,
+              [world, type, after, ANNOUNCE_BATCH],
+            );
+            if (rows.length === 0) return rows;
+            await new Outbox(tx, app.topicPrefix).add(
+              rows.map((row) => {
+                const key = TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk });
+                return {
+                  event: newEvent({
+                    type: 'object.announced',
+                    worldId: world,
+                    key,
+                    version: Number(row.version),
+                    producer: 'data',
+                    producerSeq: Number(row.seq),
+                    causedBy: origin.causedBy,
+                    payload: {
+                      type,
+                      pk: row.pk,
+                      version: Number(row.version),
+                      after: row.properties,
+                      actor: origin.actor,
+                      requestId: origin.requestId,
+                      schemaVersion: row.schema_version,
+                    },
+                  }),
+                  key,
+                  headers: { 'x-request-id': origin.requestId },
+                };
+              }),
+            );
+            return rows;
+          });
+          announced += batch.length;
+          const last = batch.at(-1);
+          if (!last || batch.length < ANNOUNCE_BATCH) break;
+          after = last.pk;
+        }
+        await recordAudit(app.pg, request, {
+          action: 'admin.objects.announced',
+          worldId: world,
+          subject: type,
+          detail: { announced },
+        });
+        // Every live object was announced: the count is what was announced.
+        return { world, type, count: announced, announced };
+      },
+    );
+  },
+  { name: 'onto-data-admin' },
+);
