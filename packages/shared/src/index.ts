@@ -65,6 +65,7 @@ export * from './messaging/outbox.js';
 export { type OutboxPluginOptions, outboxPlugin } from './messaging/plugin.js';
 export { ProcessedCache } from './messaging/processed-cache.js';
 export { RecordConsumer, type RecordConsumerOptions } from './messaging/record-consumer.js';
+export * from './messaging/record-limits.js';
 export * from './messaging/relay.js';
 export { upsertIfNewer } from './messaging/upsert.js';
 export { UUID_V7, uuidv7 } from './messaging/uuidv7.js';
