@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   CompressionTypes,
-  ConfigResourceTypes,
-  ConfigSource,
+  type ConfigResourceTypes,
+  type ConfigSource,
   type ICustomPartitioner,
   Kafka,
   type Producer as KafkaProducer,
@@ -60,6 +60,11 @@ const keyPartitioner: ICustomPartitioner = () => {
     return fallback(args);
   };
 };
+
+// kafkajs's ConfigResourceTypes.TOPIC and ConfigSource.TOPIC_CONFIG: its enums are not named
+// exports Node finds in its CommonJS module, only its types are.
+const TOPIC_RESOURCE = 2 as ConfigResourceTypes;
+const SET_ON_TOPIC = 1 as ConfigSource;
 
 /**
  * Produce errors that the same records meet again however often they are sent: the relay sets
@@ -359,7 +364,7 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
           const { resources } = await admin.describeConfigs({
             includeSynonyms: false,
             resources: topics.map((name) => ({
-              type: ConfigResourceTypes.TOPIC,
+              type: TOPIC_RESOURCE,
               name,
               configNames: ['max.message.bytes'],
             })),
@@ -375,10 +380,10 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
           // AlterConfigs replaces a resource's whole configuration: the entries set now are merged in.
           const { resources } = await admin.describeConfigs({
             includeSynonyms: false,
-            resources: [{ type: ConfigResourceTypes.TOPIC, name: topic }],
+            resources: [{ type: TOPIC_RESOURCE, name: topic }],
           });
           const set = (resources[0]?.configEntries ?? [])
-            .filter((c) => c.configSource === ConfigSource.TOPIC_CONFIG)
+            .filter((c) => c.configSource === SET_ON_TOPIC)
             .map((c) => ({ name: c.configName, value: c.configValue }));
           const entries = new Map(set.map((e) => [e.name, e.value]));
           for (const [name, value] of Object.entries(config)) entries.set(name, value);
@@ -386,7 +391,7 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
             validateOnly: false,
             resources: [
               {
-                type: ConfigResourceTypes.TOPIC,
+                type: TOPIC_RESOURCE,
                 name: topic,
                 configEntries: [...entries].map(([name, value]) => ({ name, value })),
               },
