@@ -68,7 +68,7 @@ export const outboxPlugin = fp(
     let refresh: NodeJS.Timeout | undefined;
     app.addHook('onReady', async () => {
       if (stopped) return;
-      await withTimeout(learn(), 5000, 'the broker did not say its record limits').catch((err) =>
+      await withTimeout(learn(), 3000, 'the broker did not say its record limits').catch((err) =>
         app.log.warn({ err }, "record limits not known: Kafka's default limit holds until the broker answers"),
       );
       refresh = setInterval(() => {
