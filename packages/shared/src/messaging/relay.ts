@@ -2,7 +2,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { backoffDelay } from '../backoff.js';
-import { queryTogether } from '../db/pipeline.js';
+import { queryTogether, type Statement } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
 import { withTimeout } from '../http/health.js';
 import { type Producer, RecordsRefusedError } from '../kafka/broker.js';
@@ -158,7 +158,7 @@ interface SetAside {
  * broker refused in outbox_set_aside, and commits, in one round trip.
  */
 async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[], setAside: SetAside[]): Promise<void> {
-  const statements = [
+  const statements: Statement[] = [
     {
       text: markSent('unnest($1::smallint[], $2::bigint[]) AS s(lane, id)', 'p.lane = s.lane AND p.id = s.id'),
       values: [rows.map((r) => r.lane), rows.map((r) => r.id)],
@@ -177,7 +177,7 @@ async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[], setA
         records.map((r) => r.value),
         records.map((r) => JSON.stringify(r.rowHeaders)),
         setAside.map((s) => s.reason),
-      ] as never[],
+      ],
     });
   }
   await queryTogether(client, [...statements, { text: 'COMMIT' }]);
