@@ -74,6 +74,7 @@ export { runPeriodically } from './messaging/periodic.js';
 export { type OutboxPluginOptions, outboxPlugin } from './messaging/plugin.js';
 export { ProcessedCache } from './messaging/processed-cache.js';
 export { RecordConsumer, type RecordConsumerOptions } from './messaging/record-consumer.js';
+export * from './messaging/record-limits.js';
 export { inboxReleaseRoute, releaseDeadLettered } from './messaging/redrive.js';
 export * from './messaging/relay.js';
 export { upsertIfNewer } from './messaging/upsert.js';

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Producer } from '../src/kafka/broker.js';
 import { TOPICS } from '../src/kafka/topics.js';
 import { BUNDLE_MAX, laneOf, Outbox, OutboxConflictError } from '../src/messaging/outbox.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, EventTooLargeError, recordLimits } from '../src/messaging/record-limits.js';
 import { acknowledge, OutboxRelay, pendingRows } from '../src/messaging/relay.js';
 import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { testBroker, testLogger } from '../src/testing/index.js';
@@ -254,6 +255,9 @@ describe('transactional outbox', () => {
       const n = await bundles.write();
       await client.query('COMMIT');
       return n;
+    } catch (error) {
+      await client.query('ROLLBACK');
+      throw error;
     } finally {
       client.release();
     }
@@ -348,7 +352,14 @@ describe('transactional outbox', () => {
     const lane = laneOf(orderEvent('huge', 1).key);
     const many = keysOfLane(BUNDLE_MAX + 3, 'many-', lane);
     const events = [{ ...bundled('huge', 1), values: [JSON.stringify(big), '7'] }, ...many.map((k) => bundled(k, 1))];
-    expect(await addBundles(events)).toBe(2);
+    // An event of 2.4 MB: written only to a topic that takes records of that size.
+    const topic = fx.topic('onto.changes.objects');
+    recordLimits.set(new Map([[topic, 4 * 1024 * 1024]]));
+    try {
+      expect(await addBundles(events)).toBe(2);
+    } finally {
+      recordLimits.set(new Map([[topic, DEFAULT_MAX_MESSAGE_BYTES]]));
+    }
     const { rows: bundles } = await fx.pool.query<{ bundle: number }>(
       'SELECT bundle FROM outbox WHERE bundle IS NOT NULL ORDER BY id',
     );
@@ -362,6 +373,17 @@ describe('transactional outbox', () => {
     for (const [i, k] of many.entries()) {
       expect(bodies.get(events[i + 1]?.eventId ?? '')).toEqual({ payload: { key: k }, version: 1 });
     }
+  });
+
+  it("refuses a bundled event larger than its topic's broker takes (413), writing nothing", async () => {
+    const limit = recordLimits.eventBytes(fx.topic('onto.changes.objects'));
+    const big = { ...bundled('big', 1), values: [JSON.stringify('x'.repeat(limit)), '1'] };
+    const refused = addBundles([bundled('fits', 1), big, bundled('after', 1)]);
+    await expect(refused).rejects.toBeInstanceOf(EventTooLargeError);
+    await expect(refused).rejects.toMatchObject({ status: 413, eventId: big.eventId, limit });
+    expect(await count('outbox')).toBe(0);
+    const fits = { ...bundled('big', 1), values: [JSON.stringify('x'.repeat(limit - 1000)), '1'] };
+    expect(await addBundles([fits])).toBe(1);
   });
 
   it('refuses a bundled event with the wrong number of values, writing nothing', async () => {

@@ -1,4 +1,4 @@
-import { canonicalJson, laneOf, validateEvent } from '@onto/shared';
+import { canonicalJson, DEFAULT_MAX_MESSAGE_BYTES, laneOf, recordLimits, validateEvent } from '@onto/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { objectChange } from '../src/events.js';
 import { dataStack, expectProblem, type Stack } from './stack.js';
@@ -232,5 +232,43 @@ describe('bulk ingest', () => {
       415,
     );
     expectProblem(await s.dataCall('POST', url('Nope'), { token: editor, body: [], headers: {} }), 404);
+  });
+
+  it("refuses with 413 a bulk write with an event over its topic's limit, writing nothing", async () => {
+    // The topic's limit as if the broker's max.message.bytes were 72 KiB: an event may have 64 KiB.
+    const topic = `${s.data.app.topicPrefix}onto.changes.objects`;
+    recordLimits.set(new Map([[topic, 72 * 1024]]));
+    try {
+      const note = (c: string) => c.repeat(40 * 1024);
+      const rows = [
+        { properties: { id: 'huge-1', qty: 1, note: note('a') } },
+        { properties: { id: 'small-1', qty: 1 } },
+      ];
+      const created = await s.dataCall('POST', url(), { token: editor, body: ndjson(rows), headers: NDJSON });
+      expect(created.statusCode, created.body).toBe(200);
+      const [headsBefore, eventsBefore] = [await heads(), await outbox()];
+      // Replacing it: its event holds the 40 KiB before and the 40 KiB after.
+      const replace = [
+        { properties: { id: 'huge-1', qty: 2, note: note('b') } },
+        { properties: { id: 'small-1', qty: 2 } },
+      ];
+      const refused = expectProblem(
+        await s.dataCall('POST', url(), { token: editor, body: ndjson(replace), headers: NDJSON }),
+        413,
+      );
+      expect(refused.type).toBe('https://onto.dev/problems/event-too-large');
+      expect(refused.limit_bytes).toBe(64 * 1024);
+      expect([await heads(), await outbox()]).toEqual([headsBefore, eventsBefore]);
+      const { rows: stored } = await s.data.app.pg.query(
+        `SELECT pk, version FROM object_heads WHERE world_id = $1 AND pk IN ('huge-1', 'small-1') ORDER BY pk`,
+        [W],
+      );
+      expect(stored).toEqual([
+        { pk: 'huge-1', version: 1 },
+        { pk: 'small-1', version: 1 },
+      ]);
+    } finally {
+      recordLimits.set(new Map([[topic, DEFAULT_MAX_MESSAGE_BYTES]]));
+    }
   });
 });

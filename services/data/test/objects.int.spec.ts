@@ -1,3 +1,4 @@
+import { recordLimits } from '@onto/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, expectProblem, type Stack } from './stack.js';
 
@@ -395,6 +396,42 @@ describe('objects', () => {
     expect(stuckRes.headers['retry-after']).toBe('2');
     expect(waited).toBeGreaterThanOrEqual(1900);
     expect(waited).toBeLessThan(3000);
+  });
+
+  it('refuses with 413 a write whose change event the broker would not take (before + after over its limit), storing nothing', async () => {
+    // An object of 576 KB is within every limit of the API, and so is its creation's event; its
+    // update's event holds it twice, over the broker's 1 MiB (issue 18).
+    // Nine strings of 64 KiB, the longest a string property may be: 576 KiB.
+    const tags = (c: string) => Array.from({ length: 9 }, () => c.repeat(64 * 1024));
+    const created = await s.dataCall('PUT', url('Order', 'big-1'), {
+      token: editor,
+      body: { properties: { amount: 1, tags: tags('a') } },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const events = await outboxRows('big-1');
+    expect(events).toBe(1);
+    const limit = recordLimits.eventBytes(`${s.data.app.topicPrefix}onto.changes.objects`);
+    for (const [method, body] of [
+      ['PUT', { properties: { amount: 2, tags: tags('b') } }],
+      ['PATCH', { properties: { tags: tags('c') } }],
+    ] as const) {
+      const refused = expectProblem(await s.dataCall(method, url('Order', 'big-1'), { token: editor, body }), 413);
+      expect(refused.type).toBe('https://onto.dev/problems/event-too-large');
+      expect(refused.limit_bytes).toBe(limit);
+      expect(refused.event_bytes).toBeGreaterThan(limit);
+      expect(refused.detail).toContain(`over the ${limit} bytes an event may have`);
+    }
+    const read = await s.dataCall('GET', url('Order', 'big-1'), { token: viewer });
+    expect(read.json().version).toBe(1);
+    expect(read.json().properties.amount).toBe(1);
+    expect(await outboxRows('big-1')).toBe(events);
+    // A smaller update of the same object still goes through.
+    const smaller = await s.dataCall('PATCH', url('Order', 'big-1'), {
+      token: editor,
+      body: { properties: { tags: ['short'] } },
+    });
+    expect(smaller.statusCode, smaller.body).toBe(200);
+    expect(await outboxRows('big-1')).toBe(events + 1);
   });
 
   it('answers bad input on every endpoint with a 4xx problem, never a 5xx', async () => {

@@ -20,10 +20,26 @@ export interface Delivery {
   baseOffset: string;
 }
 
+/**
+ * The broker refused records for good: sending them again fails again (a record larger than the
+ * topic accepts, an invalid record, a topic this client may not write). `reason` is the broker's.
+ */
+export class RecordsRefusedError extends Error {
+  override readonly name = 'RecordsRefusedError';
+  constructor(
+    readonly reason: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 export interface Producer {
   /**
    * Publishes to one or more topics in one request, idempotently with acks=all; resolves only
-   * once the broker has acknowledged every record, rejects otherwise.
+   * once the broker has acknowledged every record, rejects otherwise: with RecordsRefusedError
+   * when the broker refused some for good. A send that failed may still have written some records
+   * (a duplicate when they are sent again).
    */
   send(batches: { topic: string; messages: OutgoingMessage[] }[]): Promise<Delivery[]>;
   disconnect(): Promise<void>;
@@ -106,6 +122,10 @@ export interface Admin {
   consumerLag(groupId: string, topic: string): Promise<number>;
   /** Adds allow rules (a rule already there is kept); needs a super user (docs/adr/0024). */
   createAcls(rules: readonly AclRule[]): Promise<void>;
+  /** The largest record batch each topic accepts (`max.message.bytes`, the broker's when not set). */
+  maxMessageBytes(topics: string[]): Promise<Map<string, number>>;
+  /** Sets topic configuration entries (e.g. `max.message.bytes`); the others stay as they are. */
+  alterTopicConfig(topic: string, config: Record<string, string>): Promise<void>;
   disconnect(): Promise<void>;
 }
 

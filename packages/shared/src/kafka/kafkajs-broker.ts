@@ -1,8 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import kafkajs, {
   CompressionTypes,
+  type ConfigResourceTypes,
+  type ConfigSource,
   type ICustomPartitioner,
   Kafka,
+  type Producer as KafkaProducer,
   type logCreator,
   logLevel,
   Partitioners,
@@ -10,7 +13,16 @@ import kafkajs, {
 } from 'kafkajs';
 import type { Logger } from 'pino';
 import { retryWithBackoff } from '../backoff.js';
-import type { Admin, Broker, Consumer, ConsumerOptions, Headers, IncomingMessage, Producer } from './broker.js';
+import {
+  type Admin,
+  type Broker,
+  type Consumer,
+  type ConsumerOptions,
+  type Headers,
+  type IncomingMessage,
+  type Producer,
+  RecordsRefusedError,
+} from './broker.js';
 import { partitionOfKey } from './murmur2.js';
 
 export interface KafkaBrokerOptions {
@@ -59,6 +71,32 @@ const keyPartitioner: ICustomPartitioner = () => {
   };
 };
 
+// kafkajs's ConfigResourceTypes.TOPIC and ConfigSource.TOPIC_CONFIG: its enums are not named
+// exports Node finds in its CommonJS module, only its types are.
+const TOPIC_RESOURCE = 2 as ConfigResourceTypes;
+const SET_ON_TOPIC = 1 as ConfigSource;
+
+/**
+ * Produce errors that the same records meet again however often they are sent: the relay sets
+ * such records aside rather than retry them (RecordsRefusedError).
+ */
+const REFUSED_FOR_GOOD = new Set([
+  'MESSAGE_TOO_LARGE',
+  'RECORD_LIST_TOO_LARGE',
+  'INVALID_RECORD',
+  'TOPIC_AUTHORIZATION_FAILED',
+  'INVALID_TOPIC_EXCEPTION',
+]);
+
+/** The broker's error type (e.g. MESSAGE_TOO_LARGE) behind a kafkajs error and its causes. */
+function protocolErrorType(error: unknown): string | undefined {
+  for (let e = error as { type?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 5; depth++) {
+    if (typeof e.type === 'string') return e.type;
+    e = e.cause as typeof e;
+  }
+  return undefined;
+}
+
 /** The one module that knows kafkajs. */
 export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
   const kafka = new Kafka({
@@ -75,30 +113,66 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
 
   return {
     async producer(): Promise<Producer> {
-      const producer = kafka.producer({
-        idempotent: true,
-        maxInFlightRequests: 1,
-        allowAutoTopicCreation: false,
-        createPartitioner: keyPartitioner,
-      });
-      await producer.connect();
+      const make = async () => {
+        const producer = kafka.producer({
+          idempotent: true,
+          maxInFlightRequests: 1,
+          allowAutoTopicCreation: false,
+          createPartitioner: keyPartitioner,
+        });
+        await producer.connect();
+        return producer;
+      };
+      let current: Promise<KafkaProducer> | undefined = make();
+      await current;
+      let closed = false;
       return {
         async send(batches) {
-          const results = await producer.sendBatch({
-            acks: -1,
-            compression: CompressionTypes.None,
-            topicMessages: batches.map((b) => ({
-              topic: b.topic,
-              messages: b.messages,
-            })),
-          });
-          return results.map((r) => ({
-            topic: r.topicName,
-            partition: r.partition,
-            baseOffset: r.baseOffset ?? r.offset ?? '-1',
-          }));
+          if (closed) throw new Error('the producer is disconnected');
+          current ??= make();
+          const producer = current;
+          try {
+            const results = await (await producer).sendBatch({
+              acks: -1,
+              compression: CompressionTypes.None,
+              topicMessages: batches.map((b) => ({
+                topic: b.topic,
+                messages: b.messages,
+              })),
+            });
+            return results.map((r) => ({
+              topic: r.topicName,
+              partition: r.partition,
+              baseOffset: r.baseOffset ?? r.offset ?? '-1',
+            }));
+          } catch (error) {
+            // kafkajs takes back the sequence numbers of a whole request when any part of it failed,
+            // also of partitions the broker did write: the next send of those is out of order, or
+            // taken by the broker for a duplicate and dropped. After a failed send, and after the
+            // broker lost this producer's state (restart: out of order, unknown producer id, fenced
+            // epoch), a new producer id starts every sequence afresh; resending duplicates nothing
+            // the inbox does not skip.
+            if (current === producer) {
+              current = undefined;
+              void producer.then((p) => p.disconnect()).catch(() => {});
+              options.logger.warn(
+                { err: error, reason: protocolErrorType(error) },
+                'send failed: the producer is made again for the next one',
+              );
+            }
+            const reason = protocolErrorType(error);
+            if (reason !== undefined && REFUSED_FOR_GOOD.has(reason)) {
+              throw new RecordsRefusedError(reason, (error as Error).message);
+            }
+            throw error;
+          }
         },
-        disconnect: () => producer.disconnect(),
+        async disconnect() {
+          closed = true;
+          const producer = current;
+          current = undefined;
+          await (await producer)?.disconnect();
+        },
       };
     },
 
@@ -311,6 +385,44 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
               operation: r.operation === 'Read' ? AclOperationTypes.READ : AclOperationTypes.WRITE,
               permissionType: AclPermissionTypes.ALLOW,
             })),
+          });
+        },
+        async maxMessageBytes(topics) {
+          const { resources } = await admin.describeConfigs({
+            includeSynonyms: false,
+            resources: topics.map((name) => ({
+              type: TOPIC_RESOURCE,
+              name,
+              configNames: ['max.message.bytes'],
+            })),
+          });
+          const limits = new Map<string, number>();
+          for (const r of resources) {
+            const value = Number(r.configEntries.find((c) => c.configName === 'max.message.bytes')?.configValue);
+            if (r.errorCode === 0 && Number.isInteger(value) && value > 0) limits.set(r.resourceName, value);
+          }
+          return limits;
+        },
+        async alterTopicConfig(topic, config) {
+          // AlterConfigs replaces a resource's whole configuration: the entries set now are merged in.
+          const { resources } = await admin.describeConfigs({
+            includeSynonyms: false,
+            resources: [{ type: TOPIC_RESOURCE, name: topic }],
+          });
+          const set = (resources[0]?.configEntries ?? [])
+            .filter((c) => c.configSource === SET_ON_TOPIC)
+            .map((c) => ({ name: c.configName, value: c.configValue }));
+          const entries = new Map(set.map((e) => [e.name, e.value]));
+          for (const [name, value] of Object.entries(config)) entries.set(name, value);
+          await admin.alterConfigs({
+            validateOnly: false,
+            resources: [
+              {
+                type: TOPIC_RESOURCE,
+                name: topic,
+                configEntries: [...entries].map(([name, value]) => ({ name, value })),
+              },
+            ],
           });
         },
         disconnect: () => admin.disconnect(),

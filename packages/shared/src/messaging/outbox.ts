@@ -6,6 +6,7 @@ import { type PartitionKey, physicalTopic } from '../kafka/topics.js';
 import { canonicalJson } from './canonical-json.js';
 import { EVENT_TYPES, type EventEnvelope, type EventType, validateEvent } from './envelope.js';
 import { wakeRelaysAfterCommit } from './outbox-signal.js';
+import { checkEventBytes, recordLimits } from './record-limits.js';
 import { uuidv7 } from './uuidv7.js';
 
 /** Anything that runs a parameterised query: a pool, a client, a transaction's client. */
@@ -68,21 +69,41 @@ interface OutboxRow {
   headers: string;
 }
 
-/** Checks messages (envelope, key) and makes their outbox rows. */
+/** Rows of messages checked ahead of their write (checkOutboxMessage), so that they are made once. */
+const checkedRows = new WeakMap<OutboxMessage, { topicPrefix: string; row: OutboxRow }>();
+
+/** Checks a message (envelope, key, size against its topic's limit) and makes its outbox row. */
+function outboxRow(m: OutboxMessage, topicPrefix: string): OutboxRow {
+  const checked = checkedRows.get(m);
+  if (checked?.topicPrefix === topicPrefix) return checked.row;
+  const event = validateEvent(m.event);
+  checkKey(event, m.key);
+  const row = {
+    eventId: event.event_id,
+    topic: physicalTopic(topicPrefix, EVENT_TYPES[event.type]),
+    key: m.key,
+    lane: laneOf(m.key),
+    body: canonicalJson(event),
+    headers: JSON.stringify(m.headers ?? {}),
+  };
+  const bytes = Buffer.byteLength(row.body) + Buffer.byteLength(row.key) + Buffer.byteLength(row.headers);
+  checkEventBytes(row.eventId, row.topic, bytes);
+  return row;
+}
+
+/** Checks messages (envelope, key, size) and makes their outbox rows. */
 function outboxRows(messages: OutboxMessage | OutboxMessage[], topicPrefix = ''): OutboxRow[] {
   const list = Array.isArray(messages) ? messages : [messages];
-  return list.map((m) => {
-    const event = validateEvent(m.event);
-    checkKey(event, m.key);
-    return {
-      eventId: event.event_id,
-      topic: physicalTopic(topicPrefix, EVENT_TYPES[event.type]),
-      key: m.key,
-      lane: laneOf(m.key),
-      body: canonicalJson(event),
-      headers: JSON.stringify(m.headers ?? {}),
-    };
-  });
+  return list.map((m) => outboxRow(m, topicPrefix));
+}
+
+/**
+ * Checks a message as the Outbox will when it is added (envelope, partition key, size: an event
+ * larger than its topic accepts throws EventTooLargeError, a 413), for a writer that must refuse
+ * one write of a group before the group's transaction; adding it later does not check it again.
+ */
+export function checkOutboxMessage(message: OutboxMessage, topicPrefix = ''): void {
+  checkedRows.set(message, { topicPrefix, row: outboxRow(message, topicPrefix) });
 }
 
 /**
@@ -154,6 +175,8 @@ export class OutboxBundles {
   private openId = '';
   private values = 0;
   private added = 0;
+  /** Bytes of the template's parts, which every event of the bundles holds. */
+  private readonly partsBytes: number;
   /** The line of the event begun last, encoded when it ends. */
   private line = '';
 
@@ -163,6 +186,7 @@ export class OutboxBundles {
     private readonly bundle: { topic: string; headers: string; parts: string[]; escaped: boolean },
   ) {
     this.fields = bundle.parts.length - 1;
+    this.partsBytes = bundle.parts.reduce((n, part) => n + Buffer.byteLength(part), 0);
   }
 
   /** Events added so far. */
@@ -245,6 +269,12 @@ export class OutboxBundles {
     }
     const text = this.line;
     this.line = '';
+    // At most 3 bytes of UTF-8 per UTF-16 unit: measured only when that bound is over the limit.
+    const limit = recordLimits.eventBytes(this.bundle.topic);
+    const headersBytes = this.bundle.headers.length * 3;
+    if (this.partsBytes + text.length * 3 + headersBytes > limit) {
+      checkEventBytes(this.openId, this.bundle.topic, this.partsBytes + Buffer.byteLength(text) + headersBytes);
+    }
     // At most 3 bytes of UTF-8 per UTF-16 unit.
     if (b.used + text.length * 3 > b.bytes.length) {
       const grown = Buffer.allocUnsafe(Math.max(b.bytes.length * 2, b.used + text.length * 3));

@@ -1,11 +1,16 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import type { Producer } from '../kafka/broker.js';
+import { withTimeout } from '../http/health.js';
+import type { Admin, Producer } from '../kafka/broker.js';
+import { physicalTopic, TOPIC_NAMES } from '../kafka/topics.js';
+import { learnRecordLimits } from './record-limits.js';
 import { OutboxRelay } from './relay.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
     relay: OutboxRelay;
+    /** Asks the broker for its topics' record limits again (they are asked at start and every few minutes). */
+    learnRecordLimits(): Promise<Map<string, number>>;
   }
 }
 
@@ -13,6 +18,8 @@ export interface OutboxPluginOptions {
   batchSize?: number;
   pollIntervalMs?: number;
   retentionMs?: number;
+  /** How often the topics' `max.message.bytes` is asked again. */
+  recordLimitsRefreshMs?: number;
 }
 
 /**
@@ -21,7 +28,7 @@ export interface OutboxPluginOptions {
  * Kafka is away; rows wait in the outbox meanwhile.
  */
 export const outboxPlugin = fp(
-  async (app: FastifyInstance, opts: OutboxPluginOptions) => {
+  async (app: FastifyInstance, { recordLimitsRefreshMs, ...opts }: OutboxPluginOptions) => {
     let producer: Producer | undefined;
     let stopped = false;
     const lazy: Producer = {
@@ -41,13 +48,41 @@ export const outboxPlugin = fp(
       ...opts,
     });
     app.decorate('relay', relay);
+
+    // What the broker accepts, read at start so that writes are refused at once (413) rather than
+    // set aside by the relay; until the broker answers, Kafka's default limit holds.
+    let admin: Admin | undefined;
+    const topics = TOPIC_NAMES.map((t) => physicalTopic(app.topicPrefix, t));
+    const learn = async () => {
+      try {
+        admin ??= await app.broker.admin();
+        return await learnRecordLimits(admin, topics);
+      } catch (error) {
+        const stale = admin;
+        admin = undefined;
+        await stale?.disconnect().catch(() => {});
+        throw error;
+      }
+    };
+    app.decorate('learnRecordLimits', learn);
+    let refresh: NodeJS.Timeout | undefined;
     app.addHook('onReady', async () => {
-      if (!stopped) await relay.start();
+      if (stopped) return;
+      await withTimeout(learn(), 3000, 'the broker did not say its record limits').catch((err) =>
+        app.log.warn({ err }, "record limits not known: Kafka's default limit holds until the broker answers"),
+      );
+      refresh = setInterval(() => {
+        learn().catch((err) => app.log.warn({ err }, 'record limits not refreshed'));
+      }, recordLimitsRefreshMs ?? 300_000);
+      refresh.unref();
+      await relay.start();
     });
     app.addHook('onClose', async () => {
       stopped = true;
+      clearInterval(refresh);
       await relay.stop();
       await lazy.disconnect().catch(() => {});
+      await admin?.disconnect().catch(() => {});
     });
   },
   { name: 'onto-outbox', dependencies: ['onto-postgres', 'onto-kafka', 'onto-metrics'] },

@@ -2,12 +2,15 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { backoffDelay } from '../backoff.js';
-import { queryTogether } from '../db/pipeline.js';
+import { queryTogether, type Statement } from '../db/pipeline.js';
+import { inTransaction } from '../db/transaction.js';
 import { withTimeout } from '../http/health.js';
-import type { Producer } from '../kafka/broker.js';
+import { type Producer, RecordsRefusedError } from '../kafka/broker.js';
 import { cloudEventHeaders } from '../kafka/events/cloudevents.js';
-import { OUTBOX_LANES, type Queryable } from './outbox.js';
-import { OUTBOX_CHANNEL, OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite } from './outbox-signal.js';
+import { laneOf, OUTBOX_LANES, type Queryable } from './outbox.js';
+import { OUTBOX_CHANNEL, OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite, wakeRelaysAfterCommit } from './outbox-signal.js';
+import { recordLimits } from './record-limits.js';
+import { uuidv7 } from './uuidv7.js';
 
 export interface PendingRow {
   id: number;
@@ -144,15 +147,90 @@ interface ClaimedRow extends PendingRow {
   lane: number;
 }
 
-/** Marks claimed rows sent (out of the pending set, one outbox_sent row) and commits, in one round trip. */
-async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[]): Promise<void> {
-  await queryTogether(client, [
+/** An event the broker refused for good, with its reason. */
+interface SetAside {
+  record: OutboxRecord;
+  reason: string;
+}
+
+/**
+ * Marks claimed rows sent (out of the pending set, one outbox_sent row), keeps the events the
+ * broker refused in outbox_set_aside, and commits, in one round trip.
+ */
+async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[], setAside: SetAside[]): Promise<void> {
+  const statements: Statement[] = [
     {
       text: markSent('unnest($1::smallint[], $2::bigint[]) AS s(lane, id)', 'p.lane = s.lane AND p.id = s.id'),
       values: [rows.map((r) => r.lane), rows.map((r) => r.id)],
     },
-    { text: 'COMMIT' },
-  ]);
+  ];
+  if (setAside.length > 0) {
+    const records = setAside.map((s) => s.record);
+    statements.push({
+      text: `INSERT INTO outbox_set_aside (outbox_id, event_id, topic, partition_key, body, headers, reason)
+             SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[])`,
+      values: [
+        records.map((r) => r.rowId),
+        records.map((r) => r.eventId),
+        records.map((r) => r.topic),
+        records.map((r) => r.key),
+        records.map((r) => r.value),
+        records.map((r) => JSON.stringify(r.rowHeaders)),
+        setAside.map((s) => s.reason),
+      ],
+    });
+  }
+  await queryTogether(client, [...statements, { text: 'COMMIT' }]);
+}
+
+/**
+ * Puts set-aside events back in the outbox (all waiting ones, or those of `ids`), once their cause
+ * is fixed (a topic's limit raised, an ACL granted); answers how many. Each goes back as a bundle
+ * of one that holds the event's own id and body, in its key's lane, behind what that lane holds
+ * now: its consumers take it as a late copy (upserts keep the newest version).
+ */
+export async function redriveSetAside(pool: pg.Pool, ids?: number[]): Promise<number> {
+  return inTransaction(pool, async (tx) => {
+    const { rows } = await tx.query<{
+      id: string;
+      event_id: string;
+      topic: string;
+      partition_key: string;
+      body: string;
+      headers: Record<string, string>;
+    }>(
+      `SELECT id, event_id::text, topic, partition_key, body, headers FROM outbox_set_aside
+        WHERE redriven_at IS NULL AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+        ORDER BY id FOR UPDATE`,
+      [ids ?? null],
+    );
+    if (rows.length === 0) return 0;
+    await tx.query(
+      `WITH added AS (
+         INSERT INTO outbox (event_id, topic, partition_key, lane, body, headers, bundle)
+         SELECT e, t, k, l, b, h, 1
+           FROM unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::jsonb[])
+                WITH ORDINALITY AS u(e, t, k, l, b, h, n)
+          ORDER BY n
+         RETURNING id, lane
+       ), queued AS (
+         INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added
+       )
+       UPDATE outbox_set_aside SET redriven_at = now() WHERE id = ANY($7::bigint[])`,
+      [
+        rows.map(() => uuidv7()),
+        rows.map((r) => r.topic),
+        rows.map((r) => r.partition_key),
+        rows.map((r) => laneOf(r.partition_key)),
+        // A template of one part and no values: the event's body whole, then its id and key.
+        rows.map((r) => `${JSON.stringify([r.body])}\n${r.event_id}\t${r.partition_key}`),
+        rows.map((r) => JSON.stringify(r.headers)),
+        rows.map((r) => r.id),
+      ],
+    );
+    wakeRelaysAfterCommit(tx);
+    return rows.length;
+  });
 }
 
 export interface RelayFaults {
@@ -207,6 +285,7 @@ export class OutboxRelay {
   private pruneTimer: NodeJS.Timeout | undefined;
   private readonly published: Counter;
   private readonly failures: Counter;
+  private readonly setAside: Counter;
 
   constructor(options: OutboxRelayOptions) {
     this.batchSize = checkBatchSize(options.batchSize ?? 500);
@@ -232,6 +311,22 @@ export class OutboxRelay {
       name: 'onto_outbox_publish_failures_total',
       help: 'Batches whose publish failed and stayed pending',
       registers,
+    });
+    this.setAside = new Counter({
+      name: 'onto_outbox_set_aside_total',
+      help: 'Outbox events the broker refused for good (too large, invalid, not authorised), set aside in outbox_set_aside',
+      registers,
+    });
+    new Gauge({
+      name: 'onto_outbox_set_aside_waiting',
+      help: 'Set-aside outbox events not yet redriven',
+      registers,
+      async collect() {
+        const { rows } = await pool.query<{ n: number }>(
+          'SELECT count(*)::int AS n FROM outbox_set_aside WHERE redriven_at IS NULL',
+        );
+        this.set(rows[0]?.n ?? 0);
+      },
     });
     new Gauge({
       name: 'onto_outbox_backlog',
@@ -272,14 +367,21 @@ export class OutboxRelay {
         await client.query('COMMIT');
         return 0;
       }
-      // On stop the batch is abandoned: rolled back, its rows still pending, its connection freed.
-      // Should the broker still take it, the rows are published again later: a duplicate.
-      await Promise.race([producer.send(groupByTopic(rows)), this.stopped]);
+      const records = recordsOf(rows);
+      const refused = await this.publish(producer, records);
       await this.opts.faults?.afterPublish?.(rows);
-      await markSentAndCommit(client, rows);
-      const events = rows.reduce((n, r) => n + (r.bundle ?? 1), 0);
-      this.published.inc(events);
-      return events;
+      await markSentAndCommit(client, rows, refused);
+      if (refused.length > 0) {
+        this.setAside.inc(refused.length);
+        for (const { record, reason } of refused) {
+          this.opts.logger.error(
+            { eventId: record.eventId, topic: record.topic, key: record.key, reason },
+            'the broker refused an event for good: set aside in outbox_set_aside, its lane goes on',
+          );
+        }
+      }
+      this.published.inc(records.length - refused.length);
+      return records.length;
     } catch (error) {
       await client.query('ROLLBACK').catch(() => {});
       if (rows.length > 0 && !this.stopping) {
@@ -295,6 +397,33 @@ export class OutboxRelay {
     } finally {
       client.release();
     }
+  }
+
+  /**
+   * Sends the records in order, in produce requests that stay within the broker's limit; a request
+   * the broker refuses for good is sent again record by record, and the records it still refuses
+   * are answered, to be set aside. Any other failure throws: the batch stays pending. On stop the
+   * batch is abandoned: rolled back, its rows still pending; should the broker still take what was
+   * in flight, it is published again later: a duplicate.
+   */
+  private async publish(producer: Producer, records: OutboxRecord[]): Promise<SetAside[]> {
+    const refused: SetAside[] = [];
+    for (const request of produceRequests(records)) {
+      try {
+        await Promise.race([producer.send(groupByTopic(request)), this.stopped]);
+      } catch (error) {
+        if (!(error instanceof RecordsRefusedError)) throw error;
+        for (const record of request) {
+          try {
+            await Promise.race([producer.send(groupByTopic([record])), this.stopped]);
+          } catch (single) {
+            if (!(single instanceof RecordsRefusedError)) throw single;
+            refused.push({ record, reason: `${single.reason}: ${single.message}`.slice(0, 2000) });
+          }
+        }
+      }
+    }
+    return refused;
   }
 
   /** Publishes until nothing is pending that this relay can claim. */
@@ -451,21 +580,30 @@ export class OutboxRelay {
   }
 }
 
-type Message = { key: string; value: string; headers: Record<string, string> };
+/** One record to publish: an event of an outbox row (a bundle's events each their own). */
+interface OutboxRecord {
+  rowId: number;
+  eventId: string;
+  topic: string;
+  key: string;
+  value: string;
+  /** The row's own headers, without those the relay adds. */
+  rowHeaders: Record<string, string>;
+  headers: Record<string, string>;
+}
 
-/** The records of claimed rows by topic, in row order; a bundle's events in theirs. */
-function groupByTopic(rows: PendingRow[]) {
-  const byTopic = new Map<string, Message[]>();
+/** The records of claimed rows, in row order; a bundle's events in theirs. */
+function recordsOf(rows: PendingRow[]): OutboxRecord[] {
+  const records: OutboxRecord[] = [];
   for (const row of rows) {
-    let list = byTopic.get(row.topic);
-    if (!list) {
-      list = [];
-      byTopic.set(row.topic, list);
-    }
     if (row.bundle === null || row.bundle === undefined) {
-      list.push({
+      records.push({
+        rowId: row.id,
+        eventId: row.event_id,
+        topic: row.topic,
         key: row.partition_key,
         value: row.body,
+        rowHeaders: row.headers,
         headers: { ...row.headers, 'onto-event-id': row.event_id, ...cloudEventHeaders(row.event_id, row.body) },
       });
       continue;
@@ -480,14 +618,85 @@ function groupByTopic(rows: PendingRow[]) {
       let value = parts[0] as string;
       for (let i = 1; i < parts.length; i++) value += (fields[i + 1] as string) + parts[i];
       const eventId = fields[0] as string;
-      list.push({
+      records.push({
+        rowId: row.id,
+        eventId,
+        topic: row.topic,
         key: fields[1] as string,
         value,
+        rowHeaders: row.headers,
         headers: { ...row.headers, 'onto-event-id': eventId, ...cloudEventHeaders(eventId, value) },
       });
       found++;
     }
     if (found !== row.bundle) throw new Error(`outbox bundle ${row.id} holds ${found} events, not ${row.bundle}`);
+  }
+  return records;
+}
+
+/** Bytes of a produce request kept free of records: batch headers, one per partition. */
+const REQUEST_FRAMING_BYTES = 1024;
+/** Bytes a record takes beyond its key, value and headers' text (lengths, offsets, timestamp). */
+const RECORD_FRAMING_BYTES = 32;
+const HEADER_FRAMING_BYTES = 8;
+
+/** UTF-16 units of a record's text and framing: a third of a bound on its bytes, cheap to take. */
+function recordUnits(r: OutboxRecord): number {
+  let units = r.key.length + r.value.length + RECORD_FRAMING_BYTES;
+  for (const name in r.headers) units += name.length + (r.headers[name] as string).length + HEADER_FRAMING_BYTES;
+  return units;
+}
+
+function recordBytes(r: OutboxRecord): number {
+  let bytes = Buffer.byteLength(r.key) + Buffer.byteLength(r.value) + RECORD_FRAMING_BYTES;
+  for (const name in r.headers) {
+    bytes += Buffer.byteLength(name) + Buffer.byteLength(r.headers[name] as string) + HEADER_FRAMING_BYTES;
+  }
+  return bytes;
+}
+
+/**
+ * The records in order, split into produce requests of at most the smallest `max.message.bytes`
+ * of their topics: the broker refuses a partition's record batch over it, and a request's records
+ * bound each of its batches. A record over the limit alone makes a request of its own (refused,
+ * then set aside), so that it takes nothing else down with it.
+ */
+function produceRequests(records: OutboxRecord[]): OutboxRecord[][] {
+  let budget = Number.POSITIVE_INFINITY;
+  let units = 0;
+  for (const r of records) {
+    budget = Math.min(budget, recordLimits.batchBytes(r.topic) - REQUEST_FRAMING_BYTES);
+    units += recordUnits(r);
+  }
+  // At most 3 bytes of UTF-8 per UTF-16 unit: most batches fit one request without measuring.
+  if (units * 3 <= budget) return [records];
+  const requests: OutboxRecord[][] = [];
+  let request: OutboxRecord[] = [];
+  let bytes = 0;
+  for (const r of records) {
+    const size = recordBytes(r);
+    if (request.length > 0 && bytes + size > budget) {
+      requests.push(request);
+      request = [];
+      bytes = 0;
+    }
+    request.push(r);
+    bytes += size;
+  }
+  if (request.length > 0) requests.push(request);
+  return requests;
+}
+
+/** Records by topic, in their order. */
+function groupByTopic(records: OutboxRecord[]) {
+  const byTopic = new Map<string, { key: string; value: string; headers: Record<string, string> }[]>();
+  for (const r of records) {
+    let list = byTopic.get(r.topic);
+    if (!list) {
+      list = [];
+      byTopic.set(r.topic, list);
+    }
+    list.push({ key: r.key, value: r.value, headers: r.headers });
   }
   return [...byTopic].map(([topic, messages]) => ({ topic, messages }));
 }

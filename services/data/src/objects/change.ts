@@ -1,5 +1,6 @@
 import {
   canonicalJson,
+  checkOutboxMessage,
   HttpProblem,
   inTransactionTogether,
   NotFound,
@@ -466,13 +467,25 @@ export class ObjectWrites {
         { text: "SELECT nextval('data_seq')::text AS seq FROM generate_series(1, $1)", values: [writes.length] },
       ],
       async (tx, [, , contexts, seqs]) => {
-        const plans: { w: ObjectWrite; plan: Extract<WritePlan, { kind: 'write' }>; seq: number }[] = [];
+        const plans: {
+          w: ObjectWrite;
+          plan: Extract<WritePlan, { kind: 'write' }>;
+          seq: number;
+          event: OutboxMessage;
+        }[] = [];
         const free = (seqs?.rows ?? []).map((r) => Number(r.seq));
         for (const [i, w] of writes.entries()) {
           try {
             const plan = await planObjectWrite(this.app, tx, w, contextOf(contexts?.rows[i] as ContextRow | undefined));
-            if (plan.kind === 'unchanged') outcomes.set(w, { ok: plan.result });
-            else plans.push({ w, plan, seq: free[plans.length] as number });
+            if (plan.kind === 'unchanged') {
+              outcomes.set(w, { ok: plan.result });
+              continue;
+            }
+            const seq = free[plans.length] as number;
+            const event = plan.event(seq);
+            // An event larger than the broker takes refuses this write alone (413), not the group.
+            checkOutboxMessage(event, this.app.topicPrefix);
+            plans.push({ w, plan, seq, event });
           } catch (error) {
             // A refusal of this write alone; anything else (the database) fails the transaction.
             if (!(error instanceof HttpProblem)) throw error;
@@ -482,7 +495,7 @@ export class ObjectWrites {
         if (plans.length === 0) return { value: undefined };
         const created = plans.filter((p) => !ownHead(p.plan.head));
         const updated = plans.filter((p) => ownHead(p.plan.head));
-        const events: OutboxMessage[] = plans.map((p) => p.plan.event(p.seq));
+        const events: OutboxMessage[] = plans.map((p) => p.event);
         for (const p of plans) outcomes.set(p.w, { ok: p.plan.result(p.seq) });
         const last: Statement[] = [];
         if (created.length > 0) {
