@@ -10,7 +10,7 @@ export const EXIT = {
   notFound: 3,
   /** An offset range outside the topic's log (past its end, or before its start). */
   range: 4,
-  /** Nothing to do (redrive of an empty DLQ): nothing changed. */
+  /** Nothing to do (redrive of an empty DLQ, or of no set-aside event): nothing changed. */
   nothingToDo: 5,
   /** What was asked does not exist yet (merges). */
   unsupported: 6,
@@ -28,7 +28,7 @@ export const EXIT_HELP = `Exit codes:
   2  bad usage or bad input (a request the service refused as invalid)
   3  unknown world, type, property, topic or record
   4  an offset range outside the topic's log (past its end, or before its start)
-  5  nothing to do (redrive of an empty DLQ); nothing changed
+  5  nothing to do (redrive of an empty DLQ, or of no set-aside event); nothing changed
   6  not supported yet (merges do not exist)
   7  the repair was started but its effect was not seen within --timeout
   8  no admin token, or the token is invalid or not a platform administrator's`;

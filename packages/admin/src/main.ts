@@ -4,7 +4,7 @@ import { Command, CommanderError, InvalidArgumentError, Option } from 'commander
 import { AdminError, EXIT, EXIT_HELP } from './errors.js';
 import { type KafkaRecord, KafkaTools, type PartitionLog } from './kafka.js';
 import { type Io, print, processIo, progress } from './output.js';
-import { Services } from './services.js';
+import { type ServiceName, Services } from './services.js';
 
 export { EXIT } from './errors.js';
 export type { Io } from './output.js';
@@ -50,6 +50,37 @@ const seconds = (value: string): number => {
   if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('a number of seconds > 0');
   return n;
 };
+
+const SERVICES: ServiceName[] = ['control', 'data', 'intelligence'];
+const wholeNumbers = (value: string, previous: number[]): number[] => {
+  if (!/^[1-9]\d{0,17}$/.test(value)) throw new InvalidArgumentError('a set-aside id is a whole number ≥ 1');
+  return [...previous, Number(value)];
+};
+
+interface SetAsideEvent {
+  id: number;
+  eventId: string;
+  topic: string;
+  key: string;
+  reason: string;
+  bytes: number;
+  setAsideAt: string;
+}
+
+/** Every waiting set-aside event of a service, page by page. */
+async function listSetAside(api: Services, service: ServiceName): Promise<SetAsideEvent[]> {
+  const events: SetAsideEvent[] = [];
+  let after = 0;
+  for (;;) {
+    const page = (await api.call(service, 'GET', `/v1/admin/outbox/set-aside?limit=500&after=${after}`)) as {
+      events: SetAsideEvent[];
+      next: number | null;
+    };
+    events.push(...page.events);
+    if (page.next === null) return events;
+    after = page.next;
+  }
+}
 
 /** The DLQ headers a redrive strips: the record goes back as it was before its consumer gave up. */
 const DLQ_HEADER_NAMES = new Set<string>(Object.values(DLQ_HEADERS));
@@ -284,6 +315,59 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
           head: ['dead letter', 'redriven to', 'original offset'],
           rows: result.to.map((t) => [t.from, `${t.topic}/${t.partition}`, t.originalOffset]),
         });
+      }),
+  );
+
+  // ---------------------------------------------------------------- outbox set-aside
+  const setAside = program
+    .command('outbox')
+    .description("a service's outbox")
+    .command('set-aside')
+    .description('events the broker refused for good (too large, invalid, not authorised): list, redrive');
+  const serviceOption = () =>
+    new Option('--service <service>', 'the service whose outbox').choices(SERVICES).makeOptionMandatory();
+  exitHelp(
+    setAside
+      .command('list')
+      .description("list the service's set-aside events waiting for a redrive, with the broker's reason")
+      .addOption(serviceOption())
+      .action(async (opts: { service: ServiceName }, cmd: Command) => {
+        const { o, services } = setup(cmd);
+        const events = await listSetAside(services(), opts.service);
+        print(io, o.json, events, {
+          head: ['id', 'event', 'topic', 'key', 'bytes', 'set aside at', 'reason'],
+          rows: events.map((e) => [e.id, e.eventId, e.topic, short(e.key, 40), e.bytes, e.setAsideAt, short(e.reason)]),
+        });
+        if (!o.json) io.stderr.write(`${events.length} set-aside event(s) in ${opts.service}'s outbox\n`);
+      }),
+  );
+  exitHelp(
+    setAside
+      .command('redrive')
+      .description(
+        "put set-aside events back in the service's outbox (every waiting one, or those of --id), behind what " +
+          "their lane holds now. Fix the cause first (raise the topic's max.message.bytes, grant the ACL): " +
+          'an event the broker refuses again is set aside again.',
+      )
+      .addOption(serviceOption())
+      .option('--id <n...>', 'a set-aside id (from `list`); repeatable', wholeNumbers, [])
+      .action(async (opts: { service: ServiceName; id: number[] }, cmd: Command) => {
+        const { o, services } = setup(cmd);
+        const api = services();
+        const result = (await api.call(
+          opts.service,
+          'POST',
+          '/v1/admin/outbox/set-aside/redrive',
+          opts.id.length > 0 ? { ids: opts.id } : {},
+        )) as { redriven: number };
+        if (result.redriven === 0) {
+          throw new AdminError(
+            `${opts.service} has ${opts.id.length > 0 ? `no waiting set-aside event of id ${opts.id.join(', ')}` : 'no set-aside event waiting'}: nothing to redrive, nothing changed`,
+            EXIT.nothingToDo,
+          );
+        }
+        const out = { service: opts.service, redriven: result.redriven };
+        print(io, o.json, out, { head: ['service', 'redriven'], rows: [[out.service, out.redriven]] });
       }),
   );
 

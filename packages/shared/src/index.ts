@@ -77,6 +77,7 @@ export { RecordConsumer, type RecordConsumerOptions } from './messaging/record-c
 export * from './messaging/record-limits.js';
 export { inboxReleaseRoute, releaseDeadLettered } from './messaging/redrive.js';
 export * from './messaging/relay.js';
+export { outboxSetAsideRoutes } from './messaging/set-aside-routes.js';
 export { upsertIfNewer } from './messaging/upsert.js';
 export { UUID_V7, uuidv7 } from './messaging/uuidv7.js';
 export {

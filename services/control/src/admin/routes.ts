@@ -5,6 +5,7 @@ import {
   NotFound,
   newEvent,
   Outbox,
+  outboxSetAsideRoutes,
   problemResponses,
   recordAudit,
   TOPICS,
@@ -30,6 +31,7 @@ export default fp(
   async (fastify: FastifyInstance) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     await inboxReleaseRoute(fastify);
+    await outboxSetAsideRoutes(fastify);
     app.post(
       '/v1/admin/worlds/:world/schema/republish',
       {

@@ -1,5 +1,14 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { inboxReleaseRoute, newEvent, Outbox, problemResponses, recordAudit, TOPICS, WORLD_ID } from '@onto/shared';
+import {
+  inboxReleaseRoute,
+  newEvent,
+  Outbox,
+  outboxSetAsideRoutes,
+  problemResponses,
+  recordAudit,
+  TOPICS,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
@@ -35,6 +44,7 @@ export default fp(
   async (fastify: FastifyInstance) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     await inboxReleaseRoute(fastify);
+    await outboxSetAsideRoutes(fastify);
     app.post(
       '/v1/admin/worlds/:world/object-types/:type/recount',
       {
