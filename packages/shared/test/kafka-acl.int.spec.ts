@@ -35,8 +35,12 @@ describe('kafka ACLs from the topic catalogue', () => {
       retry: { retries: 0 },
       sasl: { mechanism: 'scram-sha-512', username: user, password: kafka.passwords.get(user) as string },
     });
-  /** The protocol error of a kafkajs error, which wraps it when it gives up retrying. */
-  const errorType = (error: { type?: string; cause?: { type?: string } }) => error.type ?? error.cause?.type;
+  /**
+   * The protocol error of a refused send: our broker's RecordsRefusedError names it as `reason`;
+   * a kafkajs error carries it as `type`, or wraps it when it gives up retrying.
+   */
+  const errorType = (error: { type?: string; reason?: string; cause?: { type?: string } }) =>
+    error.reason ?? error.type ?? error.cause?.type;
   const record = (topic: string) => [{ topic, messages: [{ key: 'w', value: `from a test to ${topic}` }] }];
 
   beforeAll(async () => {
