@@ -1,9 +1,9 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { backoffDelay, equalJitter, retryWithBackoff } from '../backoff.js';
+import { backoffDelay } from '../backoff.js';
 import { inTransactionTogether, type Statement, type TransactionOutcome } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
-import type { Admin, Consumer, IncomingBatch, IncomingMessage } from '../kafka/broker.js';
+import type { Consumer, IncomingBatch, IncomingMessage } from '../kafka/broker.js';
 import { BatchMerger } from './batch-merging.js';
 import { ConsumerMetrics } from './consumer-metrics.js';
 import type { DeferralPolicy, InboxConsumerOptions, ReceivedEvent } from './consumer-options.js';
@@ -17,8 +17,8 @@ import {
   sortRecorded,
   unrecordStatement,
 } from './inbox-statements.js';
-import { isInfrastructureError } from './infrastructure-errors.js';
-import { type ConsumerPosition, Parking, partitionOf } from './parking.js';
+import { isInfrastructureError, untilSettled } from './infrastructure-errors.js';
+import { ConsumerProgress, Parking } from './parking.js';
 import { ProcessedCache } from './processed-cache.js';
 
 export type * from './consumer-options.js';
@@ -41,8 +41,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
  */
 export class InboxConsumer {
   private consumer: Consumer | undefined;
-  /** Asks the broker for the log ends of the consumer's topics (see position). */
-  private admin: Admin | undefined;
+  /** Where the group is on its topics, for parking's horizon. */
+  private readonly progress: ConsumerProgress;
   private readonly cache: ProcessedCache;
   private readonly log: Logger;
   private readonly maxAttempts: number;
@@ -67,13 +67,17 @@ export class InboxConsumer {
       ...opts.deferral,
     };
     this.metrics = new ConsumerMetrics(opts.name, opts.registry, opts.pool);
+    this.progress = new ConsumerProgress(opts.broker, opts.topics);
     this.deadLetters = new DeadLetters(opts.broker, opts.name);
     this.parking = new Parking({
       consumer: opts.name,
       pool: opts.pool,
       apply: opts.apply,
       deferral,
-      position: () => this.position(),
+      position: () => {
+        if (!this.consumer) throw new Error('consumer is not started');
+        return this.progress.now(this.consumer);
+      },
       deadLetters: this.deadLetters,
       metrics: this.metrics,
       log: this.log,
@@ -117,34 +121,10 @@ export class InboxConsumer {
     clearInterval(this.pruneTimer);
     await this.parking.stop();
     await this.consumer?.disconnect();
-    await this.admin?.disconnect().catch(() => {});
-    this.admin = undefined;
+    await this.progress.close();
     await this.deadLetters.stop();
     await this.cache.flush();
     this.consumer = undefined;
-  }
-
-  /** The log ends of the consumer's topics and the group's committed offsets on them, now. */
-  private async position(): Promise<ConsumerPosition> {
-    const consumer = this.consumer;
-    if (!consumer) throw new Error('consumer is not started');
-    const ends: ConsumerPosition['ends'] = new Map();
-    const committed: ConsumerPosition['committed'] = new Map();
-    try {
-      this.admin ??= await this.opts.broker.admin();
-      for (const topic of this.opts.topics) {
-        for (const p of await this.admin.partitionOffsets(topic)) ends.set(partitionOf(topic, p.partition), p);
-        for (const [partition, offset] of await consumer.committedOffsets(topic)) {
-          committed.set(partitionOf(topic, partition), offset);
-        }
-      }
-    } catch (error) {
-      const stale = this.admin;
-      this.admin = undefined;
-      await stale?.disconnect().catch(() => {});
-      throw error;
-    }
-    return { ends, committed };
   }
 
   /** One pass over the parked events (see Parking.retry); answers how many it applied or dropped. */
@@ -183,7 +163,7 @@ export class InboxConsumer {
     const todo = done.size > 0 ? valid.filter((d) => !done.has(d.event.event_id)) : valid;
 
     if (todo.length > 0) {
-      await this.untilSettled(batch, async () => {
+      await untilSettled(batch, this.log, async () => {
         try {
           const handled = this.merger ? await this.merger.run(todo) : await this.process(todo);
           await this.opts.faults?.afterCommit?.(todo);
@@ -196,42 +176,25 @@ export class InboxConsumer {
       });
     }
     for (const bad of invalid) {
-      await this.untilSettled(batch, () => this.deadLetter(bad.message, bad.error, null));
+      await untilSettled(batch, this.log, () => this.deadLetter(bad.message, bad.error, null));
     }
     const last = batch.messages.at(-1);
     if (last && batch.isRunning() && !batch.isStale()) await batch.commit(last);
     this.parking.afterBatch(mark);
   }
 
-  /**
-   * Retries work that failed for infrastructure reasons (PostgreSQL or Kafka away, a deadlock, a
-   * lock or statement timeout) with jittered backoff until it settles, for as long as it takes.
-   */
-  private async untilSettled(batch: IncomingBatch, work: () => Promise<void>): Promise<void> {
-    await retryWithBackoff(work, {
-      initialMs: 100,
-      maxMs: 5000,
-      jitter: equalJitter,
-      retryIf: (error) => isInfrastructureError(error) && batch.isRunning(),
-      onRetry: async (error, _attempt, delayMs) => {
-        this.log.warn({ err: error, retryInMs: delayMs }, 'infrastructure unavailable or contended; retrying');
-        await batch.heartbeat().catch(() => {});
-      },
-    });
-  }
-
   private async oneByOne(batch: IncomingBatch, events: ReceivedEvent[]): Promise<void> {
     for (const item of events) {
       for (let attempt = 1; ; attempt++) {
         try {
-          await this.untilSettled(batch, async () => {
+          await untilSettled(batch, this.log, async () => {
             const ids = await this.process([item]);
             this.cache.markDone(ids);
           });
           break;
         } catch (error) {
           if (attempt >= this.maxAttempts) {
-            await this.untilSettled(batch, () => this.deadLetter(item.message, error as Error, item.event));
+            await untilSettled(batch, this.log, () => this.deadLetter(item.message, error as Error, item.event));
             break;
           }
           this.log.warn({ err: error, eventId: item.event.event_id, attempt }, 'event failed; retrying');

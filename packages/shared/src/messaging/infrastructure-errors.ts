@@ -1,3 +1,7 @@
+import type { Logger } from 'pino';
+import { equalJitter, retryWithBackoff } from '../backoff.js';
+import type { IncomingBatch } from '../kafka/broker.js';
+
 const INFRASTRUCTURE_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -32,4 +36,21 @@ export function isInfrastructureError(error: unknown): boolean {
   return /Connection terminated|connection timeout|Client has encountered a connection error|timeout exceeded when trying to connect/i.test(
     message,
   );
+}
+
+/**
+ * Retries work that failed for infrastructure reasons (PostgreSQL or Kafka away, a deadlock, a
+ * lock or statement timeout) with jittered backoff until it settles, for as long as it takes.
+ */
+export async function untilSettled(batch: IncomingBatch, log: Logger, work: () => Promise<void>): Promise<void> {
+  await retryWithBackoff(work, {
+    initialMs: 100,
+    maxMs: 5000,
+    jitter: equalJitter,
+    retryIf: (error) => isInfrastructureError(error) && batch.isRunning(),
+    onRetry: async (error, _attempt, delayMs) => {
+      log.warn({ err: error, retryInMs: delayMs }, 'infrastructure unavailable or contended; retrying');
+      await batch.heartbeat().catch(() => {});
+    },
+  });
 }

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { queryTogether, type Statement } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
 import { withTimeout } from '../http/health.js';
-import type { Headers, PartitionOffsets } from '../kafka/broker.js';
+import type { Admin, Broker, Consumer, Headers, PartitionOffsets } from '../kafka/broker.js';
 import type { ConsumerMetrics } from './consumer-metrics.js';
 import type { ApplyEffects, DeferralPolicy, ReceivedEvent } from './consumer-options.js';
 import type { DeadLetters } from './dead-letters.js';
@@ -25,6 +25,40 @@ export const partitionOf = (topic: string, partition: number) => `${topic}\u001f
 export interface ConsumerPosition {
   ends: Map<string, PartitionOffsets>;
   committed: Map<string, string>;
+}
+
+/** The log ends of a consumer's topics and its group's committed offsets on them: the horizon's inputs. */
+export class ConsumerProgress {
+  private admin: Admin | undefined;
+
+  constructor(
+    private readonly broker: Broker,
+    private readonly topics: string[],
+  ) {}
+
+  async now(consumer: Consumer): Promise<ConsumerPosition> {
+    const ends: ConsumerPosition['ends'] = new Map();
+    const committed: ConsumerPosition['committed'] = new Map();
+    try {
+      this.admin ??= await this.broker.admin();
+      for (const topic of this.topics) {
+        for (const p of await this.admin.partitionOffsets(topic)) ends.set(partitionOf(topic, p.partition), p);
+        for (const [partition, offset] of await consumer.committedOffsets(topic)) {
+          committed.set(partitionOf(topic, partition), offset);
+        }
+      }
+    } catch (error) {
+      await this.close();
+      throw error;
+    }
+    return { ends, committed };
+  }
+
+  async close(): Promise<void> {
+    const admin = this.admin;
+    this.admin = undefined;
+    await admin?.disconnect().catch(() => {});
+  }
 }
 
 /**
