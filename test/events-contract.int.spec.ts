@@ -87,7 +87,7 @@ describe('every event the services produce matches the published contract', () =
     return JSON.parse(r.body || 'null');
   };
   const settled = (id: string) =>
-    s.until(
+    s.until<{ status: string }>(
       `action ${id} final`,
       async () => {
         const res = await s.intelCall('GET', `/v1/worlds/${W}/actions/${id}`);
@@ -208,7 +208,7 @@ describe('every event the services produce matches the published contract', () =
     const topics = TOPIC_NAMES.flatMap((t) => [t, dlqOf(t)]);
     const physical = (t: string) => `${s.prefix}${t}`;
     const records: Read[] = [];
-    const consumer = kafka.consumer({ groupId: `${s.prefix}contract-${Date.now()}`, maxWaitTimeMs: 100 });
+    const consumer = kafka.consumer({ groupId: `${s.prefix}contract-${Date.now()}`, maxWaitTimeInMs: 100 });
     await consumer.connect();
     await consumer.subscribe({ topics: topics.map(physical), fromBeginning: true });
     await consumer.run({

@@ -121,7 +121,7 @@ describe('inbox consumer, one batch at a time', () => {
   });
 
   it('sends prepared statements with the inbox statement; a batch that is not all new is done again without them', async () => {
-    const insert = (events: { event: Message['event'] }[]) => ({
+    const insert = (events: ReceivedEvent[]) => ({
       text: `INSERT INTO effects (event_id, key, seq) SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[])
              RETURNING event_id::text`,
       values: [

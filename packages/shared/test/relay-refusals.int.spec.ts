@@ -116,7 +116,7 @@ describe('outbox relay and the records the broker refuses', () => {
   it('splits a batch into produce requests within the limit: events each within it all go, in order', async () => {
     await learnRecordLimits(admin, [limited]);
     const key = 'split';
-    const events = [];
+    const events: Awaited<ReturnType<typeof forceIntoOutbox>>[] = [];
     // About 1.2 kB each with headers, 20 of one key: 24 kB in one claim, six times the limit.
     for (let v = 1; v <= 20; v++) events.push(await forceIntoOutbox(limited, key, v, 500));
     const before = (await setAside()).length;

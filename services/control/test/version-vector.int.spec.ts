@@ -1,6 +1,6 @@
 import { type EventEnvelope, encodeEvent, newEvent, physicalTopic } from '@onto/shared';
 import { buildTestService, committedToEnd, type TestService, testBroker, testEndpoints } from '@onto/shared/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, assert, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, expectProblem, type Stack } from '../../data/test/stack.js';
 import * as intelligence from '../../intelligence/src/app.js';
 import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
@@ -120,7 +120,10 @@ describe('the version vector of a world', () => {
       await s.records('onto.intelligence', (seen) => seen.some((r) => r.event.type === 'intelligence.position'))
     )
       .filter((r) => r.event.type === 'intelligence.position')
-      .map((r) => r.record.value);
+      .map(({ record: { value } }) => {
+        assert.isNotNull(value, 'an intelligence.position record has a value');
+        return value;
+      });
     const older = (
       type: 'storage.position' | 'storage.schema.updated' | 'intelligence.position',
       payload: object,

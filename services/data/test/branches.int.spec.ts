@@ -1,5 +1,5 @@
 import { inTransaction, newEvent, Outbox, TOPICS } from '@onto/shared';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, assert, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, expectProblem, type Stack } from './stack.js';
 
 const Order = {
@@ -134,6 +134,7 @@ describe('worlds as branches', () => {
 
   it('a fork sees every object and link of its base at the fork point, with their versions, copying nothing', async () => {
     commits.child = await fork('child', 'base');
+    assert.isDefined(commits.o5deleted, 'beforeAll deleted o5');
     expect(commits.child).toBeGreaterThanOrEqual(commits.o5deleted);
     const { rows } = await s.data.app.pg.query(
       `SELECT (SELECT count(*) FROM object_heads WHERE world_id = 'child')::int AS heads,

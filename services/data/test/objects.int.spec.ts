@@ -1,5 +1,5 @@
 import { recordLimits } from '@onto/shared';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, assert, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, expectProblem, type Stack } from './stack.js';
 
 const Order = {
@@ -38,12 +38,15 @@ describe('objects', () => {
   let s: Stack;
   let editor: string;
   let viewer: string;
-  const outboxRows = async (pk: string) =>
-    (
+  const outboxRows = async (pk: string) => {
+    const [counted] = (
       await s.data.app.pg.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox WHERE partition_key = $1', [
         `${W}/Order/${encodeURIComponent(pk)}`,
       ])
-    ).rows[0]?.n;
+    ).rows;
+    assert.isDefined(counted, 'count(*) answers one row');
+    return counted.n;
+  };
 
   beforeAll(async () => {
     s = await dataStack();

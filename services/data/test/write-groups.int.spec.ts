@@ -115,7 +115,7 @@ describe('single-object writes committed in groups', () => {
   it('runs every write of a group that failed as a whole again alone: nothing lost, nothing twice', async () => {
     expect((await put('a', { n: 1 })).statusCode).toBe(201);
     const client = (): Promise<pg.Client> => {
-      const c = new pg.Client({ connectionString: s.data.config.DATABASE_URL as string });
+      const c = new pg.Client({ connectionString: s.data.databaseUrl });
       return c.connect().then(() => c);
     };
     const holder = await client();

@@ -448,7 +448,7 @@ describe('read model, derived properties and rules', () => {
       body: { ...Customer, properties: { id: Customer.properties.id, rate: Customer.properties.rate } },
     });
     expect(changed.statusCode, changed.body).toBe(200);
-    const invalid = await s.until('limitPlus invalid', async () => {
+    const invalid = await s.until<{ errors: unknown }>('limitPlus invalid', async () => {
       const res = await s.intelCall('GET', `/v1/worlds/${W}/derived-properties/limitPlus`);
       return res.json().state === 'invalid' ? res.json() : undefined;
     });

@@ -202,7 +202,7 @@ export default async function bulk(fastify: FastifyInstance) {
       }
       const origin = originOf(request);
       const { rows, errors } = rowsOf(request.body, contentType);
-      await app.awaitConsistency(request, world);
+      await app.awaitSchemaConsistency(request, world);
       const result = await inWorldTransaction(app.pg, world, async (tx) => {
         const ctx = await worldContext(tx, world);
         if (!ctx.provisioned) throw notProvisioned(world);

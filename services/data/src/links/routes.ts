@@ -56,7 +56,7 @@ export default fp(
       keyParam('toPk', toPk);
       const origin = originOf(request);
       const conditions = preconditionsOf(request);
-      await app.awaitConsistency(request, world);
+      await app.awaitSchemaConsistency(request, world);
       const what = `link ${name} ${fromPk} → ${toPk}`;
       return inWorldTransaction(app.pg, world, (tx) =>
         write(app, tx, {
@@ -166,7 +166,7 @@ export default fp(
         const { world, type: typeName, pk, linkType: name } = request.params;
         keyParam('pk', pk);
         const { limit, at } = request.query;
-        await app.awaitConsistency(request, world);
+        await app.awaitSchemaConsistency(request, world);
         // The cursor carries the commit its first page read, and is tied to its query.
         const cursor = decodeCursor(request.query.cursor, (c) =>
           c.q === `${typeName}/${pk}/${name}/${request.query.direction ?? ''}/${at ?? ''}` &&

@@ -121,7 +121,7 @@ export default fp(
       keyParam('pk', pk);
       const origin = originOf(request);
       const conditions = preconditionsOf(request);
-      await app.awaitConsistency(request, world);
+      await app.awaitSchemaConsistency(request, world);
       // The write owns its transaction (two round trips), or shares one with the writes that
       // queued beside it (change.ts).
       const result = await app.objectWrites.write({
@@ -203,7 +203,7 @@ export default fp(
         const { world, type: typeName, pk } = request.params;
         const { at } = request.query;
         keyParam('pk', pk);
-        await app.awaitConsistency(request, world);
+        await app.awaitSchemaConsistency(request, world);
         let head: Head | null;
         if (at === undefined) {
           const ctx = await objectContext(app.pg, world, typeName, pk);
@@ -241,7 +241,7 @@ export default fp(
         keyParam('pk', pk);
         const origin = originOf(request);
         const conditions = preconditionsOf(request);
-        await app.awaitConsistency(request, world);
+        await app.awaitSchemaConsistency(request, world);
         const result = await inWorldTransaction(app.pg, world, (tx) =>
           deleteObject(app, tx, {
             worldId: world,
@@ -291,7 +291,7 @@ export default fp(
       async (request) => {
         const { world, type: typeName } = request.params;
         const { filter = [], sort, cursor, limit, at } = request.query;
-        await app.awaitConsistency(request, world);
+        await app.awaitSchemaConsistency(request, world);
         // The cursor is tied to its query, and carries the commit its first page resolved.
         const query = createHash('sha256')
           .update(JSON.stringify([typeName, filter, sort ?? null, at ?? null]))

@@ -13,9 +13,10 @@ declare module 'fastify' {
     /**
      * Honours the request's `X-Consistency-Token`: a `control=<v>` entry waits (bounded) until
      * this world's schema replica has applied v, else 503 with Retry-After. `data=<n>` is always
-     * satisfied: data's own writes are visible to every later read here.
+     * satisfied: data's own writes are visible to every later read here. Not named
+     * `awaitConsistency`: intelligence's, which answers a watermark, augments the same interface.
      */
-    awaitConsistency(request: FastifyRequest, worldId: string): Promise<void>;
+    awaitSchemaConsistency(request: FastifyRequest, worldId: string): Promise<void>;
   }
 }
 
@@ -37,7 +38,7 @@ export default fp(
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     const replica = new SchemaReplica(app.pg, opts.waitBoundMs);
     app.decorate('schemaReplica', replica);
-    app.decorate('awaitConsistency', async (request: FastifyRequest, worldId: string) => {
+    app.decorate('awaitSchemaConsistency', async (request: FastifyRequest, worldId: string) => {
       const wanted = consistencyToken(request).control;
       if (wanted === undefined) return;
       // A world data has never heard of is a 404 now, not a 503 after the whole wait.
@@ -76,7 +77,7 @@ export default fp(
       },
       async (request) => {
         const { world } = request.params;
-        await app.awaitConsistency(request, world);
+        await app.awaitSchemaConsistency(request, world);
         const { rows } = await app.pg.query<{ provisioned: boolean; version: number; appliedAt: string | null }>(
           `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
                   coalesce(v.version, 0) AS version, to_json(v.received_at)#>>'{}' AS "appliedAt"
