@@ -6,10 +6,14 @@ import {
   CARDINALITIES,
   canonicalJson,
   type FieldError,
+  isSeriesType,
   type LinkType,
   type ObjectType,
   PRIMITIVES,
+  RETENTION,
+  retentionMs,
   type SchemaDocument,
+  SERIES_VALUES,
 } from '@onto/shared';
 
 export {
@@ -60,7 +64,18 @@ class Collector {
 
 const esc = (key: string) => key.replaceAll('~', '~0').replaceAll('/', '~1');
 
-function checkPropertyType(c: Collector, path: string, t: Json, depth = 0): void {
+/** A series' point type: double, integer, boolean or an enum (docs/adr/0024). */
+function checkSeriesValue(c: Collector, path: string, v: Json): void {
+  if (typeof v === 'string' && (SERIES_VALUES as readonly string[]).includes(v)) return;
+  if (isObject(v) && v.type === 'enum') {
+    checkPropertyType(c, path, v, 1);
+    return;
+  }
+  c.add(path, `must be one of ${SERIES_VALUES.join(', ')} or {"type": "enum", "values": […]}`);
+}
+
+/** `series` is a type of an object property only (not nested, not an action parameter). */
+function checkPropertyType(c: Collector, path: string, t: Json, depth = 0, seriesAllowed = false): void {
   if (depth > 8) {
     c.add(path, 'nests more than 8 levels');
     return;
@@ -97,6 +112,14 @@ function checkPropertyType(c: Collector, path: string, t: Json, depth = 0): void
       c.only(path, t, ['type', 'items']);
       checkPropertyType(c, `${path}/items`, t.items, depth + 1);
       return;
+    case 'series':
+      if (!seriesAllowed) {
+        c.add(`${path}/type`, 'a series is the type of an object property only, not nested nor a parameter');
+        return;
+      }
+      c.only(path, t, ['type', 'value']);
+      checkSeriesValue(c, `${path}/value`, t.value);
+      return;
     case 'struct': {
       c.only(path, t, ['type', 'fields']);
       if (!isObject(t.fields) || Object.keys(t.fields).length === 0) {
@@ -110,7 +133,7 @@ function checkPropertyType(c: Collector, path: string, t: Json, depth = 0): void
       return;
     }
     default: {
-      c.add(`${path}/type`, `unknown property type ${JSON.stringify(t.type)}; expected enum, array or struct`);
+      c.add(`${path}/type`, `unknown property type ${JSON.stringify(t.type)}; expected enum, array, struct or series`);
       return;
     }
   }
@@ -138,12 +161,22 @@ export function checkObjectType(body: Json, apiName: string): FieldError[] {
         c.add(p, 'must be an object with a type');
         continue;
       }
-      c.only(p, def, ['type', 'required', 'indexed', 'description']);
+      const series = isObject(def.type) && def.type.type === 'series';
+      c.only(
+        p,
+        def,
+        series ? ['type', 'description', 'unit', 'retention'] : ['type', 'required', 'indexed', 'description'],
+      );
       if (def.type === undefined) c.add(`${p}/type`, 'is required');
-      else checkPropertyType(c, `${p}/type`, def.type);
+      else checkPropertyType(c, `${p}/type`, def.type, 0, true);
       c.optionalBoolean(`${p}/required`, def.required);
       c.optionalBoolean(`${p}/indexed`, def.indexed);
       c.optionalString(`${p}/description`, def.description);
+      if (series) {
+        c.optionalString(`${p}/unit`, def.unit, 50);
+        if (def.retention !== undefined && (typeof def.retention !== 'string' || !RETENTION.test(def.retention)))
+          c.add(`${p}/retention`, 'must be a whole number of hours, days or weeks, such as 36h, 30d or 52w');
+      }
     }
   }
   if (typeof body.primaryKey !== 'string') c.add('/primaryKey', 'must name one of the properties');
@@ -341,6 +374,10 @@ export function diffSchemas(before: SchemaDocument, after: SchemaDocument): Sche
   return { changes, breaking: changes.some((c) => c.breaking) };
 }
 
+/** A series keeps its points for less time than before (absent: forever). */
+const shortened = (before: string | undefined, after: string | undefined) =>
+  after !== undefined && (before === undefined || (retentionMs(after) ?? 0) < (retentionMs(before) ?? 0));
+
 function diffObjectType(b: ObjectType, a: ObjectType): Change[] {
   const base = `/objectTypes/${a.apiName}`;
   const changes: Change[] = [];
@@ -365,6 +402,13 @@ function diffObjectType(b: ObjectType, a: ObjectType): Change[] {
       changes.push({ path: p, change: 'added', breaking, ...(breaking ? { reason: 'new required property' } : {}) });
     } else if (!same(old.type, def.type)) {
       changes.push({ path: `${p}/type`, change: 'changed', breaking: true, reason: 'property type changed' });
+    } else if (isSeriesType(def.type) && shortened(old.retention, def.retention)) {
+      changes.push({
+        path: `${p}/retention`,
+        change: 'changed',
+        breaking: true,
+        reason: 'retention shortened: older points are dropped',
+      });
     } else if (!old.required && def.required) {
       changes.push({ path: `${p}/required`, change: 'changed', breaking: true, reason: 'property became required' });
     } else if (!same(old, def)) {
