@@ -11,6 +11,7 @@ import bulk from './ingest/routes.js';
 import links from './links/routes.js';
 import objects from './objects/routes.js';
 import schema from './schema/plugin.js';
+import series from './series/plugin.js';
 import worlds from './worlds/plugin.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
@@ -38,6 +39,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   });
   await fastify.register(links);
   await fastify.register(bulk);
+  await fastify.register(series);
   await fastify.register(cdc, { mappings: config.CDC_MAPPINGS });
   await fastify.register(actions);
 };

@@ -14,6 +14,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { latestSeries } from '../series/latest.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
 import { type Head, listObjects, objectContext, worldContext } from './repository.js';
@@ -58,6 +59,11 @@ const ObjectBody = Type.Object({
   pk: Type.String(),
   version: Type.Integer(),
   properties: Type.Record(Type.String(), Type.Unknown()),
+  series: Type.Optional(
+    Type.Record(Type.String(), Type.Object({ time: Type.String(), value: Type.Unknown() }), {
+      description: 'on a read: the latest point of each time series of the object',
+    }),
+  ),
 });
 
 type Params = { world: string; type: string; pk: string };
@@ -194,12 +200,13 @@ export default fp(
         await app.awaitConsistency(request, world);
         const ctx = await objectContext(app.pg, world, typeName, pk);
         if (!ctx.provisioned) throw notProvisioned(world);
-        await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+        const { type } = await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
         const head = ctx.head;
         if (!head || head.deleted || !head.properties)
           throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
         written(reply, head.version, head.seq);
-        return { type: typeName, pk, version: head.version, properties: head.properties };
+        const series = await latestSeries(app.pg, world, type, pk);
+        return { type: typeName, pk, version: head.version, properties: head.properties, ...(series && { series }) };
       },
     );
 
