@@ -119,10 +119,11 @@ async function writeBatch(
   return inWorldTransaction(app.pg, w.worldId, async (tx) => {
     const ctx = await worldContext(tx, w.worldId);
     if (!ctx.provisioned) throw notProvisioned(w.worldId);
+    const keys = new Map(points.map((p) => [seriesKey(p.type, p.pk, p.series.name), p]));
     const ids = await seriesIds(
       tx,
       w.worldId,
-      points.map((p) => ({ type: p.type, pk: p.pk, series: p.series.name })),
+      [...keys.values()].map((p) => ({ type: p.type, pk: p.pk, series: p.series.name })),
     );
     const seq = await nextSeq(tx);
     const owners = new Map<number, Pending>();
@@ -304,26 +305,33 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       let batch: Pending[] = [];
       let lineOf: number[] = [];
       const faults: LineFault[] = [];
+      let writing: Promise<void> = Promise.resolve();
+      let failure: unknown;
+      // One batch is written while the next is read and checked: PostgreSQL's work and Node's
+      // overlap, and at most two batches are held.
       const flush = async () => {
-        if (faults.length === 0 && batch.length > 0) {
-          try {
-            const r = await writeBatch(app, w, batch);
+        await writing;
+        const [mine, mineLines, upTo] = [batch, lineOf, totals.lines];
+        batch = [];
+        lineOf = [];
+        if (faults.length > 0 || failure !== undefined || mine.length === 0) return;
+        writing = writeBatch(app, w, mine).then(
+          (r) => {
             totals.written += r.written;
             totals.unchanged += r.unchanged;
             totals.seq = r.seq;
-            stored = totals.lines;
-          } catch (error) {
+            stored = upTo;
+          },
+          (error) => {
             // A fault found while writing (a point on too many new days) names its line.
             if (error instanceof Unprocessable && error.extensions.errors) {
               for (const e of error.extensions.errors) {
                 const index = Number(e.path.split('/')[1]);
-                faults.push({ line: lineOf[index] ?? 0, path: e.path.replace(/^\/\d+/, ''), message: e.message });
+                faults.push({ line: mineLines[index] ?? 0, path: e.path.replace(/^\/\d+/, ''), message: e.message });
               }
-            } else throw error;
-          }
-        }
-        batch = [];
-        lineOf = [];
+            } else failure = error;
+          },
+        );
       };
       const lines = createInterface({ input: request.body as Readable, crlfDelay: Number.POSITIVE_INFINITY });
       let n = 0;
@@ -371,13 +379,12 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
         if (!checked || old) continue;
         batch.push({ type: typeName as string, pk, series, point: checked, path: `/${batch.length}` });
         lineOf.push(n);
-        if (batch.length >= SERIES_LIMITS.bulkBatch) {
-          await flush();
-          if (faults.length > 0) break;
-        }
-        if (faults.length > 0) break;
+        if (batch.length >= SERIES_LIMITS.bulkBatch) await flush();
+        if (faults.length > 0 || failure !== undefined) break;
       }
-      if (faults.length === 0) await flush();
+      await flush();
+      await writing;
+      if (failure !== undefined) throw failure;
       if (faults.length > 0) {
         lines.close();
         throw new LineFaults(
