@@ -85,12 +85,13 @@ export interface PointRow extends StoredPoint {
  */
 export async function upsertPoints(db: Queryable, seq: number, points: PointRow[]): Promise<PointRow[]> {
   if (points.length === 0) return [];
-  const { rows } = await db.query<{ series_id: string; time: Date; num: number | null; label: string | null }>(
+  // Answered as (series, epoch ms) and matched to the input: no timestamp parsed back.
+  const { rows } = await db.query<{ series_id: string; ms: number }>(
     `INSERT INTO series_points AS p (series_id, time, seq, num, label)
      SELECT s, t, $1, n, l FROM unnest($2::bigint[], $3::timestamptz[], $4::float8[], $5::text[]) AS x(s, t, n, l)
      ON CONFLICT (series_id, time) DO UPDATE SET seq = excluded.seq, num = excluded.num, label = excluded.label
        WHERE (p.num, p.label) IS DISTINCT FROM (excluded.num, excluded.label)
-     RETURNING series_id, time, num, label`,
+     RETURNING series_id, (extract(epoch FROM time) * 1000)::float8 AS ms`,
     [
       seq,
       points.map((p) => p.seriesId),
@@ -99,9 +100,13 @@ export async function upsertPoints(db: Queryable, seq: number, points: PointRow[
       points.map((p) => p.label),
     ],
   );
-  return rows
-    .map((r) => ({ seriesId: Number(r.series_id), time: r.time.toISOString(), num: r.num, label: r.label }))
-    .sort((a, b) => a.seriesId - b.seriesId || (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
+  const byKey = new Map(points.map((p) => [`${p.seriesId}:${Date.parse(p.time)}`, p]));
+  const changed: PointRow[] = [];
+  for (const r of rows) {
+    const p = byKey.get(`${r.series_id}:${r.ms}`);
+    if (p) changed.push(p);
+  }
+  return changed.sort((a, b) => a.seriesId - b.seriesId || (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
 }
 
 /** A batch's data seq: taken once per write transaction, as an object write takes one. */
