@@ -69,6 +69,18 @@ export async function seriesIds(
     [worldId, types, pks, names],
   );
   for (const r of rows) ids.set(seriesKey(r.type, r.pk, r.series), Number(r.id));
+  // A key another transaction committed while ours waited on it is not in that statement's
+  // snapshot (ON CONFLICT skipped it): read again, in a statement of its own.
+  const missing = keys.filter((k) => !ids.has(seriesKey(k.type, k.pk, k.series)));
+  if (missing.length > 0) {
+    const again = await db.query<{ id: string; type: string; pk: string; series: string }>(
+      `SELECT k.id, k.type, k.pk, k.series FROM series_keys k
+         JOIN unnest($2::text[], $3::text[], $4::text[]) AS w(type, pk, series) USING (type, pk, series)
+        WHERE k.world_id = $1`,
+      [worldId, missing.map((k) => k.type), missing.map((k) => k.pk), missing.map((k) => k.series)],
+    );
+    for (const r of again.rows) ids.set(seriesKey(r.type, r.pk, r.series), Number(r.id));
+  }
   return ids;
 }
 
