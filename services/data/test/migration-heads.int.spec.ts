@@ -54,9 +54,8 @@ describe('migration 007: heads hold the current version', () => {
       expect(all).toHaveLength(5);
 
       const results = await migrate(url, migrations);
-      expect(results.at(-1)?.applied.map((f) => f.split('/').pop())).toEqual([
-        '007.do.heads-hold-current-versions.sql',
-      ]);
+      // 007 first; later migrations (009, time series) follow it.
+      expect(results.at(-1)?.applied.map((f) => f.split('/').pop())[0]).toBe('007.do.heads-hold-current-versions.sql');
 
       expect((await db.query(versions('object_versions'))).rows).toEqual(all);
       expect((await db.query('SELECT pk, version::int FROM object_history ORDER BY pk, version')).rows).toEqual([
