@@ -1,5 +1,5 @@
 /**
- * Time series (docs/adr/0025), side by side in one run, on the same server and the same table:
+ * Time series (docs/adr/0028), side by side in one run, on the same server and the same table:
  *
  * 1. Ingest: points through data's streamed bulk endpoint (NDJSON, checked, written 5,000 at a
  *    time by an idempotent upsert, one series.points.written event per series and batch) against

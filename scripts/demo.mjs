@@ -273,7 +273,7 @@ console.log(
     ` (second answer is a replay of the first: same id ${again.json.id === first.json.id})`,
 );
 
-// Time series (docs/adr/0025): each customer's basket values over time in data, an hourly
+// Time series (docs/adr/0028): each customer's basket values over time in data, an hourly
 // average over them in intelligence, and a rule on that average.
 must(
   await intel('PUT', '/v1/worlds/demo/derived-properties/basketHourly', {

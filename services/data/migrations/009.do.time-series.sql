@@ -1,4 +1,4 @@
--- Time series (docs/adr/0025). A series is one time-series property of one object of one world;
+-- Time series (docs/adr/0028). A series is one time-series property of one object of one world;
 -- its points are (series, time, value), natively range-partitioned by day on time so that
 -- retention drops whole partitions. Keys are spelled once, in series_keys, not on every point.
 CREATE TABLE series_keys (

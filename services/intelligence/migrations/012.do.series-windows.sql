@@ -1,4 +1,4 @@
--- The points of data's time series that derived properties read windows of (docs/adr/0025),
+-- The points of data's time series that derived properties read windows of (docs/adr/0028),
 -- from series.points.written on onto.series.points. A point's seq is data's seq of its batch.
 CREATE TABLE rm_series_points (
   world_id text             NOT NULL,

@@ -14,7 +14,7 @@ const Machine = {
 const W = 'windows';
 const HOUR = 3_600_000;
 
-describe('derived properties and rules over windows of time series (docs/adr/0025)', () => {
+describe('derived properties and rules over windows of time series (docs/adr/0028)', () => {
   let s: IntelligenceStack;
 
   beforeAll(async () => {

@@ -12,7 +12,7 @@ export type PropertyType =
   | { type: 'struct'; fields: Record<string, PropertyType> }
   | SeriesType;
 
-/** What each point of a time-series property holds (docs/adr/0025). */
+/** What each point of a time-series property holds (docs/adr/0028). */
 export const SERIES_VALUES = ['double', 'integer', 'boolean'] as const;
 export type SeriesValue = (typeof SERIES_VALUES)[number] | { type: 'enum'; values: string[] };
 

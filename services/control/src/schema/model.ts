@@ -64,7 +64,7 @@ class Collector {
 
 const esc = (key: string) => key.replaceAll('~', '~0').replaceAll('/', '~1');
 
-/** A series' point type: double, integer, boolean or an enum (docs/adr/0025). */
+/** A series' point type: double, integer, boolean or an enum (docs/adr/0028). */
 function checkSeriesValue(c: Collector, path: string, v: Json): void {
   if (typeof v === 'string' && (SERIES_VALUES as readonly string[]).includes(v)) return;
   if (isObject(v) && v.type === 'enum') {

@@ -1,5 +1,5 @@
 /**
- * The partitions of series_points over time (docs/adr/0025): day partitions are created ahead,
+ * The partitions of series_points over time (docs/adr/0028): day partitions are created ahead,
  * and a day whose every point is past the retention of every series is dropped whole.
  */
 import { isSeriesType, type Queryable, retentionMs, type SchemaDocument } from '@onto/shared';

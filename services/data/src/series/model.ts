@@ -1,6 +1,6 @@
 /**
  * What a valid point of a time series is, and how a query names a range and a rollup: the pure
- * rules, no I/O (docs/adr/0025). Points are checked exactly (1.5 is not an integer point) and
+ * rules, no I/O (docs/adr/0028). Points are checked exactly (1.5 is not an integer point) and
  * every refusal names the point's index and field (`/points/3/time`).
  */
 import {

@@ -3,7 +3,7 @@ import fp from 'fastify-plugin';
 import { PartitionMaintenance } from './maintenance.js';
 import seriesRoutes from './routes.js';
 
-/** Time series of objects (docs/adr/0025): the routes, and the partitions kept ahead and dropped past retention. */
+/** Time series of objects (docs/adr/0028): the routes, and the partitions kept ahead and dropped past retention. */
 export default fp(
   async (app: FastifyInstance) => {
     await app.register(seriesRoutes);

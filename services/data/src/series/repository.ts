@@ -1,5 +1,5 @@
 /**
- * Points of time series in data's PostgreSQL (migrations/009, docs/adr/0025): series_keys names
+ * Points of time series in data's PostgreSQL (migrations/009, docs/adr/0028): series_keys names
  * each series once, series_points holds its points, range-partitioned by UTC day.
  */
 import { type FieldError, type Queryable, Unprocessable } from '@onto/shared';

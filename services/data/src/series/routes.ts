@@ -98,7 +98,7 @@ function pastRetention(series: SeriesDef, time: string, now: number): string | u
 /**
  * Writes one batch in one transaction (all or nothing): the last point of each instant wins
  * within the batch; a repeated point changes nothing; the points that changed are announced,
- * one event per series (docs/adr/0025).
+ * one event per series (docs/adr/0028).
  */
 async function writeBatch(
   app: FastifyInstance,
@@ -187,7 +187,7 @@ class LineFaults extends HttpProblem {
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
- * Time series of objects (docs/adr/0025): points written to one series, many series at once as
+ * Time series of objects (docs/adr/0028): points written to one series, many series at once as
  * a stream, ranges of points and rollups over fixed buckets read back.
  */
 export default async function seriesRoutes(fastify: FastifyInstance) {

@@ -12,7 +12,7 @@ export type Direction = 'out' | 'in';
 
 /**
  * An aggregate as declared: over the objects linked through `linkType`, or over the points of
- * one of the object's own time series in a window ending at its latest point (docs/adr/0025).
+ * one of the object's own time series in a window ending at its latest point (docs/adr/0028).
  */
 export interface AggregateDecl {
   function: AggregateFunction;

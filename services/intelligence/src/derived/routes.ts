@@ -26,7 +26,7 @@ const Aggregate = Type.Object(
     ),
     linkType: Type.Optional(Type.String({ pattern: NAME, description: 'the link type to follow' })),
     series: Type.Optional(
-      Type.String({ pattern: NAME, description: "or one of the object's own time series (docs/adr/0025) …" }),
+      Type.String({ pattern: NAME, description: "or one of the object's own time series (docs/adr/0028) …" }),
     ),
     window: Type.Optional(
       Type.String({ description: '… over a window ending at its latest point: 30s, 15m, 1h, 1d, 1w' }),

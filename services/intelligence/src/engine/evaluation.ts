@@ -373,7 +373,7 @@ export class Evaluation {
     };
   }
 
-  /** A window of an object's own series, ending at its latest point (docs/adr/0025). */
+  /** A window of an object's own series, ending at its latest point (docs/adr/0028). */
   private windowStatement(spec: AggregateSpec, pks: string[]): Statement {
     const fn =
       spec.function === 'count'

@@ -1,6 +1,6 @@
 /**
  * Applying data's `series.points.written` events to the points intelligence keeps
- * (rm_series_points, docs/adr/0025): a point at a known instant takes the value of the newer
+ * (rm_series_points, docs/adr/0028): a point at a known instant takes the value of the newer
  * batch (higher seq), so a replayed or reordered older event is a no-op. Each series whose points
  * changed is reported to the evaluation.
  */
