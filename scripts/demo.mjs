@@ -2,7 +2,8 @@
 // The demo world that `./onto up` creates on a running stack: a world `demo` with a small
 // ontology (customers, orders, the link between them, two actions), objects and links in data,
 // and in intelligence a derived property, a rule that fires, a decision that runs an action on
-// its own, and an idempotent action run twice. Safe to run again.
+// its own, an idempotent action run twice, and a customer's time series with a rule over its
+// hourly average. Safe to run again.
 const CONTROL = process.env.ONTO_CONTROL_URL ?? 'http://127.0.0.1:4001';
 const DATA = process.env.ONTO_DATA_URL ?? 'http://127.0.0.1:4002';
 const INTELLIGENCE = process.env.ONTO_INTELLIGENCE_URL ?? 'http://127.0.0.1:4003';
@@ -49,6 +50,7 @@ const types = [
         id: { type: 'string', required: true },
         name: { type: 'string', required: true, indexed: true },
         tier: { type: { type: 'enum', values: ['standard', 'gold'] } },
+        basket: { type: { type: 'series', value: 'double' }, unit: 'EUR', retention: '30d' },
       },
     },
   ],
@@ -269,4 +271,53 @@ const shipped = await until('o-3 shipped', async () => {
 console.log(
   `demo action: shipOrder o-3 sent twice with Idempotency-Key demo-ship-o-3 → one action ${shipped.id} ${shipped.status}` +
     ` (second answer is a replay of the first: same id ${again.json.id === first.json.id})`,
+);
+
+// Time series (docs/adr/0028): each customer's basket values over time in data, an hourly
+// average over them in intelligence, and a rule on that average.
+must(
+  await intel('PUT', '/v1/worlds/demo/derived-properties/basketHourly', {
+    body: {
+      objectType: 'Customer',
+      expression: 'agg.avg',
+      aggregates: { avg: { function: 'avg', series: 'basket', window: '1h' } },
+      description: 'the average basket value of the hour up to the latest one',
+    },
+  }),
+  200,
+  201,
+);
+must(
+  await intel('PUT', '/v1/worlds/demo/rules/basketSurge', {
+    body: {
+      objectType: 'Customer',
+      condition: 'derived.basketHourly > 500.0',
+      alertType: 'basket-surge',
+      severity: 'warning',
+    },
+  }),
+  200,
+  201,
+);
+const now = Date.now();
+const baskets = [120, 180, 650, 720, 900].map((value, i) => ({
+  time: new Date(now - (4 - i) * 600_000).toISOString(),
+  value,
+}));
+must(
+  await call('POST', '/v1/worlds/demo/series/Customer/c-1/basket', { base: DATA, token, body: { points: baskets } }),
+  200,
+);
+const rollup = must(
+  await call('GET', '/v1/worlds/demo/series/Customer/c-1/basket?bucket=10m&agg=max', { base: DATA, token }),
+  200,
+);
+const surge = await until('the basket surge alert of c-1', async () => {
+  const res = await intel('GET', '/v1/worlds/demo/alerts?rule=basketSurge&pk=c-1');
+  return res.json?.alerts?.some((a) => a.status === 'OPEN') ? res.json.alerts : undefined;
+});
+const ada = must(await intel('GET', '/v1/worlds/demo/objects/Customer/c-1'), 200);
+console.log(
+  `demo series: ${baskets.length} basket values of c-1 (10-minute max: ${rollup.points.map((p) => p.value).join(', ')}); ` +
+    `hourly average ${ada.derived.basketHourly.value} → rule basketSurge raised ${surge.filter((a) => a.status === 'OPEN').length} alert(s)`,
 );

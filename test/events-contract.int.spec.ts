@@ -33,7 +33,12 @@ const str = { type: 'string', required: true };
 const Order = {
   displayName: 'Order',
   primaryKey: 'id',
-  properties: { id: str, amount: { type: 'integer', required: true }, flagged: { type: 'boolean' } },
+  properties: {
+    id: str,
+    amount: { type: 'integer', required: true },
+    flagged: { type: 'boolean' },
+    load: { type: { type: 'series', value: 'double' }, unit: 'kg' },
+  },
 };
 const Customer = { displayName: 'Customer', primaryKey: 'id', properties: { id: str } };
 const placedBy = { from: 'Order', to: 'Customer', cardinality: 'MANY_TO_MANY' };
@@ -130,6 +135,12 @@ describe('every event the services produce matches the published contract', () =
       s.dataCall('PATCH', `/v1/worlds/${W}/objects/Order/o-1`, { body: { properties: { amount: 5 } } }),
     );
     await ok('recount', s.dataCall('POST', `/v1/admin/worlds/${W}/object-types/Order/recount`)); // object.announced
+    await ok(
+      'points',
+      s.dataCall('POST', `/v1/worlds/${W}/series/Order/o-1/load`, {
+        body: { points: [{ time: '2026-01-01T00:00:00Z', value: 1.5 }] },
+      }),
+    );
     await ok('customer', s.dataCall('PUT', `/v1/worlds/${W}/objects/Customer/c-1`, { body: { properties: {} } }));
     await ok('link', s.dataCall('PUT', `/v1/worlds/${W}/links/placedBy/o-1/c-1`));
     await ok('unlink', s.dataCall('DELETE', `/v1/worlds/${W}/links/placedBy/o-1/c-1`));

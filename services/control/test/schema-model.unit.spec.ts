@@ -165,3 +165,69 @@ describe('schema diff', () => {
     });
   });
 });
+
+describe('time-series properties', () => {
+  const machine = (temperature: unknown): unknown => ({
+    apiName: 'Machine',
+    displayName: 'Machine',
+    primaryKey: 'id',
+    properties: { id: { type: 'string' }, temperature },
+  });
+
+  it('accepts a series of each point type, with a unit and a retention', () => {
+    for (const value of ['double', 'integer', 'boolean', { type: 'enum', values: ['on', 'off'] }]) {
+      expect(
+        checkObjectType(machine({ type: { type: 'series', value }, unit: 'degC', retention: '30d' }), 'Machine'),
+      ).toEqual([]);
+    }
+  });
+
+  it.each([
+    ['/properties/temperature/type/value', { type: { type: 'series', value: 'string' } }],
+    ['/properties/temperature/type/value', { type: { type: 'series' } }],
+    ['/properties/temperature/type/value/values', { type: { type: 'series', value: { type: 'enum', values: [] } } }],
+    ['/properties/temperature/retention', { type: { type: 'series', value: 'double' }, retention: '30 days' }],
+    ['/properties/temperature/retention', { type: { type: 'series', value: 'double' }, retention: '0d' }],
+    ['/properties/temperature/required', { type: { type: 'series', value: 'double' }, required: true }],
+    ['/properties/temperature/unit', { type: 'double', unit: 'degC' }],
+    [
+      '/properties/temperature/type/items/type',
+      { type: { type: 'array', items: { type: 'series', value: 'double' } } },
+    ],
+  ])('refuses at %s: %j', (path, def) => {
+    expect(paths(checkObjectType(machine(def), 'Machine'))).toContain(path);
+  });
+
+  it('refuses a series as an action parameter', () => {
+    const errors = checkActionType(
+      {
+        parameters: { t: { type: { type: 'series', value: 'double' } } },
+        edits: [{ op: 'deleteObject', objectType: 'Customer', pk: { param: 't' } }],
+      },
+      'a',
+      schema(),
+    );
+    expect(paths(errors)).toContain('/parameters/t/type/type');
+  });
+
+  it('marks a new series harmless, a changed point type or a shortened retention breaking', () => {
+    const before = schema();
+    const withSeries = (def: object): SchemaDocument => {
+      const s = schema();
+      s.objectTypes.Order = { ...order, properties: { ...order.properties, load: def as never } };
+      return s;
+    };
+    const d30 = withSeries({ type: { type: 'series', value: 'double' }, retention: '30d' });
+    expect(diffSchemas(before, d30)).toMatchObject({ breaking: false });
+    const longer = diffSchemas(d30, withSeries({ type: { type: 'series', value: 'double' }, retention: '8w' }));
+    expect(longer.breaking).toBe(false);
+    const shorter = diffSchemas(d30, withSeries({ type: { type: 'series', value: 'double' }, retention: '36h' }));
+    expect(shorter.changes).toEqual([
+      expect.objectContaining({ path: '/objectTypes/Order/properties/load/retention', breaking: true }),
+    ]);
+    const retyped = diffSchemas(d30, withSeries({ type: { type: 'series', value: 'integer' }, retention: '30d' }));
+    expect(retyped.changes).toEqual([
+      expect.objectContaining({ path: '/objectTypes/Order/properties/load/type', breaking: true }),
+    ]);
+  });
+});

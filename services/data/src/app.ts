@@ -13,6 +13,7 @@ import links from './links/routes.js';
 import objects from './objects/routes.js';
 import positions from './positions/plugin.js';
 import schema from './schema/plugin.js';
+import series from './series/plugin.js';
 import diff from './worlds/diff.js';
 import worlds from './worlds/plugin.js';
 
@@ -42,6 +43,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(links);
   await fastify.register(bulk);
   await fastify.register(diff);
+  await fastify.register(series);
   await fastify.register(cdc, { mappings: config.CDC_MAPPINGS });
   await fastify.register(actions);
   await fastify.register(positions, { intervalMs: config.POSITION_ANNOUNCE_MS });

@@ -30,6 +30,12 @@ export const TOPICS = {
     key: (p: { worldId: string; linkType: string; linkPk: string }) =>
       make<'onto.changes.links'>([p.worldId, p.linkType, p.linkPk]),
   },
+  // Not in the original topic table: points of time series, one event per written batch of an object's series.
+  'onto.series.points': {
+    producer: 'data',
+    key: (p: { worldId: string; objectType: string; pk: string }) =>
+      make<'onto.series.points'>([p.worldId, p.objectType, p.pk]),
+  },
   'domain.alerts': {
     producer: 'intelligence',
     key: (p: { worldId: string; alertType: string }) => make<'domain.alerts'>([p.worldId, p.alertType]),

@@ -30,6 +30,7 @@ export const EVENT_TYPES = {
   'object.announced': 'onto.changes.objects',
   'link.created': 'onto.changes.links',
   'link.deleted': 'onto.changes.links',
+  'series.points.written': 'onto.series.points',
   'alert.raised': 'domain.alerts',
   'alert.cleared': 'domain.alerts',
   'decision.made': 'domain.decisions',

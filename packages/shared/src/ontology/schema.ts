@@ -9,13 +9,41 @@ export type PropertyType =
   | Primitive
   | { type: 'enum'; values: string[] }
   | { type: 'array'; items: PropertyType }
-  | { type: 'struct'; fields: Record<string, PropertyType> };
+  | { type: 'struct'; fields: Record<string, PropertyType> }
+  | SeriesType;
+
+/** What each point of a time-series property holds (docs/adr/0028). */
+export const SERIES_VALUES = ['double', 'integer', 'boolean'] as const;
+export type SeriesValue = (typeof SERIES_VALUES)[number] | { type: 'enum'; values: string[] };
+
+/** A time-series property: its points live beside the object (data's series_points), not in its properties. */
+export interface SeriesType {
+  type: 'series';
+  value: SeriesValue;
+}
+
+/** A retention: a whole number of hours, days or weeks (`36h`, `30d`, `52w`). */
+export const RETENTION = /^([1-9][0-9]{0,5})([hdw])$/;
+
+/** A retention in milliseconds; undefined when not a retention. */
+export function retentionMs(text: string): number | undefined {
+  const m = RETENTION.exec(text);
+  if (!m) return undefined;
+  const unit = { h: 3_600_000, d: 86_400_000, w: 604_800_000 }[m[2] as 'h' | 'd' | 'w'];
+  return Number(m[1]) * unit;
+}
+
+export const isSeriesType = (t: PropertyType): t is SeriesType => typeof t === 'object' && t.type === 'series';
 
 export interface PropertyDef {
   type: PropertyType;
   required?: boolean;
   indexed?: boolean;
   description?: string;
+  /** Series only: the unit of the points' values (`degC`, `ms`). */
+  unit?: string;
+  /** Series only: how long points are kept (`30d`); forever when absent. */
+  retention?: string;
 }
 
 export interface ObjectType {

@@ -160,5 +160,7 @@ export function checkValue(t: PropertyType, v: unknown, path: string, faults: Fi
       }
       return faults.length === before ? out : undefined;
     }
+    case 'series':
+      return fail('is a time series: its points are written to /v1/worlds/{world}/series/{type}/{pk}/{series}');
   }
 }

@@ -6,10 +6,14 @@ import {
   CARDINALITIES,
   canonicalJson,
   type FieldError,
+  isSeriesType,
   type LinkType,
   type ObjectType,
   PRIMITIVES,
+  RETENTION,
+  retentionMs,
   type SchemaDocument,
+  SERIES_VALUES,
 } from '@onto/shared';
 
 export {
@@ -77,7 +81,18 @@ function checkTypedEntry(
 
 const esc = (key: string) => key.replaceAll('~', '~0').replaceAll('/', '~1');
 
-function checkPropertyType(c: Collector, path: string, t: Json, depth = 0): void {
+/** A series' point type: double, integer, boolean or an enum (docs/adr/0028). */
+function checkSeriesValue(c: Collector, path: string, v: Json): void {
+  if (typeof v === 'string' && (SERIES_VALUES as readonly string[]).includes(v)) return;
+  if (isObject(v) && v.type === 'enum') {
+    checkPropertyType(c, path, v, 1);
+    return;
+  }
+  c.add(path, `must be one of ${SERIES_VALUES.join(', ')} or {"type": "enum", "values": […]}`);
+}
+
+/** `series` is a type of an object property only (not nested, not an action parameter). */
+function checkPropertyType(c: Collector, path: string, t: Json, depth = 0, seriesAllowed = false): void {
   if (depth > 8) {
     c.add(path, 'nests more than 8 levels');
     return;
@@ -114,6 +129,14 @@ function checkPropertyType(c: Collector, path: string, t: Json, depth = 0): void
       c.only(path, t, ['type', 'items']);
       checkPropertyType(c, `${path}/items`, t.items, depth + 1);
       return;
+    case 'series':
+      if (!seriesAllowed) {
+        c.add(`${path}/type`, 'a series is the type of an object property only, not nested nor a parameter');
+        return;
+      }
+      c.only(path, t, ['type', 'value']);
+      checkSeriesValue(c, `${path}/value`, t.value);
+      return;
     case 'struct': {
       c.only(path, t, ['type', 'fields']);
       if (!isObject(t.fields) || Object.keys(t.fields).length === 0) {
@@ -127,7 +150,7 @@ function checkPropertyType(c: Collector, path: string, t: Json, depth = 0): void
       return;
     }
     default: {
-      c.add(`${path}/type`, `unknown property type ${JSON.stringify(t.type)}; expected enum, array or struct`);
+      c.add(`${path}/type`, `unknown property type ${JSON.stringify(t.type)}; expected enum, array, struct or series`);
       return;
     }
   }
@@ -150,12 +173,21 @@ export function checkObjectType(body: Json, apiName: string): FieldError[] {
     if (Object.keys(properties).length > 500) c.add('/properties', 'must define at most 500 properties');
     for (const [name, def] of Object.entries(properties)) {
       const p = `/properties/${esc(name)}`;
-      if (!checkTypedEntry(c, p, name, def, ['type', 'required', 'indexed', 'description'])) continue;
+      const series = isObject(def) && isObject(def.type) && def.type.type === 'series';
+      const keys = series
+        ? ['type', 'description', 'unit', 'retention']
+        : ['type', 'required', 'indexed', 'description'];
+      if (!checkTypedEntry(c, p, name, def, keys)) continue;
       if (def.type === undefined) c.add(`${p}/type`, 'is required');
-      else checkPropertyType(c, `${p}/type`, def.type);
+      else checkPropertyType(c, `${p}/type`, def.type, 0, true);
       c.optionalBoolean(`${p}/required`, def.required);
       c.optionalBoolean(`${p}/indexed`, def.indexed);
       c.optionalString(`${p}/description`, def.description);
+      if (series) {
+        c.optionalString(`${p}/unit`, def.unit, 50);
+        if (def.retention !== undefined && (typeof def.retention !== 'string' || !RETENTION.test(def.retention)))
+          c.add(`${p}/retention`, 'must be a whole number of hours, days or weeks, such as 36h, 30d or 52w');
+      }
     }
   }
   if (typeof body.primaryKey !== 'string') c.add('/primaryKey', 'must name one of the properties');
@@ -348,6 +380,10 @@ export function diffSchemas(before: SchemaDocument, after: SchemaDocument): Sche
   return { changes, breaking: changes.some((c) => c.breaking) };
 }
 
+/** A series keeps its points for less time than before (absent: forever). */
+const shortened = (before: string | undefined, after: string | undefined) =>
+  after !== undefined && (before === undefined || (retentionMs(after) ?? 0) < (retentionMs(before) ?? 0));
+
 function diffObjectType(b: ObjectType, a: ObjectType): Change[] {
   const base = `/objectTypes/${a.apiName}`;
   const changes: Change[] = [];
@@ -372,6 +408,13 @@ function diffObjectType(b: ObjectType, a: ObjectType): Change[] {
       changes.push({ path: p, change: 'added', breaking, ...(breaking ? { reason: 'new required property' } : {}) });
     } else if (!same(old.type, def.type)) {
       changes.push({ path: `${p}/type`, change: 'changed', breaking: true, reason: 'property type changed' });
+    } else if (isSeriesType(def.type) && shortened(old.retention, def.retention)) {
+      changes.push({
+        path: `${p}/retention`,
+        change: 'changed',
+        breaking: true,
+        reason: 'retention shortened: older points are dropped',
+      });
     } else if (!old.required && def.required) {
       changes.push({ path: `${p}/required`, change: 'changed', breaking: true, reason: 'property became required' });
     } else if (!same(old, def)) {

@@ -15,6 +15,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { latestSeries } from '../series/latest.js';
 import { resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
@@ -68,6 +69,11 @@ const ObjectBody = Type.Object({
   pk: Type.String(),
   version: Type.Integer(),
   properties: Type.Record(Type.String(), Type.Unknown()),
+  series: Type.Optional(
+    Type.Record(Type.String(), Type.Object({ time: Type.String(), value: Type.Unknown() }), {
+      description: 'on a read: the latest point of each time series of the object',
+    }),
+  ),
 });
 
 type Params = { world: string; type: string; pk: string };
@@ -205,20 +211,23 @@ export default fp(
         keyParam('pk', pk);
         await app.awaitSchemaConsistency(request, world);
         let head: Head | null;
+        let type: ObjectType;
         if (at === undefined) {
           const ctx = await objectContext(app.pg, world, typeName, pk);
           if (!ctx.provisioned) throw notProvisioned(world);
-          await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+          type = (await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion)).type;
           head = ctx.head;
         } else {
           const point = await resolveRef(app.pg, world, at);
-          await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
+          type = (await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion)).type;
           head = await objectAt(app.pg, world, point.commit, typeName, pk);
         }
         if (!head || head.deleted || !head.properties)
           throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
         written(reply, head.version, head.seq);
-        return { type: typeName, pk, version: head.version, properties: head.properties };
+        // Series are not read at a ref yet (docs/adr/0028): an object read at a ref carries none.
+        const series = at === undefined ? await latestSeries(app.pg, world, type, pk) : undefined;
+        return { type: typeName, pk, version: head.version, properties: head.properties, ...(series && { series }) };
       },
     );
 

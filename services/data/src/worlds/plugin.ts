@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { lockWorldForDrop } from '../http.js';
+import { dropWorldSeries } from '../series/repository.js';
 import { cutCommitIn } from '../storage/commit.js';
 import { commitAtInstant, INSTANT } from './refs.js';
 
@@ -15,6 +16,7 @@ async function dropWorld(tx: pg.ClientBase, worldId: string): Promise<void> {
   for (const table of ['object_heads', 'object_history', 'link_heads', 'link_history', 'schema_versions']) {
     await tx.query(`DELETE FROM ${table} WHERE world_id = $1`, [worldId]);
   }
+  await dropWorldSeries(tx, worldId);
 }
 
 const refused = (field: string, reason: string): ProvisionOutcome => ({ failed: { field, reason } });

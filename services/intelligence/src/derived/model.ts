@@ -2,7 +2,7 @@
  * Derived-property definitions as pure rules: what a definition says, how it is checked against
  * the replicated schema and the world's other definitions, and what it depends on.
  */
-import type { FieldError, ObjectType, PropertyType, SchemaDocument } from '@onto/shared';
+import { type FieldError, isSeriesType, type ObjectType, type PropertyType, type SchemaDocument } from '@onto/shared';
 import { compile, missingProperties, type Program } from '../cel/expressions.js';
 import type { Definition } from '../definitions.js';
 
@@ -10,10 +10,17 @@ export const AGGREGATE_FUNCTIONS = ['count', 'sum', 'min', 'max', 'avg'] as cons
 export type AggregateFunction = (typeof AGGREGATE_FUNCTIONS)[number];
 export type Direction = 'out' | 'in';
 
-/** An aggregate as declared: over the objects linked through `linkType`. */
+/**
+ * An aggregate as declared: over the objects linked through `linkType`, or over the points of
+ * one of the object's own time series in a window ending at its latest point (docs/adr/0028).
+ */
 export interface AggregateDecl {
   function: AggregateFunction;
-  linkType: string;
+  linkType?: string;
+  /** A time-series property of the object … */
+  series?: string;
+  /** … and the window's width: `30s`, `15m`, `1h`, `1d`, `1w`. */
+  window?: string;
   /** out: the object is the link's `from` end (aggregates its `to` objects); in: the reverse. */
   direction?: Direction;
   /** The linked objects' property (sum, min, max, avg) … */
@@ -47,6 +54,56 @@ export interface AggregateSpec {
   derived?: string;
   /** What CEL sees: int for counts and sums/min/max of integer properties, double otherwise. */
   numeric: 'int' | 'double' | 'derived';
+  /** A window over the object's own series (linkType empty, targetType the object's type). */
+  series?: string;
+  windowMs?: number;
+}
+
+const WINDOW = /^([1-9][0-9]{0,5})(s|m|h|d|w)$/;
+const WINDOW_UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const;
+
+/** A window width in milliseconds, or undefined. */
+export function windowMs(text: string): number | undefined {
+  const m = WINDOW.exec(text);
+  return m ? Number(m[1]) * WINDOW_UNIT_MS[m[2] as keyof typeof WINDOW_UNIT_MS] : undefined;
+}
+
+/** A series window declaration checked against the object type; the spec, or a fault. */
+function seriesSpec(alias: string, decl: AggregateDecl, type: ObjectType | undefined): AggregateSpec | FieldError {
+  const at = `/aggregates/${alias}`;
+  if (
+    decl.linkType !== undefined ||
+    decl.direction !== undefined ||
+    decl.property !== undefined ||
+    decl.derived !== undefined
+  )
+    return { path: at, message: 'a series window takes neither linkType, direction, property nor derived' };
+  const def =
+    type && decl.series !== undefined && Object.hasOwn(type.properties, decl.series)
+      ? type.properties[decl.series]
+      : undefined;
+  if (!type || !def || !isSeriesType(def.type))
+    return { path: `${at}/series`, message: `${type?.apiName ?? 'the object type'} has no time series ${decl.series}` };
+  const width = decl.window === undefined ? undefined : windowMs(decl.window);
+  if (width === undefined)
+    return { path: `${at}/window`, message: 'must be a duration: a whole number of s, m, h, d or w, such as 1h' };
+  const value = def.type.value;
+  if (decl.function !== 'count' && value !== 'double' && value !== 'integer')
+    return {
+      path: `${at}/function`,
+      message: `${decl.function} needs numbers: ${decl.series} holds ${typeof value === 'string' ? value : 'labels'}`,
+    };
+  const numeric = decl.function === 'count' ? 'int' : decl.function === 'avg' || value === 'double' ? 'double' : 'int';
+  return {
+    alias,
+    function: decl.function,
+    linkType: '',
+    direction: 'out',
+    targetType: type.apiName,
+    numeric,
+    series: decl.series as string,
+    windowMs: width,
+  };
 }
 
 /** A definition ready to evaluate: its program and everything it reads. */
@@ -99,6 +156,19 @@ export function resolveDerived(
   const aggregates: AggregateSpec[] = [];
   for (const [alias, decl] of Object.entries(input.aggregates)) {
     const at = `/aggregates/${alias}`;
+    if (decl.series !== undefined || decl.window !== undefined) {
+      const spec = seriesSpec(alias, decl, type);
+      if ('path' in spec) errors.push(spec);
+      else aggregates.push(spec);
+      continue;
+    }
+    if (decl.linkType === undefined) {
+      errors.push({
+        path: `${at}/linkType`,
+        message: 'is required (or series and window, for a window of a time series)',
+      });
+      continue;
+    }
     const link = Object.hasOwn(schema.linkTypes, decl.linkType) ? schema.linkTypes[decl.linkType] : undefined;
     if (!link) {
       errors.push({ path: `${at}/linkType`, message: `link type ${decl.linkType} is not in the world's schema` });
@@ -265,7 +335,8 @@ export function schemaFootprint(input: DerivedInput, refs: { self: Iterable<stri
     Object.entries(input.aggregates)
       .sort(([a], [b]) => a.localeCompare(b))
       .map(([alias, a]) => {
-        const link = schema.linkTypes[a.linkType];
+        if (a.series !== undefined) return [alias, { series: type?.properties[a.series] ?? null }];
+        const link = a.linkType === undefined ? undefined : schema.linkTypes[a.linkType];
         const far = link ? (link.from === input.objectType ? link.to : link.from) : null;
         const prop = far && a.property ? (schema.objectTypes[far]?.properties[a.property]?.type ?? null) : null;
         return [alias, { link: link ? [link.from, link.to] : null, prop }];

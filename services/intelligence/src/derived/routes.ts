@@ -24,7 +24,13 @@ const Aggregate = Type.Object(
       AGGREGATE_FUNCTIONS.map((f) => Type.Literal(f)),
       { description: 'count, or sum/min/max/avg of a number' },
     ),
-    linkType: Type.String({ pattern: NAME, description: 'the link type to follow' }),
+    linkType: Type.Optional(Type.String({ pattern: NAME, description: 'the link type to follow' })),
+    series: Type.Optional(
+      Type.String({ pattern: NAME, description: "or one of the object's own time series (docs/adr/0028) …" }),
+    ),
+    window: Type.Optional(
+      Type.String({ description: '… over a window ending at its latest point: 30s, 15m, 1h, 1d, 1w' }),
+    ),
     direction: Type.Optional(
       Type.Union([Type.Literal('out'), Type.Literal('in')], {
         description:
@@ -96,7 +102,7 @@ function view(d: DerivedDefinition, recompute?: RecomputeProgress | null) {
   const dependsOn = {
     properties: sorted(refs?.self ?? []),
     derived: sorted([...(refs?.derived ?? []), ...aggregates.flatMap((a) => (a.derived ? [a.derived] : []))]),
-    linkTypes: sorted(aggregates.map((a) => a.linkType)),
+    linkTypes: sorted(aggregates.flatMap((a) => (a.linkType ? [a.linkType] : []))),
   };
   return {
     name: d.name,

@@ -14,6 +14,7 @@ import {
   writeLinkChanges,
   writeObjectChanges,
 } from '../readmodel/apply.js';
+import { seriesPointsOf, writeSeriesPoints } from '../readmodel/series.js';
 import { Evaluation, type EvaluationContext } from './evaluation.js';
 import { lockWorldsStatement } from './locks.js';
 import type { EvaluationMetrics } from './metrics.js';
@@ -26,6 +27,7 @@ interface WorldPlan {
   oldest: number;
   objects: ReadModelWrite | undefined;
   links: ReadModelWrite | undefined;
+  series: ReadModelWrite | undefined;
 }
 
 interface BatchPlan {
@@ -41,17 +43,21 @@ interface BatchPlan {
 
 /** What a batch of `object.*` and `link.*` events will do first, per world in lock order. */
 function plan(events: ReceivedEvent[]): BatchPlan {
-  const byWorld = new Map<string, { objects: EventEnvelope[]; links: EventEnvelope[]; oldest: number }>();
+  const byWorld = new Map<
+    string,
+    { objects: EventEnvelope[]; links: EventEnvelope[]; series: EventEnvelope[]; oldest: number }
+  >();
   const watermarks = new Map<string, number>();
   for (const { event } of events) {
     const isObject = event.type.startsWith('object.');
-    if (!isObject && !event.type.startsWith('link.')) continue;
+    const isSeries = event.type === 'series.points.written';
+    if (!isObject && !isSeries && !event.type.startsWith('link.')) continue;
     let batch = byWorld.get(event.world_id);
     if (!batch) {
-      batch = { objects: [], links: [], oldest: Number.POSITIVE_INFINITY };
+      batch = { objects: [], links: [], series: [], oldest: Number.POSITIVE_INFINITY };
       byWorld.set(event.world_id, batch);
     }
-    (isObject ? batch.objects : batch.links).push(event);
+    (isObject ? batch.objects : isSeries ? batch.series : batch.links).push(event);
     batch.oldest = Math.min(batch.oldest, Date.parse(event.occurred_at));
     watermarks.set(event.world_id, Math.max(watermarks.get(event.world_id) ?? 0, event.producer_seq));
   }
@@ -62,6 +68,7 @@ function plan(events: ReceivedEvent[]): BatchPlan {
       oldest: batch.oldest,
       objects: writeObjectChanges(worldId, batch.objects.map(objectChangeOf)),
       links: writeLinkChanges(worldId, batch.links.map(linkChangeOf)),
+      series: writeSeriesPoints(worldId, batch.series.map(seriesPointsOf)),
     }));
   const lock = lockWorldsStatement(byWorld.keys());
   const statements: Statement[] = lock ? [lock] : [];
@@ -69,6 +76,7 @@ function plan(events: ReceivedEvent[]): BatchPlan {
     statements.push(ModelCache.versions(world.worldId));
     if (world.objects) statements.push(world.objects.statement);
     if (world.links) statements.push(world.links.statement);
+    if (world.series) statements.push(world.series.statement);
   }
   return { worlds, watermarks, statements };
 }
@@ -107,10 +115,12 @@ export function applyChanges(deps: {
       const versions = answers.shift()?.rows;
       const objects = world.objects ? answers.shift()?.rows : undefined;
       const links = world.links ? answers.shift()?.rows : undefined;
+      const series = world.series ? answers.shift()?.rows : undefined;
       const model = await deps.models.get(sql, world.worldId, versions);
       const evaluation = new Evaluation(sql, model, deps.ctx);
       if (world.objects && objects) world.objects.report(objects, evaluation);
       if (world.links && links) world.links.report(links, evaluation);
+      if (world.series && series) world.series.report(series, evaluation);
       const stats = await evaluation.run();
       // Counted before the commit: a batch that rolls back and is retried counts twice.
       deps.metrics.record(world.worldId, stats, world.oldest);

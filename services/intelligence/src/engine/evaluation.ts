@@ -168,6 +168,12 @@ export class Evaluation {
     }
   }
 
+  /** Points of an object's series arrived: the definitions reading windows of it recompute. */
+  seriesChanged(type: string, pk: string, series: string, eventId?: string) {
+    this.cause(type, pk, eventId);
+    for (const def of this.model.seriesReaders.get(`${type}\u0000${series}`) ?? []) add(this.dirty, def.name, pk);
+  }
+
   /** A live object was deleted: its values go, its alerts clear, aggregates over it change. */
   objectDeleted(type: string, pk: string, version: number, eventId?: string) {
     this.cause(type, pk, eventId);
@@ -325,6 +331,7 @@ export class Evaluation {
    * an index probe), so that the plan does not depend on statistics a fresh world lacks.
    */
   private aggregateStatement(spec: AggregateSpec, pks: string[]): Statement {
+    if (spec.series !== undefined) return this.windowStatement(spec, pks);
     const [near, far] = spec.direction === 'out' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
     const values: unknown[] = [this.world, spec.linkType, spec.targetType, pks];
     let input = 'NULL::numeric';
@@ -363,6 +370,27 @@ export class Evaluation {
         ) x
         GROUP BY k.pk`,
       values,
+    };
+  }
+
+  /** A window of an object's own series, ending at its latest point (docs/adr/0028). */
+  private windowStatement(spec: AggregateSpec, pks: string[]): Statement {
+    const fn =
+      spec.function === 'count'
+        ? 'NULL'
+        : spec.function === 'avg'
+          ? 'avg(p.num)::float8'
+          : `${spec.function}(p.num::numeric)::text`;
+    return {
+      text: `SELECT k.pk, count(*)::int AS n, max(p.seq)::text AS seq, ${fn} AS v, true AS ints
+         FROM unnest($4::text[]) AS k(pk)
+        CROSS JOIN LATERAL (SELECT max(time) AS last FROM rm_series_points
+                             WHERE world_id = $1 AND type = $2 AND pk = k.pk AND series = $3) m
+         JOIN rm_series_points p
+           ON p.world_id = $1 AND p.type = $2 AND p.pk = k.pk AND p.series = $3
+          AND p.time > m.last - make_interval(secs => $5::float8 / 1000)
+        GROUP BY k.pk`,
+      values: [this.world, spec.targetType, spec.series, pks, spec.windowMs],
     };
   }
 

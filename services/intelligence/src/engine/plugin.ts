@@ -38,7 +38,7 @@ export default fp(
 
     app.addConsumer({
       name: 'intelligence-changes',
-      topics: ['onto.changes.objects', 'onto.changes.links'],
+      topics: ['onto.changes.objects', 'onto.changes.links', 'onto.series.points'],
       // Every batch of a world's changes locks the world (docs/adr/0010): per world, one
       // transaction at a time takes every partition's ready batch, rather than each queueing on
       // the lock; batches of other worlds run beside it (docs/adr/0018).

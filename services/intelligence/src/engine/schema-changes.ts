@@ -128,6 +128,7 @@ export async function revalidateWorld(
 const WORLD_TABLES = [
   'rm_objects',
   'rm_links',
+  'rm_series_points',
   'derived_values',
   'derived_definitions',
   'recompute_jobs',

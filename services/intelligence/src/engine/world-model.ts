@@ -43,6 +43,8 @@ export interface WorldModel {
   /** Aggregates over objects of a type: who must recompute when one of them changes. */
   aggregatesOverType: Map<string, AggregateUse[]>;
   aggregatesByLink: Map<string, AggregateUse[]>;
+  /** Definitions reading windows of a series, by object type and series. */
+  seriesReaders: Map<string, ResolvedDerived[]>;
   rules: Map<string, ResolvedRule>;
   rulesByType: Map<string, ResolvedRule[]>;
   decisionsByRule: Map<string, ResolvedDecision[]>;
@@ -147,6 +149,7 @@ export function buildModel(
     derivedByType: new Map(),
     aggregatesOverType: new Map(),
     aggregatesByLink: new Map(),
+    seriesReaders: new Map(),
     rules: new Map(),
     rulesByType: new Map(),
     decisionsByRule: new Map(),
@@ -155,6 +158,10 @@ export function buildModel(
   for (const def of derived) {
     push(model.derivedByType, def.objectType, def);
     for (const spec of def.aggregates) {
+      if (spec.series !== undefined) {
+        push(model.seriesReaders, `${def.objectType}\u0000${spec.series}`, def);
+        continue;
+      }
       push(model.aggregatesOverType, spec.targetType, { def, spec });
       push(model.aggregatesByLink, spec.linkType, { def, spec });
     }

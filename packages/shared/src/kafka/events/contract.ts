@@ -51,6 +51,7 @@ export const TOPIC_CONSUMERS: Record<TopicName, { service: string; group: string
   'onto.intelligence': [{ service: 'control', group: 'control-worlds' }],
   'onto.changes.objects': [{ service: 'intelligence', group: 'intelligence-changes' }],
   'onto.changes.links': [{ service: 'intelligence', group: 'intelligence-changes' }],
+  'onto.series.points': [{ service: 'intelligence', group: 'intelligence-changes' }],
   'domain.alerts': [],
   'domain.decisions': [],
   'domain.actions': [

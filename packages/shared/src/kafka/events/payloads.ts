@@ -235,6 +235,29 @@ export const EVENT_PAYLOADS = {
   ),
   'link.created': linkChange('a link was created'),
   'link.deleted': linkChange('a link was deleted'),
+  'series.points.written': closed(
+    {
+      type: Type.String({ minLength: 1, description: 'the object type' }),
+      pk: Type.String({ minLength: 1, description: "the object's primary key" }),
+      series: Type.String({ minLength: 1, description: 'the time-series property' }),
+      points: Type.Array(
+        closed(
+          {
+            time: Instant,
+            value: Type.Union([Type.Number(), Type.Boolean(), Type.String()], {
+              description: "the point's value, of the series' type",
+            }),
+          },
+          'one point as written',
+        ),
+        { minItems: 1, description: 'the points the batch added or changed (a repeated point is left out), by time' },
+      ),
+      actor: Actor,
+      requestId: RequestId,
+      schemaVersion: Type.Integer({ minimum: 0, description: 'the world schema version the points were checked with' }),
+    },
+    "points of one object's series were written (one event per batch, at most 1000 points)",
+  ),
   'alert.raised': closed(
     { ...AlertFields, status: Type.Literal('OPEN'), objectVersion: Count },
     "a rule's condition became true for an object",

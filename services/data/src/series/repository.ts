@@ -1,0 +1,211 @@
+/**
+ * Points of time series in data's PostgreSQL (migrations/009, docs/adr/0028): series_keys names
+ * each series once, series_points holds its points, range-partitioned by UTC day.
+ */
+import { type FieldError, type Queryable, Unprocessable } from '@onto/shared';
+import type pg from 'pg';
+import type { Aggregate, StoredPoint } from './model.js';
+
+/** Days whose partition exists, as far as this process knows (maintenance forgets dropped ones). */
+const knownDays = new Set<string>();
+
+export const forgetPartitions = () => knownDays.clear();
+
+/** How many partitions one request may create: a bound on what a body of odd instants can cost. */
+export const NEW_DAYS_PER_REQUEST = 62;
+
+/**
+ * Creates the missing day partitions for these points, each in its own short transaction (the
+ * DDL locks the parent table), before the points are written. Refuses (422) a request that
+ * would create more than NEW_DAYS_PER_REQUEST, naming the first point beyond.
+ */
+export async function ensurePartitions(
+  pool: pg.Pool,
+  points: { time: string; path: string }[],
+  created: Set<string> = new Set(),
+): Promise<void> {
+  const missing: string[] = [];
+  for (const { time, path } of points) {
+    const day = time.slice(0, 10);
+    if (knownDays.has(day) || created.has(day)) continue;
+    if (created.size >= NEW_DAYS_PER_REQUEST) {
+      const fault: FieldError = {
+        path: `${path}/time`,
+        message: `is on a day with no points yet, and one request adds points to at most ${NEW_DAYS_PER_REQUEST} such days`,
+      };
+      throw new Unprocessable('the points span too many new days; send them in several requests', [fault]);
+    }
+    created.add(day);
+    missing.push(day);
+  }
+  if (missing.length === 0) return;
+  await pool.query('SELECT series_partition_ensure(d) FROM unnest($1::date[]) AS d', [missing]);
+  for (const day of missing) knownDays.add(day);
+}
+
+/** The ids of these series of objects, created when new. */
+export async function seriesIds(
+  db: Queryable,
+  worldId: string,
+  keys: { type: string; pk: string; series: string }[],
+): Promise<Map<string, number>> {
+  const ids = new Map<string, number>();
+  if (keys.length === 0) return ids;
+  const types = keys.map((k) => k.type);
+  const pks = keys.map((k) => k.pk);
+  const names = keys.map((k) => k.series);
+  // Insert-if-absent then read, in one statement: a concurrent creator's row is seen by the SELECT half.
+  const { rows } = await db.query<{ id: string; type: string; pk: string; series: string }>(
+    `WITH wanted AS (SELECT DISTINCT * FROM unnest($2::text[], $3::text[], $4::text[]) AS w(type, pk, series)),
+          added AS (
+            INSERT INTO series_keys (world_id, type, pk, series)
+            SELECT $1, type, pk, series FROM wanted ORDER BY 1, 2, 3
+            ON CONFLICT DO NOTHING
+            RETURNING id, type, pk, series)
+     SELECT id, type, pk, series FROM added
+     UNION ALL
+     SELECT k.id, k.type, k.pk, k.series FROM series_keys k JOIN wanted w USING (type, pk, series)
+      WHERE k.world_id = $1`,
+    [worldId, types, pks, names],
+  );
+  for (const r of rows) ids.set(seriesKey(r.type, r.pk, r.series), Number(r.id));
+  // A key another transaction committed while ours waited on it is not in that statement's
+  // snapshot (ON CONFLICT skipped it): read again, in a statement of its own.
+  const missing = keys.filter((k) => !ids.has(seriesKey(k.type, k.pk, k.series)));
+  if (missing.length > 0) {
+    const again = await db.query<{ id: string; type: string; pk: string; series: string }>(
+      `SELECT k.id, k.type, k.pk, k.series FROM series_keys k
+         JOIN unnest($2::text[], $3::text[], $4::text[]) AS w(type, pk, series) USING (type, pk, series)
+        WHERE k.world_id = $1`,
+      [worldId, missing.map((k) => k.type), missing.map((k) => k.pk), missing.map((k) => k.series)],
+    );
+    for (const r of again.rows) ids.set(seriesKey(r.type, r.pk, r.series), Number(r.id));
+  }
+  return ids;
+}
+
+export const seriesKey = (type: string, pk: string, series: string) => `${type}\u0000${pk}\u0000${series}`;
+
+export interface PointRow extends StoredPoint {
+  seriesId: number;
+}
+
+/**
+ * Writes points, one statement: a new instant is added, a known instant with another value is
+ * replaced (last write wins), a known instant with the same value is left as it was. Answers
+ * the points added or changed, which are the ones to announce.
+ */
+export async function upsertPoints(db: Queryable, seq: number, points: PointRow[]): Promise<PointRow[]> {
+  if (points.length === 0) return [];
+  // Answered as (series, epoch ms) and matched to the input: no timestamp parsed back.
+  const { rows } = await db.query<{ series_id: string; ms: number }>(
+    `INSERT INTO series_points AS p (series_id, time, seq, num, label)
+     SELECT s, t, $1, n, l FROM unnest($2::bigint[], $3::timestamptz[], $4::float8[], $5::text[]) AS x(s, t, n, l)
+     ON CONFLICT (series_id, time) DO UPDATE SET seq = excluded.seq, num = excluded.num, label = excluded.label
+       WHERE (p.num, p.label) IS DISTINCT FROM (excluded.num, excluded.label)
+     RETURNING series_id, (extract(epoch FROM time) * 1000)::float8 AS ms`,
+    [
+      seq,
+      points.map((p) => p.seriesId),
+      points.map((p) => p.time),
+      points.map((p) => p.num),
+      points.map((p) => p.label),
+    ],
+  );
+  const byKey = new Map(points.map((p) => [`${p.seriesId}:${Date.parse(p.time)}`, p]));
+  const changed: PointRow[] = [];
+  for (const r of rows) {
+    const p = byKey.get(`${r.series_id}:${r.ms}`);
+    if (p) changed.push(p);
+  }
+  return changed.sort((a, b) => a.seriesId - b.seriesId || (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
+}
+
+/** A batch's data seq: taken once per write transaction, as an object write takes one. */
+export async function nextSeq(db: Queryable): Promise<number> {
+  const { rows } = await db.query<{ seq: string }>("SELECT nextval('data_seq') AS seq");
+  return Number(rows[0]?.seq);
+}
+
+/** The id of one series, or undefined when it has no points yet. */
+export async function seriesIdOf(
+  db: Queryable,
+  worldId: string,
+  type: string,
+  pk: string,
+  series: string,
+): Promise<number | undefined> {
+  const { rows } = await db.query<{ id: string }>(
+    'SELECT id FROM series_keys WHERE world_id = $1 AND type = $2 AND pk = $3 AND series = $4',
+    [worldId, type, pk, series],
+  );
+  return rows[0] ? Number(rows[0].id) : undefined;
+}
+
+/** Points in [from, to) after `after`, by time; `limit` of them at most. */
+export async function readPoints(
+  db: Queryable,
+  seriesId: number,
+  range: { from: string; to: string; after: string | null; limit: number },
+): Promise<StoredPoint[]> {
+  const { rows } = await db.query<{ time: Date; num: number | null; label: string | null }>(
+    `SELECT time, num, label FROM series_points
+      WHERE series_id = $1 AND time >= $2 AND time < $3 AND ($4::timestamptz IS NULL OR time > $4)
+      ORDER BY time LIMIT $5`,
+    [seriesId, range.from, range.to, range.after, range.limit],
+  );
+  return rows.map((r) => ({ time: r.time.toISOString(), num: r.num, label: r.label }));
+}
+
+const AGG_SQL: Record<Aggregate, { num: string; label: string }> = {
+  min: { num: 'min(num)', label: 'NULL' },
+  max: { num: 'max(num)', label: 'NULL' },
+  avg: { num: 'avg(num)', label: 'NULL' },
+  sum: { num: 'sum(num)', label: 'NULL' },
+  count: { num: 'count(*)::float8', label: 'NULL' },
+  last: { num: '(array_agg(num ORDER BY time DESC))[1]', label: '(array_agg(label ORDER BY time DESC))[1]' },
+};
+
+/** Buckets of `bucketMs` (aligned on the Unix epoch) in [from, to) after `after`, each with its aggregate. */
+export async function readRollup(
+  db: Queryable,
+  seriesId: number,
+  q: { from: string; to: string; after: string | null; limit: number; bucketMs: number; agg: Aggregate },
+): Promise<StoredPoint[]> {
+  const agg = AGG_SQL[q.agg];
+  const { rows } = await db.query<{ bucket: Date; num: number | null; label: string | null }>(
+    `SELECT date_bin(make_interval(secs => $6::float8 / 1000), time, timestamptz 'epoch') AS bucket,
+            ${agg.num} AS num, ${agg.label} AS label
+       FROM series_points
+      WHERE series_id = $1 AND time >= $2 AND time < $3
+        AND ($4::timestamptz IS NULL OR time >= $4::timestamptz + make_interval(secs => $6::float8 / 1000))
+      GROUP BY 1 ORDER BY 1 LIMIT $5`,
+    [seriesId, q.from, q.to, q.after, q.limit, q.bucketMs],
+  );
+  return rows.map((r) => ({ time: r.bucket.toISOString(), num: r.num, label: r.label }));
+}
+
+/** The latest point of each series of an object that has points. */
+export async function latestPoints(
+  db: Queryable,
+  worldId: string,
+  type: string,
+  pk: string,
+): Promise<{ series: string; point: StoredPoint }[]> {
+  const { rows } = await db.query<{ series: string; time: Date; num: number | null; label: string | null }>(
+    `SELECT k.series, p.time, p.num, p.label
+       FROM series_keys k
+       JOIN LATERAL (SELECT time, num, label FROM series_points WHERE series_id = k.id ORDER BY time DESC LIMIT 1) p ON true
+      WHERE k.world_id = $1 AND k.type = $2 AND k.pk = $3`,
+    [worldId, type, pk],
+  );
+  return rows.map((r) => ({ series: r.series, point: { time: r.time.toISOString(), num: r.num, label: r.label } }));
+}
+
+/** Removes a world's series and their points (the world is being dropped). */
+export async function dropWorldSeries(tx: Queryable, worldId: string): Promise<void> {
+  await tx.query('DELETE FROM series_points WHERE series_id IN (SELECT id FROM series_keys WHERE world_id = $1)', [
+    worldId,
+  ]);
+  await tx.query('DELETE FROM series_keys WHERE world_id = $1', [worldId]);
+}
