@@ -1,11 +1,11 @@
 import { spawnSync } from 'node:child_process';
-import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { testEndpoints } from '@onto/shared/testing';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type IntelligenceStack, intelligenceStack } from '../../../services/intelligence/test/stack.js';
-import { EXIT, main } from '../src/main.js';
+import { EXIT } from '../src/main.js';
+import { runCli } from './cli.js';
 
 /** onto-admin against the three services listening on free ports, and Kafka. */
 
@@ -22,31 +22,7 @@ describe('onto-admin against the running stack', () => {
   const kafka = new Kafka({ brokers: testEndpoints().kafkaBrokers.split(','), logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
 
-  /** Runs the CLI as a script would: its exit code, stdout and stderr. */
-  async function run(...args: string[]) {
-    let out = '';
-    let err = '';
-    const sink = (append: (s: string) => void) =>
-      new Writable({
-        write(chunk, _enc, done) {
-          append(String(chunk));
-          done();
-        },
-      });
-    const code = await main(
-      [...globals, ...args],
-      {
-        stdout: sink((s) => {
-          out += s;
-        }),
-        stderr: sink((s) => {
-          err += s;
-        }),
-      },
-      {},
-    );
-    return { code, out, err, json: () => JSON.parse(out) };
-  }
+  const run = (...args: string[]) => runCli(globals, ...args);
   const intelligenceRow = async (pk: string) =>
     (
       await s.intelligence?.app.pg.query<{ version: string; properties: unknown }>(

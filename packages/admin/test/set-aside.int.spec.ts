@@ -1,11 +1,11 @@
-import { Writable } from 'node:stream';
 import { canonicalJson, laneOf } from '@onto/shared';
 import { eventually, testBroker, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, expectProblem, type Stack } from '../../../services/data/test/stack.js';
 import { orderEvent } from '../../shared/test/kernel.js';
 import { KafkaTools } from '../src/kafka.js';
-import { EXIT, main } from '../src/main.js';
+import { EXIT } from '../src/main.js';
+import { runCli } from './cli.js';
 
 /**
  * `onto-admin outbox set-aside` against control and data on ports of their own: data's links
@@ -21,30 +21,7 @@ describe('onto-admin outbox set-aside against the running stack', () => {
   let broker: Awaited<ReturnType<ReturnType<typeof testBroker>['admin']>>;
   const kafka = new KafkaTools(testEndpoints().kafkaBrokers);
 
-  async function run(...args: string[]) {
-    let out = '';
-    let err = '';
-    const sink = (append: (s: string) => void) =>
-      new Writable({
-        write(chunk, _enc, done) {
-          append(String(chunk));
-          done();
-        },
-      });
-    const code = await main(
-      [...globals, ...args],
-      {
-        stdout: sink((t) => {
-          out += t;
-        }),
-        stderr: sink((t) => {
-          err += t;
-        }),
-      },
-      {},
-    );
-    return { code, out, err, json: () => JSON.parse(out) };
-  }
+  const run = (...args: string[]) => runCli(globals, ...args);
 
   /** Sets the limited topic's max.message.bytes and waits until the broker reports it. */
   async function limitTo(bytes: number) {
