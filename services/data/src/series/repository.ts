@@ -123,6 +123,10 @@ export async function upsertPoints(db: Queryable, seq: number, points: PointRow[
 
 /** A batch's data seq: taken once per write transaction, as an object write takes one. */
 export async function nextSeq(db: Queryable): Promise<number> {
+  // Taken while holding ROW EXCLUSIVE on series_points (to commit), which the commit cut's SHARE
+  // lock waits for: every batch with seq <= a cut has committed (docs/adr/0030). ONLY: the parent
+  // alone, not every day partition.
+  await db.query('LOCK TABLE ONLY series_points IN ROW EXCLUSIVE MODE');
   const { rows } = await db.query<{ seq: string }>("SELECT nextval('data_seq') AS seq");
   return Number(rows[0]?.seq);
 }
@@ -142,18 +146,68 @@ export async function seriesIdOf(
   return rows[0] ? Number(rows[0].id) : undefined;
 }
 
+/**
+ * Which points a read sees (docs/adr/0030): one series' own points now (`seriesId`), the fast
+ * path of a world without a base; or the series named in world `world` at `commit` (null: now),
+ * read up the chain of bases, each at its fork point, the nearest world winning an instant.
+ */
+export type SeriesSource =
+  | { seriesId: number }
+  | { world: string; commit: number | null; type: string; pk: string; series: string };
+
+/**
+ * The visible points of a series up the chain, in [from, to): per world of the chain, its points
+ * with seq <= its point, or the value a point had then (series_point_history); `$1…$5` are the
+ * world, the commit, the type, the pk and the series, `$6`, `$7` the range.
+ */
+const CHAIN_POINTS = `
+  SELECT DISTINCT ON (v.time) v.time, v.num, v.label
+    FROM world_chain($1, $2) ch
+    JOIN series_keys k ON k.world_id = ch.world_id AND k.type = $3 AND k.pk = $4 AND k.series = $5
+    CROSS JOIN LATERAL (
+      SELECT p.time, p.num, p.label FROM series_points p
+       WHERE p.series_id = k.id AND (ch.up_to IS NULL OR p.seq <= ch.up_to) AND p.time >= $6 AND p.time < $7
+      UNION ALL
+      SELECT h.time, h.num, h.label FROM series_point_history h
+       WHERE h.series_id = k.id AND h.seq <= ch.up_to AND h.superseded_seq > ch.up_to AND h.time >= $6 AND h.time < $7
+    ) v
+   ORDER BY v.time, ch.depth`;
+
+/** The parameters of a read of `source` over [from, to): the chain's come first, as CHAIN_POINTS numbers them. */
+function sourceQuery(source: SeriesSource, from: string, to: string): { points: string; params: unknown[] } {
+  if ('seriesId' in source) {
+    return {
+      points: 'SELECT time, num, label FROM series_points WHERE series_id = $1 AND time >= $2 AND time < $3',
+      params: [source.seriesId, from, to],
+    };
+  }
+  return {
+    points: CHAIN_POINTS,
+    params: [source.world, source.commit, source.type, source.pk, source.series, from, to],
+  };
+}
+
 /** Points in [from, to) after `after`, by time; `limit` of them at most. */
 export async function readPoints(
   db: Queryable,
-  seriesId: number,
+  source: SeriesSource,
   range: { from: string; to: string; after: string | null; limit: number },
 ): Promise<StoredPoint[]> {
-  const { rows } = await db.query<{ time: Date; num: number | null; label: string | null }>(
-    `SELECT time, num, label FROM series_points
-      WHERE series_id = $1 AND time >= $2 AND time < $3 AND ($4::timestamptz IS NULL OR time > $4)
-      ORDER BY time LIMIT $5`,
-    [seriesId, range.from, range.to, range.after, range.limit],
-  );
+  const { points, params } = sourceQuery(source, range.from, range.to);
+  const n = params.length;
+  // The fast path is the statement as it was, so that its plan stays the primary key's range scan.
+  const sql =
+    'seriesId' in source
+      ? `SELECT time, num, label FROM series_points
+          WHERE series_id = $1 AND time >= $2 AND time < $3 AND ($4::timestamptz IS NULL OR time > $4)
+          ORDER BY time LIMIT $5`
+      : `SELECT time, num, label FROM (${points}) pts
+          WHERE ($${n + 1}::timestamptz IS NULL OR time > $${n + 1}) ORDER BY time LIMIT $${n + 2}`;
+  const { rows } = await db.query<{ time: Date; num: number | null; label: string | null }>(sql, [
+    ...params,
+    range.after,
+    range.limit,
+  ]);
   return rows.map((r) => ({ time: r.time.toISOString(), num: r.num, label: r.label }));
 }
 
@@ -169,35 +223,63 @@ const AGG_SQL: Record<Aggregate, { num: string; label: string }> = {
 /** Buckets of `bucketMs` (aligned on the Unix epoch) in [from, to) after `after`, each with its aggregate. */
 export async function readRollup(
   db: Queryable,
-  seriesId: number,
+  source: SeriesSource,
   q: { from: string; to: string; after: string | null; limit: number; bucketMs: number; agg: Aggregate },
 ): Promise<StoredPoint[]> {
   const agg = AGG_SQL[q.agg];
+  const { points, params } = sourceQuery(source, q.from, q.to);
+  const n = params.length;
+  const [after, limit, width] = [`$${n + 1}`, `$${n + 2}`, `$${n + 3}`];
+  // The fast path aggregates series_points itself: the GROUP BY over the pruned partitions, as before.
+  const from =
+    'seriesId' in source
+      ? 'series_points WHERE series_id = $1 AND time >= $2 AND time < $3'
+      : `(${points}) pts WHERE true`;
   const { rows } = await db.query<{ bucket: Date; num: number | null; label: string | null }>(
-    `SELECT date_bin(make_interval(secs => $6::float8 / 1000), time, timestamptz 'epoch') AS bucket,
+    `SELECT date_bin(make_interval(secs => ${width}::float8 / 1000), time, timestamptz 'epoch') AS bucket,
             ${agg.num} AS num, ${agg.label} AS label
-       FROM series_points
-      WHERE series_id = $1 AND time >= $2 AND time < $3
-        AND ($4::timestamptz IS NULL OR time >= $4::timestamptz + make_interval(secs => $6::float8 / 1000))
-      GROUP BY 1 ORDER BY 1 LIMIT $5`,
-    [seriesId, q.from, q.to, q.after, q.limit, q.bucketMs],
+       FROM ${from}
+        AND (${after}::timestamptz IS NULL OR time >= ${after}::timestamptz + make_interval(secs => ${width}::float8 / 1000))
+      GROUP BY 1 ORDER BY 1 LIMIT ${limit}`,
+    [...params, q.after, q.limit, q.bucketMs],
   );
   return rows.map((r) => ({ time: r.bucket.toISOString(), num: r.num, label: r.label }));
 }
 
-/** The latest point of each series of an object that has points. */
+/**
+ * The latest point of each series of an object that has points; with `at` (a fork, or a read at
+ * a commit), as world `worldId` reads it at `at.commit` up the chain: the latest instant any world
+ * of the chain shows, with the nearest world's value there.
+ */
 export async function latestPoints(
   db: Queryable,
   worldId: string,
   type: string,
   pk: string,
+  at?: { commit: number | null },
 ): Promise<{ series: string; point: StoredPoint }[]> {
+  const sql =
+    at === undefined
+      ? `SELECT k.series, p.time, p.num, p.label
+           FROM series_keys k
+           JOIN LATERAL (SELECT time, num, label FROM series_points WHERE series_id = k.id ORDER BY time DESC LIMIT 1) p ON true
+          WHERE k.world_id = $1 AND k.type = $2 AND k.pk = $3`
+      : `SELECT DISTINCT ON (k.series) k.series, v.time, v.num, v.label
+           FROM world_chain($1, $4) ch
+           JOIN series_keys k ON k.world_id = ch.world_id AND k.type = $2 AND k.pk = $3
+           CROSS JOIN LATERAL (
+             SELECT * FROM (
+               (SELECT p.time, p.num, p.label FROM series_points p
+                 WHERE p.series_id = k.id AND (ch.up_to IS NULL OR p.seq <= ch.up_to) ORDER BY p.time DESC LIMIT 1)
+               UNION ALL
+               (SELECT h.time, h.num, h.label FROM series_point_history h
+                 WHERE h.series_id = k.id AND h.seq <= ch.up_to AND h.superseded_seq > ch.up_to ORDER BY h.time DESC LIMIT 1)
+             ) one ORDER BY one.time DESC LIMIT 1
+           ) v
+          ORDER BY k.series, v.time DESC, ch.depth`;
   const { rows } = await db.query<{ series: string; time: Date; num: number | null; label: string | null }>(
-    `SELECT k.series, p.time, p.num, p.label
-       FROM series_keys k
-       JOIN LATERAL (SELECT time, num, label FROM series_points WHERE series_id = k.id ORDER BY time DESC LIMIT 1) p ON true
-      WHERE k.world_id = $1 AND k.type = $2 AND k.pk = $3`,
-    [worldId, type, pk],
+    sql,
+    at === undefined ? [worldId, type, pk] : [worldId, type, pk, at.commit],
   );
   return rows.map((r) => ({ series: r.series, point: { time: r.time.toISOString(), num: r.num, label: r.label } }));
 }
@@ -207,5 +289,9 @@ export async function dropWorldSeries(tx: Queryable, worldId: string): Promise<v
   await tx.query('DELETE FROM series_points WHERE series_id IN (SELECT id FROM series_keys WHERE world_id = $1)', [
     worldId,
   ]);
+  await tx.query(
+    'DELETE FROM series_point_history WHERE series_id IN (SELECT id FROM series_keys WHERE world_id = $1)',
+    [worldId],
+  );
   await tx.query('DELETE FROM series_keys WHERE world_id = $1', [worldId]);
 }
