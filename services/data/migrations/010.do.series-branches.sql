@@ -23,3 +23,13 @@ END $$;
 
 CREATE TRIGGER series_point_superseded BEFORE UPDATE ON series_points
   FOR EACH ROW EXECUTE FUNCTION series_point_superseded();
+
+-- One row per written batch of points: when it committed (a ref given as an instant resolves to
+-- the greatest commit written at or before it, series batches included), and the table whose
+-- ROW EXCLUSIVE lock a batch holds while it takes its seq, which the commit cut's SHARE lock waits for.
+CREATE TABLE series_batches (
+  world_id   text        NOT NULL,
+  seq        bigint      NOT NULL,
+  written_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (world_id, seq)
+);

@@ -121,13 +121,17 @@ export async function upsertPoints(db: Queryable, seq: number, points: PointRow[
   return changed.sort((a, b) => a.seriesId - b.seriesId || (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
 }
 
-/** A batch's data seq: taken once per write transaction, as an object write takes one. */
-export async function nextSeq(db: Queryable): Promise<number> {
-  // Taken while holding ROW EXCLUSIVE on series_points (to commit), which the commit cut's SHARE
-  // lock waits for: every batch with seq <= a cut has committed (docs/adr/0030). ONLY: the parent
-  // alone, not every day partition.
-  await db.query('LOCK TABLE ONLY series_points IN ROW EXCLUSIVE MODE');
-  const { rows } = await db.query<{ seq: string }>("SELECT nextval('data_seq') AS seq");
+/**
+ * A batch's data seq, taken once per write transaction as an object write takes one, and its
+ * row in series_batches: the insert holds ROW EXCLUSIVE on that table (to commit) while it takes
+ * the seq, which the commit cut's SHARE lock waits for, so every batch with seq <= a cut has
+ * committed (docs/adr/0030).
+ */
+export async function nextSeq(db: Queryable, worldId: string): Promise<number> {
+  const { rows } = await db.query<{ seq: string }>(
+    "INSERT INTO series_batches (world_id, seq) VALUES ($1, nextval('data_seq')) RETURNING seq",
+    [worldId],
+  );
   return Number(rows[0]?.seq);
 }
 
@@ -294,4 +298,5 @@ export async function dropWorldSeries(tx: Queryable, worldId: string): Promise<v
     [worldId],
   );
   await tx.query('DELETE FROM series_keys WHERE world_id = $1', [worldId]);
+  await tx.query('DELETE FROM series_batches WHERE world_id = $1', [worldId]);
 }

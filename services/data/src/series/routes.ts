@@ -127,7 +127,7 @@ async function writeBatch(
       w.worldId,
       [...keys.values()].map((p) => ({ type: p.type, pk: p.pk, series: p.series.name })),
     );
-    const seq = await nextSeq(tx);
+    const seq = await nextSeq(tx, w.worldId);
     const owners = new Map<number, Pending>();
     const rows = points.map((p) => {
       const seriesId = ids.get(seriesKey(p.type, p.pk, p.series.name)) as number;

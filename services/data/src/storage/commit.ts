@@ -1,7 +1,7 @@
 import type pg from 'pg';
 
-/** The tables whose writers take their seq under ROW EXCLUSIVE (series points: the parent, see series/repository.ts). */
-const CUT_LOCK = 'LOCK TABLE object_heads, object_history, link_heads, link_history, ONLY series_points IN SHARE MODE';
+/** The tables whose writers take their seq in a statement writing to them (series: series/repository.ts nextSeq). */
+const CUT_LOCK = 'LOCK TABLE object_heads, object_history, link_heads, link_history, series_batches IN SHARE MODE';
 
 /**
  * Cuts a commit point of data (docs/adr/0008): every write with `seq <= c` has committed or
