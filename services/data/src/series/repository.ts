@@ -159,36 +159,72 @@ export type SeriesSource =
   | { seriesId: number }
   | { world: string; commit: number | null; type: string; pk: string; series: string };
 
-/**
- * The visible points of a series up the chain, in [from, to): per world of the chain, its points
- * with seq <= its point, or the value a point had then (series_point_history); `$1…$5` are the
- * world, the commit, the type, the pk and the series, `$6`, `$7` the range.
- */
-const CHAIN_POINTS = `
-  SELECT DISTINCT ON (v.time) v.time, v.num, v.label
-    FROM world_chain($1, $2) ch
-    JOIN series_keys k ON k.world_id = ch.world_id AND k.type = $3 AND k.pk = $4 AND k.series = $5
-    CROSS JOIN LATERAL (
-      SELECT p.time, p.num, p.label FROM series_points p
-       WHERE p.series_id = k.id AND (ch.up_to IS NULL OR p.seq <= ch.up_to) AND p.time >= $6 AND p.time < $7
-      UNION ALL
-      SELECT h.time, h.num, h.label FROM series_point_history h
-       WHERE h.series_id = k.id AND h.seq <= ch.up_to AND h.superseded_seq > ch.up_to AND h.time >= $6 AND h.time < $7
-    ) v
-   ORDER BY v.time, ch.depth`;
+/** One world of the chain that has the series: its series id and the commit it is read at (null: now). */
+interface Segment {
+  id: number;
+  upTo: number | null;
+}
 
-/** The parameters of a read of `source` over [from, to): the chain's come first, as CHAIN_POINTS numbers them. */
-function sourceQuery(source: SeriesSource, from: string, to: string): { points: string; params: unknown[] } {
+/** The worlds of the chain that have this series, nearest first. */
+async function segmentsOf(db: Queryable, source: Exclude<SeriesSource, { seriesId: number }>): Promise<Segment[]> {
+  const { rows } = await db.query<{ id: string; up_to: string | null }>(
+    `SELECT k.id, ch.up_to FROM world_chain($1, $2) ch
+       JOIN series_keys k ON k.world_id = ch.world_id AND k.type = $3 AND k.pk = $4 AND k.series = $5
+      ORDER BY ch.depth`,
+    [source.world, source.commit, source.type, source.pk, source.series],
+  );
+  return rows.map((r) => ({ id: Number(r.id), upTo: r.up_to === null ? null : Number(r.up_to) }));
+}
+
+/**
+ * The statement of the points `source` shows in [from, to) (columns time, num, label) and its
+ * parameters, or undefined when no world of the chain has the series. Up the chain, each world
+ * shows its points with seq <= its commit, or the value a point had then (series_point_history),
+ * minus the instants a nearer world shows: primary-key probes, no sort, so that a page still
+ * reads the index in time order and a fork that never wrote the series reads its base alone.
+ */
+async function sourceQuery(
+  db: Queryable,
+  source: SeriesSource,
+  from: string,
+  to: string,
+): Promise<{ points: string; params: unknown[] } | undefined> {
   if ('seriesId' in source) {
     return {
       points: 'SELECT time, num, label FROM series_points WHERE series_id = $1 AND time >= $2 AND time < $3',
       params: [source.seriesId, from, to],
     };
   }
-  return {
-    points: CHAIN_POINTS,
-    params: [source.world, source.commit, source.type, source.pk, source.series, from, to],
-  };
+  const segments = await segmentsOf(db, source);
+  if (segments.length === 0) return undefined;
+  const params: unknown[] = [from, to];
+  const param = (value: unknown) => `$${params.push(value)}`;
+  const refs = segments.map((g) => ({ id: param(g.id), upTo: g.upTo === null ? null : param(g.upTo) }));
+  // Whether segment g shows a point at the instant `time` (a column of the outer row).
+  const shows = (g: (typeof refs)[number], time: string) =>
+    g.upTo === null
+      ? `EXISTS (SELECT 1 FROM series_points q WHERE q.series_id = ${g.id} AND q.time = ${time})`
+      : `EXISTS (SELECT 1 FROM series_points q WHERE q.series_id = ${g.id} AND q.time = ${time} AND q.seq <= ${g.upTo})
+         OR EXISTS (SELECT 1 FROM series_point_history r WHERE r.series_id = ${g.id} AND r.time = ${time}
+                     AND r.seq <= ${g.upTo} AND r.superseded_seq > ${g.upTo})`;
+  const parts: string[] = [];
+  refs.forEach((g, depth) => {
+    const nearer = refs
+      .slice(0, depth)
+      .map((n) => `AND NOT (${shows(n, 'x.time')})`)
+      .join(' ');
+    parts.push(
+      `SELECT x.time, x.num, x.label FROM series_points x
+        WHERE x.series_id = ${g.id} AND x.time >= $1 AND x.time < $2 ${g.upTo === null ? '' : `AND x.seq <= ${g.upTo}`} ${nearer}`,
+    );
+    if (g.upTo !== null) {
+      parts.push(
+        `SELECT x.time, x.num, x.label FROM series_point_history x
+          WHERE x.series_id = ${g.id} AND x.time >= $1 AND x.time < $2 AND x.seq <= ${g.upTo} AND x.superseded_seq > ${g.upTo} ${nearer}`,
+      );
+    }
+  });
+  return { points: parts.join('\n UNION ALL\n'), params };
 }
 
 /** Points in [from, to) after `after`, by time; `limit` of them at most. */
@@ -197,7 +233,9 @@ export async function readPoints(
   source: SeriesSource,
   range: { from: string; to: string; after: string | null; limit: number },
 ): Promise<StoredPoint[]> {
-  const { points, params } = sourceQuery(source, range.from, range.to);
+  const query = await sourceQuery(db, source, range.from, range.to);
+  if (!query) return [];
+  const { points, params } = query;
   const n = params.length;
   // The fast path is the statement as it was, so that its plan stays the primary key's range scan.
   const sql =
@@ -231,7 +269,9 @@ export async function readRollup(
   q: { from: string; to: string; after: string | null; limit: number; bucketMs: number; agg: Aggregate },
 ): Promise<StoredPoint[]> {
   const agg = AGG_SQL[q.agg];
-  const { points, params } = sourceQuery(source, q.from, q.to);
+  const query = await sourceQuery(db, source, q.from, q.to);
+  if (!query) return [];
+  const { points, params } = query;
   const n = params.length;
   const [after, limit, width] = [`$${n + 1}`, `$${n + 2}`, `$${n + 3}`];
   // The fast path aggregates series_points itself: the GROUP BY over the pruned partitions, as before.
