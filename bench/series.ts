@@ -14,7 +14,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { fmt, libpqArgs } from './lib/harness.js';
+import { fmt, libpqArgs, until } from './lib/harness.js';
 import { benchStack, call } from './lib/stack.js';
 
 const points = Number(process.argv[2] ?? 200_000);
@@ -29,7 +29,7 @@ const Sensor = {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
 
 const stack = await benchStack();
-const { data, dataDb, token } = stack;
+const { control, controlDb, data, dataDb, token } = stack;
 try {
   await stack.world('bench', { objectTypes: { Sensor } });
   const db = new pg.Client(dataDb.url);
@@ -135,6 +135,32 @@ try {
       `rollup round ${round}: API ${fmt(apiMs.at(-1) ?? 0)} ms, psql ${fmt(hand.ms)} ms (${buckets} buckets)`,
     );
   }
+  // --- 3. the same rollup in a fork of the world (docs/adr/0030): the base's points read up the chain.
+  // No intelligence here to mark the world READY in control: done by hand, as the tests do.
+  const controlPg = new pg.Client(controlDb.url);
+  await controlPg.connect();
+  await controlPg.query(`UPDATE worlds SET status = 'READY' WHERE id = 'bench'`);
+  await controlPg.end();
+  await call(control.url, 'POST', '/v1/worlds', token, { id: 'bench-fork', from: { world: 'bench' } });
+  await until(
+    'the fork provisioned in data',
+    async () =>
+      (
+        await db.query(
+          `SELECT 1 FROM worlds w WHERE w.id = 'bench-fork' AND EXISTS (SELECT 1 FROM schema_versions v WHERE v.world_id = w.id)`,
+        )
+      ).rowCount === 1,
+    60_000,
+  );
+  const forkMs: number[] = [];
+  for (let round = 1; round <= rounds; round++) {
+    const started = performance.now();
+    const answer = await call(data.url, 'GET', `/v1/worlds/bench-fork/series/Sensor/big/temperature${query}`, token);
+    forkMs.push(performance.now() - started);
+    if (answer.points.length !== buckets)
+      throw new Error(`the fork answered ${answer.points.length} buckets, not ${buckets}`);
+    console.log(`fork rollup round ${round}: API ${fmt(forkMs.at(-1) ?? 0)} ms`);
+  }
   await db.end();
 
   const bulk = median(bulkRates);
@@ -153,6 +179,8 @@ try {
   console.log(`| GET …?bucket=1h&agg=avg | ${fmt(api)} |`);
   console.log(`| psql, the same GROUP BY by hand | ${fmt(hand)} |`);
   console.log(`rollup ratio ${(hand / api).toFixed(2)} (psql time / API time; goal ≥ 0.8)`);
+  console.log(`| the same GET in a fork (base's points read up the chain) | ${fmt(median(forkMs))} |`);
+  console.log(`fork rollup ratio ${(median(forkMs) / api).toFixed(2)} (fork time / unforked API time)`);
 } finally {
   await stack.close();
 }

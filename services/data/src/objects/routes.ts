@@ -212,21 +212,24 @@ export default fp(
         await app.awaitSchemaConsistency(request, world);
         let head: Head | null;
         let type: ObjectType;
+        // Series are read up the chain in a fork and at a ref (docs/adr/0030); undefined: the world's own, now.
+        let seriesAt: { commit: number | null } | undefined;
         if (at === undefined) {
           const ctx = await objectContext(app.pg, world, typeName, pk);
           if (!ctx.provisioned) throw notProvisioned(world);
           type = (await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion)).type;
           head = ctx.head;
+          if (ctx.forked) seriesAt = { commit: null };
         } else {
           const point = await resolveRef(app.pg, world, at);
           type = (await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion)).type;
           head = await objectAt(app.pg, world, point.commit, typeName, pk);
+          seriesAt = { commit: point.commit };
         }
         if (!head || head.deleted || !head.properties)
           throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
         written(reply, head.version, head.seq);
-        // Series are not read at a ref yet (docs/adr/0028): an object read at a ref carries none.
-        const series = at === undefined ? await latestSeries(app.pg, world, type, pk) : undefined;
+        const series = await latestSeries(app.pg, world, type, pk, seriesAt);
         return { type: typeName, pk, version: head.version, properties: head.properties, ...(series && { series }) };
       },
     );

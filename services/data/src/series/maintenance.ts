@@ -43,9 +43,13 @@ export async function maintainPartitions(pool: pg.Pool, now = new Date()): Promi
   await pool.query('SELECT series_partition_ensure(d) FROM unnest($1::date[]) AS d', [days]);
   const retention = await longestRetentionMs(pool);
   if (retention === undefined) return [];
-  const { rows } = await pool.query<{ name: string }>('SELECT series_partitions_drop_before($1) AS name', [
-    new Date(now.getTime() - retention).toISOString(),
-  ]);
+  const horizon = new Date(now.getTime() - retention).toISOString();
+  const { rows } = await pool.query<{ name: string }>('SELECT series_partitions_drop_before($1) AS name', [horizon]);
+  // Former values of points past every retention go with them (history is not partitioned: overwrites are rare).
+  await pool.query(
+    "DELETE FROM series_point_history WHERE time < date_bin('1 day', $1::timestamptz, timestamptz 'epoch')",
+    [horizon],
+  );
   if (rows.length > 0) forgetPartitions();
   return rows.map((r) => r.name);
 }

@@ -121,9 +121,17 @@ export async function upsertPoints(db: Queryable, seq: number, points: PointRow[
   return changed.sort((a, b) => a.seriesId - b.seriesId || (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
 }
 
-/** A batch's data seq: taken once per write transaction, as an object write takes one. */
-export async function nextSeq(db: Queryable): Promise<number> {
-  const { rows } = await db.query<{ seq: string }>("SELECT nextval('data_seq') AS seq");
+/**
+ * A batch's data seq, taken once per write transaction as an object write takes one, and its
+ * row in series_batches: the insert holds ROW EXCLUSIVE on that table (to commit) while it takes
+ * the seq, which the commit cut's SHARE lock waits for, so every batch with seq <= a cut has
+ * committed (docs/adr/0030).
+ */
+export async function nextSeq(db: Queryable, worldId: string): Promise<number> {
+  const { rows } = await db.query<{ seq: string }>(
+    "INSERT INTO series_batches (world_id, seq) VALUES ($1, nextval('data_seq')) RETURNING seq",
+    [worldId],
+  );
   return Number(rows[0]?.seq);
 }
 
@@ -142,18 +150,106 @@ export async function seriesIdOf(
   return rows[0] ? Number(rows[0].id) : undefined;
 }
 
+/**
+ * Which points a read sees (docs/adr/0030): one series' own points now (`seriesId`), the fast
+ * path of a world without a base; or the series named in world `world` at `commit` (null: now),
+ * read up the chain of bases, each at its fork point, the nearest world winning an instant.
+ */
+export type SeriesSource =
+  | { seriesId: number }
+  | { world: string; commit: number | null; type: string; pk: string; series: string };
+
+/** One world of the chain that has the series: its series id and the commit it is read at (null: now). */
+interface Segment {
+  id: number;
+  upTo: number | null;
+}
+
+/** The worlds of the chain that have this series, nearest first. */
+async function segmentsOf(db: Queryable, source: Exclude<SeriesSource, { seriesId: number }>): Promise<Segment[]> {
+  const { rows } = await db.query<{ id: string; up_to: string | null }>(
+    `SELECT k.id, ch.up_to FROM world_chain($1, $2) ch
+       JOIN series_keys k ON k.world_id = ch.world_id AND k.type = $3 AND k.pk = $4 AND k.series = $5
+      ORDER BY ch.depth`,
+    [source.world, source.commit, source.type, source.pk, source.series],
+  );
+  return rows.map((r) => ({ id: Number(r.id), upTo: r.up_to === null ? null : Number(r.up_to) }));
+}
+
+/**
+ * The statement of the points `source` shows in [from, to) (columns time, num, label) and its
+ * parameters, or undefined when no world of the chain has the series. Up the chain, each world
+ * shows its points with seq <= its commit, or the value a point had then (series_point_history),
+ * minus the instants a nearer world shows: primary-key probes, no sort, so that a page still
+ * reads the index in time order and a fork that never wrote the series reads its base alone.
+ */
+async function sourceQuery(
+  db: Queryable,
+  source: SeriesSource,
+  from: string,
+  to: string,
+): Promise<{ points: string; params: unknown[] } | undefined> {
+  if ('seriesId' in source) {
+    return {
+      points: 'SELECT time, num, label FROM series_points WHERE series_id = $1 AND time >= $2 AND time < $3',
+      params: [source.seriesId, from, to],
+    };
+  }
+  const segments = await segmentsOf(db, source);
+  if (segments.length === 0) return undefined;
+  const params: unknown[] = [from, to];
+  const param = (value: unknown) => `$${params.push(value)}`;
+  const refs = segments.map((g) => ({ id: param(g.id), upTo: g.upTo === null ? null : param(g.upTo) }));
+  // Whether segment g shows a point at the instant `time` (a column of the outer row).
+  const shows = (g: (typeof refs)[number], time: string) =>
+    g.upTo === null
+      ? `EXISTS (SELECT 1 FROM series_points q WHERE q.series_id = ${g.id} AND q.time = ${time})`
+      : `EXISTS (SELECT 1 FROM series_points q WHERE q.series_id = ${g.id} AND q.time = ${time} AND q.seq <= ${g.upTo})
+         OR EXISTS (SELECT 1 FROM series_point_history r WHERE r.series_id = ${g.id} AND r.time = ${time}
+                     AND r.seq <= ${g.upTo} AND r.superseded_seq > ${g.upTo})`;
+  const parts: string[] = [];
+  refs.forEach((g, depth) => {
+    const nearer = refs
+      .slice(0, depth)
+      .map((n) => `AND NOT (${shows(n, 'x.time')})`)
+      .join(' ');
+    parts.push(
+      `SELECT x.time, x.num, x.label FROM series_points x
+        WHERE x.series_id = ${g.id} AND x.time >= $1 AND x.time < $2 ${g.upTo === null ? '' : `AND x.seq <= ${g.upTo}`} ${nearer}`,
+    );
+    if (g.upTo !== null) {
+      parts.push(
+        `SELECT x.time, x.num, x.label FROM series_point_history x
+          WHERE x.series_id = ${g.id} AND x.time >= $1 AND x.time < $2 AND x.seq <= ${g.upTo} AND x.superseded_seq > ${g.upTo} ${nearer}`,
+      );
+    }
+  });
+  return { points: parts.join('\n UNION ALL\n'), params };
+}
+
 /** Points in [from, to) after `after`, by time; `limit` of them at most. */
 export async function readPoints(
   db: Queryable,
-  seriesId: number,
+  source: SeriesSource,
   range: { from: string; to: string; after: string | null; limit: number },
 ): Promise<StoredPoint[]> {
-  const { rows } = await db.query<{ time: Date; num: number | null; label: string | null }>(
-    `SELECT time, num, label FROM series_points
-      WHERE series_id = $1 AND time >= $2 AND time < $3 AND ($4::timestamptz IS NULL OR time > $4)
-      ORDER BY time LIMIT $5`,
-    [seriesId, range.from, range.to, range.after, range.limit],
-  );
+  const query = await sourceQuery(db, source, range.from, range.to);
+  if (!query) return [];
+  const { points, params } = query;
+  const n = params.length;
+  // The fast path is the statement as it was, so that its plan stays the primary key's range scan.
+  const sql =
+    'seriesId' in source
+      ? `SELECT time, num, label FROM series_points
+          WHERE series_id = $1 AND time >= $2 AND time < $3 AND ($4::timestamptz IS NULL OR time > $4)
+          ORDER BY time LIMIT $5`
+      : `SELECT time, num, label FROM (${points}) pts
+          WHERE ($${n + 1}::timestamptz IS NULL OR time > $${n + 1}) ORDER BY time LIMIT $${n + 2}`;
+  const { rows } = await db.query<{ time: Date; num: number | null; label: string | null }>(sql, [
+    ...params,
+    range.after,
+    range.limit,
+  ]);
   return rows.map((r) => ({ time: r.time.toISOString(), num: r.num, label: r.label }));
 }
 
@@ -169,35 +265,65 @@ const AGG_SQL: Record<Aggregate, { num: string; label: string }> = {
 /** Buckets of `bucketMs` (aligned on the Unix epoch) in [from, to) after `after`, each with its aggregate. */
 export async function readRollup(
   db: Queryable,
-  seriesId: number,
+  source: SeriesSource,
   q: { from: string; to: string; after: string | null; limit: number; bucketMs: number; agg: Aggregate },
 ): Promise<StoredPoint[]> {
   const agg = AGG_SQL[q.agg];
+  const query = await sourceQuery(db, source, q.from, q.to);
+  if (!query) return [];
+  const { points, params } = query;
+  const n = params.length;
+  const [after, limit, width] = [`$${n + 1}`, `$${n + 2}`, `$${n + 3}`];
+  // The fast path aggregates series_points itself: the GROUP BY over the pruned partitions, as before.
+  const from =
+    'seriesId' in source
+      ? 'series_points WHERE series_id = $1 AND time >= $2 AND time < $3'
+      : `(${points}) pts WHERE true`;
   const { rows } = await db.query<{ bucket: Date; num: number | null; label: string | null }>(
-    `SELECT date_bin(make_interval(secs => $6::float8 / 1000), time, timestamptz 'epoch') AS bucket,
+    `SELECT date_bin(make_interval(secs => ${width}::float8 / 1000), time, timestamptz 'epoch') AS bucket,
             ${agg.num} AS num, ${agg.label} AS label
-       FROM series_points
-      WHERE series_id = $1 AND time >= $2 AND time < $3
-        AND ($4::timestamptz IS NULL OR time >= $4::timestamptz + make_interval(secs => $6::float8 / 1000))
-      GROUP BY 1 ORDER BY 1 LIMIT $5`,
-    [seriesId, q.from, q.to, q.after, q.limit, q.bucketMs],
+       FROM ${from}
+        AND (${after}::timestamptz IS NULL OR time >= ${after}::timestamptz + make_interval(secs => ${width}::float8 / 1000))
+      GROUP BY 1 ORDER BY 1 LIMIT ${limit}`,
+    [...params, q.after, q.limit, q.bucketMs],
   );
   return rows.map((r) => ({ time: r.bucket.toISOString(), num: r.num, label: r.label }));
 }
 
-/** The latest point of each series of an object that has points. */
+/**
+ * The latest point of each series of an object that has points; with `at` (a fork, or a read at
+ * a commit), as world `worldId` reads it at `at.commit` up the chain: the latest instant any world
+ * of the chain shows, with the nearest world's value there.
+ */
 export async function latestPoints(
   db: Queryable,
   worldId: string,
   type: string,
   pk: string,
+  at?: { commit: number | null },
 ): Promise<{ series: string; point: StoredPoint }[]> {
+  const sql =
+    at === undefined
+      ? `SELECT k.series, p.time, p.num, p.label
+           FROM series_keys k
+           JOIN LATERAL (SELECT time, num, label FROM series_points WHERE series_id = k.id ORDER BY time DESC LIMIT 1) p ON true
+          WHERE k.world_id = $1 AND k.type = $2 AND k.pk = $3`
+      : `SELECT DISTINCT ON (k.series) k.series, v.time, v.num, v.label
+           FROM world_chain($1, $4) ch
+           JOIN series_keys k ON k.world_id = ch.world_id AND k.type = $2 AND k.pk = $3
+           CROSS JOIN LATERAL (
+             SELECT * FROM (
+               (SELECT p.time, p.num, p.label FROM series_points p
+                 WHERE p.series_id = k.id AND (ch.up_to IS NULL OR p.seq <= ch.up_to) ORDER BY p.time DESC LIMIT 1)
+               UNION ALL
+               (SELECT h.time, h.num, h.label FROM series_point_history h
+                 WHERE h.series_id = k.id AND h.seq <= ch.up_to AND h.superseded_seq > ch.up_to ORDER BY h.time DESC LIMIT 1)
+             ) one ORDER BY one.time DESC LIMIT 1
+           ) v
+          ORDER BY k.series, v.time DESC, ch.depth`;
   const { rows } = await db.query<{ series: string; time: Date; num: number | null; label: string | null }>(
-    `SELECT k.series, p.time, p.num, p.label
-       FROM series_keys k
-       JOIN LATERAL (SELECT time, num, label FROM series_points WHERE series_id = k.id ORDER BY time DESC LIMIT 1) p ON true
-      WHERE k.world_id = $1 AND k.type = $2 AND k.pk = $3`,
-    [worldId, type, pk],
+    sql,
+    at === undefined ? [worldId, type, pk] : [worldId, type, pk, at.commit],
   );
   return rows.map((r) => ({ series: r.series, point: { time: r.time.toISOString(), num: r.num, label: r.label } }));
 }
@@ -207,5 +333,10 @@ export async function dropWorldSeries(tx: Queryable, worldId: string): Promise<v
   await tx.query('DELETE FROM series_points WHERE series_id IN (SELECT id FROM series_keys WHERE world_id = $1)', [
     worldId,
   ]);
+  await tx.query(
+    'DELETE FROM series_point_history WHERE series_id IN (SELECT id FROM series_keys WHERE world_id = $1)',
+    [worldId],
+  );
   await tx.query('DELETE FROM series_keys WHERE world_id = $1', [worldId]);
+  await tx.query('DELETE FROM series_batches WHERE world_id = $1', [worldId]);
 }

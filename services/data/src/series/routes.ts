@@ -22,8 +22,9 @@ import type { Origin } from '../events.js';
 import { inWorldTransaction, keyParam, originOf } from '../http.js';
 import { LIMITS } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
-import { NAME } from '../objects/routes.js';
+import { At, NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { resolveRef } from '../worlds/refs.js';
 import { seriesPointsWritten } from './events.js';
 import {
   AGGREGATES,
@@ -43,6 +44,7 @@ import {
   nextSeq,
   readPoints,
   readRollup,
+  type SeriesSource,
   seriesIdOf,
   seriesIds,
   seriesKey,
@@ -125,7 +127,7 @@ async function writeBatch(
       w.worldId,
       [...keys.values()].map((p) => ({ type: p.type, pk: p.pk, series: p.series.name })),
     );
-    const seq = await nextSeq(tx);
+    const seq = await nextSeq(tx, w.worldId);
     const owners = new Map<number, Pending>();
     const rows = points.map((p) => {
       const seriesId = ids.get(seriesKey(p.type, p.pk, p.series.name)) as number;
@@ -406,7 +408,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
         tags: ['series'],
         summary: 'Read points of a time series, or rollups over fixed buckets',
         description:
-          'Points with from <= time < to, by time, a page at a time (next is the cursor of the following page, null at the end). With bucket (30s, 1m, 1h, 1d, 1w…, aligned on the Unix epoch) and agg (min, max, avg, sum, count, last) each point is a bucket: its start and its aggregate, computed in PostgreSQL. Points past the series retention are not answered.',
+          "Points with from <= time < to, by time, a page at a time (next is the cursor of the following page, null at the end). With bucket (30s, 1m, 1h, 1d, 1w…, aligned on the Unix epoch) and agg (min, max, avg, sum, count, last) each point is a bucket: its start and its aggregate, computed in PostgreSQL. Points past the series retention are not answered. With at (a commit or an instant), the series as it was then; in a fork, the base's points up to the fork point and the fork's own after (the fork's win an instant both have).",
         params: SeriesParams,
         querystring: Type.Object({
           from: Type.Optional(Type.String({ description: 'RFC 3339, inclusive' })),
@@ -415,6 +417,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           agg: Type.Optional(Type.String({ description: AGGREGATES.join(', ') })),
           limit: Type.Integer({ minimum: 1, maximum: SERIES_LIMITS.pageMax, default: SERIES_LIMITS.pageDefault }),
           cursor: Type.Optional(Type.String()),
+          at: At,
         }),
         headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
         response: {
@@ -448,24 +451,46 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
         }
         agg = q.agg as Aggregate;
       }
-      const after = decodeCursor(q.cursor, (v) => {
+      const position = decodeCursor(q.cursor, (v) => {
         if (typeof v.after !== 'string' || v.bucket !== (q.bucket ?? null) || v.agg !== (q.agg ?? null))
           return undefined;
+        if ((v.at ?? null) !== (q.at ?? null) || (v.commit !== undefined && typeof v.commit !== 'number'))
+          return undefined;
         const r = normaliseInstant(v.after);
-        return 'value' in r ? r.value : undefined;
+        return 'value' in r ? { after: r.value, commit: v.commit as number | undefined } : undefined;
       });
+      const after = position?.after ?? null;
       await app.awaitSchemaConsistency(request, world);
-      const ctx = await worldContext(app.pg, world);
-      if (!ctx.provisioned) throw notProvisioned(world);
-      const { type } = await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+      // An unforked world read now reads its own series_points as before; a fork or a ref reads up the chain.
+      let schemaVersion: number;
+      let chain: { commit: number | null } | undefined;
+      if (q.at === undefined) {
+        const ctx = await worldContext(app.pg, world);
+        if (!ctx.provisioned) throw notProvisioned(world);
+        schemaVersion = ctx.schemaVersion;
+        if (ctx.forked) chain = { commit: null };
+      } else {
+        // Page 2 reads the commit page 1 resolved, even when `at` was an instant.
+        const point =
+          position?.commit !== undefined
+            ? await resolveRef(app.pg, world, String(position.commit), 'querystring/cursor')
+            : await resolveRef(app.pg, world, q.at);
+        schemaVersion = point.schemaVersion;
+        chain = { commit: point.commit };
+      }
+      const { type } = await objectTypeOf(app, app.pg, world, typeName, schemaVersion);
       const series = seriesNamed(type, seriesName, world);
       if (agg && !aggregatesFor(series).includes(agg)) {
         throw new BadRequest(`${typeName}.${seriesName} holds labels: it answers ${aggregatesFor(series).join(', ')}`, [
           { path: 'querystring/agg', message: `must be one of ${aggregatesFor(series).join(', ')} for an enum series` },
         ]);
       }
-      const seriesId = await seriesIdOf(app.pg, world, typeName, pk, seriesName);
-      if (seriesId === undefined) return { points: [], next: null };
+      let source: SeriesSource;
+      if (chain === undefined) {
+        const seriesId = await seriesIdOf(app.pg, world, typeName, pk, seriesName);
+        if (seriesId === undefined) return { points: [], next: null };
+        source = { seriesId };
+      } else source = { world, commit: chain.commit, type: typeName, pk, series: seriesName };
       const kept =
         series.retentionMs === undefined ? undefined : new Date(Date.now() - series.retentionMs).toISOString();
       const range = {
@@ -476,13 +501,18 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       };
       const rows =
         agg && bucket
-          ? await readRollup(app.pg, seriesId, { ...range, bucketMs: bucket, agg })
-          : await readPoints(app.pg, seriesId, range);
+          ? await readRollup(app.pg, source, { ...range, bucketMs: bucket, agg })
+          : await readPoints(app.pg, source, range);
       const page = rows.slice(0, q.limit);
       const last = page[page.length - 1];
       const next =
         rows.length > q.limit && last
-          ? encodeCursor({ after: last.time, bucket: q.bucket ?? null, agg: q.agg ?? null })
+          ? encodeCursor({
+              after: last.time,
+              bucket: q.bucket ?? null,
+              agg: q.agg ?? null,
+              ...(q.at !== undefined && { at: q.at, commit: chain?.commit ?? undefined }),
+            })
           : null;
       return {
         points: page.map((p) => ({

@@ -1,5 +1,8 @@
 import type pg from 'pg';
 
+/** The tables whose writers take their seq in a statement writing to them (series: series/repository.ts nextSeq). */
+const CUT_LOCK = 'LOCK TABLE object_heads, object_history, link_heads, link_history, series_batches IN SHARE MODE';
+
 /**
  * Cuts a commit point of data (docs/adr/0008): every write with `seq <= c` has committed or
  * rolled back, every later write gets `seq > c`. Writers take their seq inside a statement that
@@ -11,7 +14,7 @@ export async function cutCommit(pool: pg.Pool, lockTimeoutMs = 2000): Promise<nu
   try {
     await client.query('BEGIN');
     await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.trunc(lockTimeoutMs))}`);
-    await client.query('LOCK TABLE object_heads, object_history, link_heads, link_history IN SHARE MODE');
+    await client.query(CUT_LOCK);
     const { rows } = await client.query<{ c: number }>(
       'SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS c FROM data_seq',
     );
@@ -32,7 +35,7 @@ export async function cutCommit(pool: pg.Pool, lockTimeoutMs = 2000): Promise<nu
  */
 export async function cutCommitIn(tx: pg.ClientBase, lockTimeoutMs = 2000): Promise<number> {
   await tx.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.trunc(lockTimeoutMs))}`);
-  await tx.query('LOCK TABLE object_heads, object_history, link_heads, link_history IN SHARE MODE');
+  await tx.query(CUT_LOCK);
   await tx.query('SET LOCAL lock_timeout TO DEFAULT');
   const { rows } = await tx.query<{ c: string }>(
     'SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS c FROM data_seq',

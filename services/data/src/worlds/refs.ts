@@ -66,7 +66,7 @@ export async function commitAtInstant(
          AND x.${time} <= $2::timestamptz ORDER BY x.seq DESC LIMIT 1)`;
   const { rows } = await db.query<{ c: string | null }>(
     `SELECT max(greatest(${latest('object_heads', 'updated_at')}, ${latest('object_history', 'written_at')},
-                         ${latest('link_history', 'written_at')})) AS c
+                         ${latest('link_history', 'written_at')}, ${latest('series_batches', 'written_at')})) AS c
        FROM world_chain($1, $3) ch`,
     [world, instant, upTo],
   );
