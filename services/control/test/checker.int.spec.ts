@@ -1,5 +1,8 @@
+import { buildTestService, type TestService } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, type Stack } from '../../data/test/stack.js';
+import * as intelligence from '../../intelligence/src/app.js';
+import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
 import type { Finding } from '../src/checker/checker.js';
 
 /**
@@ -19,6 +22,8 @@ const Order = {
 describe('the consistency checker', () => {
   let s: Stack;
   let schemaVersion = 0;
+  /** intelligence started again on its database after the last test stopped it. */
+  let resumed: TestService<unknown> | undefined;
 
   const intel = () => {
     if (!s.intelligence) throw new Error('no intelligence');
@@ -76,7 +81,10 @@ describe('the consistency checker', () => {
     });
   }, 180_000);
 
-  afterAll(async () => s?.close());
+  afterAll(async () => {
+    await resumed?.close();
+    await s?.close();
+  });
 
   it('finds nothing in a consistent world', async () => {
     expect(await checkWhenQuiet()).toEqual([]);
@@ -163,4 +171,38 @@ describe('the consistency checker', () => {
     expect([a, b].filter((r) => r === null)).toHaveLength(1);
     expect([a, b].find((r) => r !== null)).toEqual([]);
   }, 60_000);
+
+  it('while intelligence is stopped: the vector names it, the check finds it unreported; consistent once it resumes', async () => {
+    const stopped = s.intelligence;
+    if (!stopped) throw new Error('no intelligence');
+    await stopped.app.close(); // its consumers stop; its database stays
+    const res = await s.dataCall('PUT', `/v1/worlds/${W}/objects/Order/o4`, {
+      body: { properties: { id: 'o4', amount: 4 } },
+    });
+    expect(res.statusCode, res.body).toBe(201);
+    const lagging = await s.until('the vector to name intelligence', async () => {
+      const v = (await s.controlCall('GET', `/v1/worlds/${W}/consistency`)).json();
+      return v.lagging === 'intelligence' && v.dataBehind > 0 ? v : undefined;
+    });
+    expect(lagging.consistent).toBe(false);
+    expect(await checker().runCheck()).toEqual([
+      { world: W, kind: 'unreported', subject: 'intelligence', detail: {}, repair: null },
+    ]);
+
+    resumed = (await buildTestService(
+      { schema: IntelligenceConfig, app: intelligence.default, migrations: intelligence.migrations } as never,
+      stopped.env, // its own DATABASE_URL: the same database, the same consumer groups
+    )) as TestService<unknown>;
+    await s.until(
+      'the vector consistent again',
+      async () => ((await s.controlCall('GET', `/v1/worlds/${W}/consistency`)).json().consistent ? true : undefined),
+      60_000,
+    );
+    const resumedPool = (resumed.app as unknown as { pg: typeof stopped.app.pg }).pg;
+    await s.until('o4 in the read model', async () => {
+      const { rowCount } = await resumedPool.query(`SELECT 1 FROM rm_objects WHERE world_id = $1 AND pk = 'o4'`, [W]);
+      return rowCount ? true : undefined;
+    });
+    expect(await checkWhenQuiet()).toEqual([]);
+  }, 150_000);
 });
