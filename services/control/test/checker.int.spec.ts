@@ -1,4 +1,5 @@
-import { buildTestService, type TestService } from '@onto/shared/testing';
+import { dlqOf, physicalTopic } from '@onto/shared';
+import { buildTestService, type TestService, testBroker, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, type Stack } from '../../data/test/stack.js';
 import * as intelligence from '../../intelligence/src/app.js';
@@ -205,4 +206,20 @@ describe('the consistency checker', () => {
     });
     expect(await checkWhenQuiet()).toEqual([]);
   }, 150_000);
+
+  it('finds records waiting in a dead-letter topic, and repairs nothing there', async () => {
+    const dlq = physicalTopic(s.prefix, dlqOf('onto.storage'));
+    const producer = await testBroker(testEndpoints().kafkaBrokers).producer();
+    try {
+      await producer.send([{ topic: dlq, messages: [{ key: W, value: 'a dead letter' }] }]);
+    } finally {
+      await producer.disconnect();
+    }
+    expect(await checkWhenQuiet()).toEqual([
+      { world: null, kind: 'dlq_depth', subject: dlq, detail: { depth: 1 }, repair: null },
+    ]);
+    expect(await metrics()).toMatch(/^onto_checker_findings\{world="",kind="dlq_depth"[^}]*\} 1$/m);
+    // Belongs to no world: the world's findings stay empty.
+    expect((await s.controlCall('GET', `/v1/worlds/${W}/consistency`)).json().findings).toEqual([]);
+  }, 60_000);
 });
