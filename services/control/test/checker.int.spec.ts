@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, type Stack } from '../../data/test/stack.js';
 import * as intelligence from '../../intelligence/src/app.js';
 import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
-import type { Finding } from '../src/checker/checker.js';
+import type { ConsistencyChecker } from '../src/checker/checker.js';
 
 /**
  * The consistency checker (docs/adr/0032) on the real stack: drift injected on purpose into one
@@ -30,7 +30,7 @@ describe('the consistency checker', () => {
     if (!s.intelligence) throw new Error('no intelligence');
     return s.intelligence.app.pg;
   };
-  const checker = () => (s.control.app as unknown as { checker: { runCheck(): Promise<Finding[] | null> } }).checker;
+  const checker = () => (s.control.app as unknown as { checker: ConsistencyChecker }).checker;
   /** A check once intelligence has applied everything data wrote (counts compare exactly then). */
   const checkWhenQuiet = async () => {
     await s.until(
@@ -171,6 +171,9 @@ describe('the consistency checker', () => {
     const [a, b] = await Promise.all([checker().runCheck(), checker().runCheck()]);
     expect([a, b].filter((r) => r === null)).toHaveLength(1);
     expect([a, b].find((r) => r !== null)).toEqual([]);
+    // The timer's run is skipped when any replica's check started within the period.
+    expect(await checker().runCheck({ unlessRanWithinMs: 60_000 })).toBeNull();
+    expect(await checker().runCheck({ unlessRanWithinMs: 0 })).toEqual([]);
   }, 60_000);
 
   it('while intelligence is stopped: the vector names it, the check finds it unreported; consistent once it resumes', async () => {

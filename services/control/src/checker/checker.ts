@@ -176,14 +176,25 @@ export class ConsistencyChecker {
     });
   }
 
-  /** One check; answers its findings, or null when another replica's check holds the lock. */
-  async runCheck(): Promise<Finding[] | null> {
+  /**
+   * One check; answers its findings, or null when another replica's check holds the lock or, with
+   * `unlessRanWithinMs` (the timer's), a check of any replica started that recently.
+   */
+  async runCheck(opts: { unlessRanWithinMs?: number } = {}): Promise<Finding[] | null> {
     const session = await this.pool.connect();
     try {
       const key = [lockSpace('chck'), advisoryLockKey(this.topicPrefix)];
       const { rows } = await session.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS locked', key);
       if (!rows[0]?.locked) return null;
       try {
+        if (opts.unlessRanWithinMs !== undefined) {
+          // Replicas' timers are not in step: the period is the deployment's, not each replica's.
+          const recent = await session.query(
+            `SELECT 1 FROM checker_runs WHERE started_at > now() - $1 * interval '1 millisecond' LIMIT 1`,
+            [opts.unlessRanWithinMs],
+          );
+          if (recent.rowCount) return null;
+        }
         return await this.check();
       } finally {
         await session.query('SELECT pg_advisory_unlock($1, $2)', key);
