@@ -70,6 +70,7 @@ export { DeadLetters, type DeadRecord, DLQ_HEADERS } from './messaging/dead-lett
 export * from './messaging/envelope.js';
 export { ConcurrencyConflictError, isConflict, type OccOptions, StaleWriteError, withOcc } from './messaging/occ.js';
 export * from './messaging/outbox.js';
+export { outboxOldestAgeSeconds } from './messaging/outbox-age.js';
 export { runPeriodically } from './messaging/periodic.js';
 export { type OutboxPluginOptions, outboxPlugin } from './messaging/plugin.js';
 export { ProcessedCache } from './messaging/processed-cache.js';

@@ -4,6 +4,7 @@ import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/sha
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import adminRoutes from './admin/routes.js';
+import checker from './checker/plugin.js';
 import type { Config } from './config.js';
 import identity from './identity/plugin.js';
 import schemaRoutes from './schema/routes.js';
@@ -38,6 +39,12 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worldSaga);
   await fastify.register(worldConsistency);
   await fastify.register(adminRoutes);
+  await fastify.register(checker, {
+    intervalMs: config.CHECKER_INTERVAL_MS,
+    reportTimeoutMs: config.CHECKER_REPORT_TIMEOUT_MS,
+    countTolerance: config.CHECKER_COUNT_TOLERANCE,
+    outboxMaxAgeSeconds: config.CHECKER_OUTBOX_MAX_AGE_SECONDS,
+  });
 };
 
 // Not encapsulated: the server (and tests) see what the service decorates the instance with.

@@ -31,6 +31,32 @@ export const ConfigSchema = Type.Composite([
       description:
         'Properties marked indexed across all object types of one world (each is an index in data; more is a 422)',
     }),
+    CHECKER_INTERVAL_MS: Type.Integer({
+      minimum: 0,
+      maximum: 86_400_000,
+      default: 300_000,
+      description: 'How often the consistency checker runs (one replica at a time); 0 turns the periodic run off',
+    }),
+    CHECKER_REPORT_TIMEOUT_MS: Type.Integer({
+      minimum: 100,
+      maximum: 600_000,
+      default: 30_000,
+      description:
+        "How long a check waits for data's and intelligence's reports (a missing one is an unreported finding)",
+    }),
+    CHECKER_COUNT_TOLERANCE: Type.Number({
+      minimum: 0,
+      maximum: 1,
+      default: 0.01,
+      description:
+        'Object counts may differ by this share of the larger count (at least 1) while writes flow; exact once quiet',
+    }),
+    CHECKER_OUTBOX_MAX_AGE_SECONDS: Type.Number({
+      minimum: 1,
+      maximum: 86_400,
+      default: 60,
+      description: 'An outbox row not sent for longer than this is a finding of the checker',
+    }),
     WORLD_PROVISION_TIMEOUT_MS: Type.Integer({
       minimum: 500,
       maximum: 3_600_000,

@@ -14,6 +14,7 @@ import {
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type pg from 'pg';
 import { lockWorld } from '../worlds/repository.js';
 
 const Republished = Type.Object({
@@ -21,6 +22,47 @@ const Republished = Type.Object({
   version: Type.Integer({ description: 'the schema version re-published' }),
   eventId: Type.String({ description: 'the new schema.updated event' }),
 });
+
+/**
+ * Publishes the world's current schema once more as `schema.updated` (a new event id, the same
+ * version), for a consumer that missed it: the admin route's and the checker's repair.
+ */
+export async function republishSchema(
+  tx: pg.ClientBase,
+  world: string,
+  topicPrefix: string,
+  requestId: string,
+): Promise<{ version: number; eventId: string }> {
+  await lockWorld(tx, world);
+  const { rows } = await tx.query<{ version: number; document: unknown; diff: unknown; author: string }>(
+    `SELECT version, document, diff, author FROM schema_versions
+      WHERE world_id = $1 ORDER BY version DESC LIMIT 1`,
+    [world],
+  );
+  const head = rows[0];
+  if (!head) throw new NotFound(`world ${world} has no schema version yet: there is nothing to re-publish`);
+  const event = newEvent({
+    type: 'schema.updated',
+    worldId: world,
+    key: world,
+    version: head.version,
+    producer: 'control',
+    producerSeq: head.version,
+    payload: {
+      version: head.version,
+      previousVersion: head.version - 1,
+      diff: head.diff,
+      schema: head.document,
+      author: head.author,
+    },
+  });
+  await new Outbox(tx, topicPrefix).add({
+    event,
+    key: TOPICS['onto.schema'].key({ worldId: world }),
+    headers: { 'x-request-id': requestId },
+  });
+  return { version: head.version, eventId: event.event_id };
+}
 
 /**
  * Operator repairs (onto-admin): `POST /v1/admin/worlds/{world}/schema/republish` publishes the
@@ -46,40 +88,13 @@ export default fp(
       async (request, reply) => {
         const { world } = request.params;
         const result = await inTransaction(app.pg, async (tx) => {
-          await lockWorld(tx, world);
-          const { rows } = await tx.query<{ version: number; document: unknown; diff: unknown; author: string }>(
-            `SELECT version, document, diff, author FROM schema_versions
-              WHERE world_id = $1 ORDER BY version DESC LIMIT 1`,
-            [world],
-          );
-          const head = rows[0];
-          if (!head) throw new NotFound(`world ${world} has no schema version yet: there is nothing to re-publish`);
-          const event = newEvent({
-            type: 'schema.updated',
-            worldId: world,
-            key: world,
-            version: head.version,
-            producer: 'control',
-            producerSeq: head.version,
-            payload: {
-              version: head.version,
-              previousVersion: head.version - 1,
-              diff: head.diff,
-              schema: head.document,
-              author: head.author,
-            },
-          });
-          await new Outbox(tx, app.topicPrefix).add({
-            event,
-            key: TOPICS['onto.schema'].key({ worldId: world }),
-            headers: { 'x-request-id': request.id },
-          });
+          const head = await republishSchema(tx, world, app.topicPrefix, request.id);
           await recordAudit(tx, request, {
             action: 'admin.schema.republished',
             worldId: world,
             detail: { version: head.version },
           });
-          return { world, version: head.version, eventId: event.event_id };
+          return { world, ...head };
         });
         reply.code(202);
         return result;

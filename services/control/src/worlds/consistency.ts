@@ -72,6 +72,17 @@ const Position = Type.Object({
     description: 'when control last learnt a newer position from the service (null: never; control: now)',
   }),
 });
+const Finding = Type.Object({
+  kind: Type.String({
+    description: 'schema_gap, count_mismatch, derived_stale or unreported (README, Operations: the checker)',
+  }),
+  subject: Type.String({ description: 'the service, object type or derived property concerned' }),
+  detail: Type.Record(Type.String(), Type.Unknown()),
+  repair: Type.Union([Type.String(), Type.Null()], {
+    description: 'the repair the checker asked for (an event type, or schema.republished); null when none',
+  }),
+  foundAt: Type.String(),
+});
 const Vector = Type.Object({
   world: Type.String(),
   control: Position,
@@ -91,7 +102,10 @@ const Vector = Type.Object({
     description:
       'the service furthest behind: the lowest schema version, else intelligence when behind data; null when none is',
   }),
-  findings: Type.Array(Type.Unknown(), { description: "the consistency checker's last findings (none yet)" }),
+  findings: Type.Array(Finding, {
+    description:
+      "the consistency checker's findings of this world in its last run (docs/adr/0032); empty before the first",
+  }),
 });
 type Vector = Static<typeof Vector>;
 
@@ -100,11 +114,18 @@ export async function versionVector(db: Queryable, world: string): Promise<Vecto
   const { rows } = await db.query<{
     control: number;
     positions: { service: Reporter; schemaVersion: number; dataSeq: string; reportedAt: string }[] | null;
+    findings: Static<typeof Finding>[];
   }>(
     `SELECT (SELECT coalesce(max(version), 0) FROM schema_versions v WHERE v.world_id = w.id) AS control,
             (SELECT json_agg(json_build_object('service', service, 'schemaVersion', schema_version,
                       'dataSeq', data_seq::text, 'reportedAt', to_json(reported_at)#>>'{}'))
-               FROM world_positions p WHERE p.world_id = w.id) AS positions
+               FROM world_positions p WHERE p.world_id = w.id) AS positions,
+            (SELECT coalesce(json_agg(json_build_object('kind', kind, 'subject', subject, 'detail', detail,
+                      'repair', repair, 'foundAt', to_json(found_at)#>>'{}') ORDER BY id), '[]')
+               FROM checker_findings f
+              WHERE f.world_id = w.id
+                AND f.check_id = (SELECT check_id FROM checker_runs WHERE finished_at IS NOT NULL
+                                   ORDER BY finished_at DESC LIMIT 1)) AS findings
        FROM worlds w WHERE w.id = $1 AND w.status <> 'DELETED'`,
     [world],
   );
@@ -140,7 +161,7 @@ export async function versionVector(db: Queryable, world: string): Promise<Vecto
     dataBehind,
     consistent: max - min <= 1 && dataBehind === 0,
     lagging: behindOnSchema ?? (dataBehind > 0 ? 'intelligence' : null),
-    findings: [],
+    findings: row.findings,
   };
 }
 

@@ -2,6 +2,7 @@ import { inTransaction, newEvent, Outbox, type ReceivedEvent, TOPICS } from '@on
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
+import { recordingCheckReports } from '../checker/checker.js';
 import { recordingPositions } from './consistency.js';
 import { PROVISIONERS } from './routes.js';
 
@@ -120,6 +121,8 @@ export default fp(
         // The same reports carry data's and intelligence's positions for the version vector.
         const positions = recordingPositions(events);
         if (positions) await tx.query(positions.text, [...(positions.values ?? [])]);
+        const reports = recordingCheckReports(events);
+        if (reports) await tx.query(reports.text, [...(reports.values ?? [])]);
       },
     });
     let timer: NodeJS.Timeout | undefined;

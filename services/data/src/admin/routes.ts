@@ -12,6 +12,7 @@ import {
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type { Origin } from '../events.js';
 import { inWorldTransaction, originOf } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 
@@ -31,6 +32,66 @@ interface HeadRow {
   seq: string;
   properties: Record<string, unknown>;
   schema_version: number;
+}
+
+/**
+ * Re-announces each live object of a type as `object.announced` with its current version, in
+ * transactions of ANNOUNCE_BATCH objects; answers how many. The admin recount's and the checker's
+ * repair (objects.recount.requested).
+ */
+export async function announceObjects(app: FastifyInstance, world: string, type: string, origin: Origin) {
+  let after = '';
+  let announced = 0;
+  for (;;) {
+    const batch = await inWorldTransaction(app.pg, world, async (tx) => {
+      const { rows: ctx } = await tx.query<{ provisioned: boolean; schema_version: number }>(
+        `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
+                (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version`,
+        [world],
+      );
+      if (!ctx[0]?.provisioned) throw notProvisioned(world);
+      await objectTypeOf(app, tx, world, type, ctx[0].schema_version);
+      const { rows } = await tx.query<HeadRow>(
+        `SELECT pk, version::text, seq::text, properties, schema_version FROM object_heads
+          WHERE world_id = $1 AND type = $2 AND NOT deleted AND pk > $3
+          ORDER BY pk LIMIT $4`,
+        [world, type, after, ANNOUNCE_BATCH],
+      );
+      if (rows.length === 0) return rows;
+      await new Outbox(tx, app.topicPrefix).add(
+        rows.map((row) => {
+          const key = TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk });
+          return {
+            event: newEvent({
+              type: 'object.announced',
+              worldId: world,
+              key,
+              version: Number(row.version),
+              producer: 'data',
+              producerSeq: Number(row.seq),
+              causedBy: origin.causedBy,
+              payload: {
+                type,
+                pk: row.pk,
+                version: Number(row.version),
+                after: row.properties,
+                actor: origin.actor,
+                requestId: origin.requestId,
+                schemaVersion: row.schema_version,
+              },
+            }),
+            key,
+            headers: { 'x-request-id': origin.requestId },
+          };
+        }),
+      );
+      return rows;
+    });
+    announced += batch.length;
+    const last = batch.at(-1);
+    if (!last || batch.length < ANNOUNCE_BATCH) return announced;
+    after = last.pk;
+  }
 }
 
 /**
@@ -58,59 +119,7 @@ export default fp(
       },
       async (request) => {
         const { world, type } = request.params;
-        const origin = originOf(request);
-        let after = '';
-        let announced = 0;
-        for (;;) {
-          const batch = await inWorldTransaction(app.pg, world, async (tx) => {
-            const { rows: ctx } = await tx.query<{ provisioned: boolean; schema_version: number }>(
-              `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
-                      (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version`,
-              [world],
-            );
-            if (!ctx[0]?.provisioned) throw notProvisioned(world);
-            await objectTypeOf(app, tx, world, type, ctx[0].schema_version);
-            const { rows } = await tx.query<HeadRow>(
-              `SELECT pk, version::text, seq::text, properties, schema_version FROM object_heads
-                WHERE world_id = $1 AND type = $2 AND NOT deleted AND pk > $3
-                ORDER BY pk LIMIT $4`,
-              [world, type, after, ANNOUNCE_BATCH],
-            );
-            if (rows.length === 0) return rows;
-            await new Outbox(tx, app.topicPrefix).add(
-              rows.map((row) => {
-                const key = TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk });
-                return {
-                  event: newEvent({
-                    type: 'object.announced',
-                    worldId: world,
-                    key,
-                    version: Number(row.version),
-                    producer: 'data',
-                    producerSeq: Number(row.seq),
-                    causedBy: origin.causedBy,
-                    payload: {
-                      type,
-                      pk: row.pk,
-                      version: Number(row.version),
-                      after: row.properties,
-                      actor: origin.actor,
-                      requestId: origin.requestId,
-                      schemaVersion: row.schema_version,
-                    },
-                  }),
-                  key,
-                  headers: { 'x-request-id': origin.requestId },
-                };
-              }),
-            );
-            return rows;
-          });
-          announced += batch.length;
-          const last = batch.at(-1);
-          if (!last || batch.length < ANNOUNCE_BATCH) break;
-          after = last.pk;
-        }
+        const announced = await announceObjects(app, world, type, originOf(request));
         await recordAudit(app.pg, request, {
           action: 'admin.objects.announced',
           worldId: world,

@@ -2,6 +2,7 @@ import { type ProvisionOutcome, type WorldOrigin, worldProvisioning } from '@ont
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
+import { checkerAnswers } from '../checker/answers.js';
 import { lockWorldForDrop } from '../http.js';
 import { dropWorldSeries } from '../series/repository.js';
 import { cutCommitIn } from '../storage/commit.js';
@@ -86,10 +87,15 @@ async function provisionWorld(tx: pg.ClientBase, worldId: string, from: WorldOri
 /** This service's side of the world lifecycle saga (see worldProvisioning). */
 export default fp(
   async (app: FastifyInstance) => {
+    const provisioning = worldProvisioning('data', app.topicPrefix, { provision: provisionWorld, drop: dropWorld });
+    const answerChecker = checkerAnswers(app);
     app.addConsumer({
       name: 'data-worlds',
       topics: ['onto.worlds'],
-      apply: worldProvisioning('data', app.topicPrefix, { provision: provisionWorld, drop: dropWorld }),
+      apply: async (tx, events) => {
+        await provisioning(tx, events);
+        await answerChecker(tx, events);
+      },
     });
   },
   { name: 'onto-data-worlds', dependencies: ['onto-consumers'] },

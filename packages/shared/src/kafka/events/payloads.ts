@@ -160,6 +160,24 @@ export const EVENT_PAYLOADS = {
   'world.merge.requested': Type.Record(Type.String(), Type.Unknown(), {
     description: 'reserved: declared in the catalogue, not produced yet',
   }),
+  'check.requested': closed(
+    { checkId: Uuid },
+    'the consistency checker asks data and intelligence for their report of a world (docs/adr/0032)',
+  ),
+  'objects.recount.requested': closed(
+    {
+      checkId: Uuid,
+      type: Type.String({ minLength: 1, description: 'the object type whose counts differ' }),
+    },
+    "the checker asks data to re-announce a type's live objects as object.announced (the recount repair)",
+  ),
+  'derived.recompute.requested': closed(
+    {
+      checkId: Uuid,
+      name: Type.String({ minLength: 1, description: 'the derived property found stale' }),
+    },
+    'the checker asks intelligence to recompute a derived property for every object of its type',
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
@@ -203,6 +221,22 @@ export const EVENT_PAYLOADS = {
     },
     "data's position in a world, announced at most once per interval while it changes (the version vector)",
   ),
+  'storage.check.reported': closed(
+    {
+      checkId: Uuid,
+      schemaVersion: Count,
+      seq: Type.Integer({
+        minimum: 0,
+        description: "the world's newest object write in data's write sequence (0: none)",
+      }),
+      counts: Type.Record(Type.String(), Count, { description: "live objects per object type (the world's own)" }),
+      outboxOldestAgeSeconds: Type.Number({
+        minimum: 0,
+        description: 'the age in seconds of the oldest outbox row the service has not sent (0: none)',
+      }),
+    },
+    "data's answer to check.requested: what it holds of the world (docs/adr/0032)",
+  ),
   'intelligence.world.provisioned': ProvisioningReport('intelligence provisioned a world'),
   'intelligence.world.dropped': ProvisioningReport("intelligence dropped a world's data"),
   'intelligence.position': closed(
@@ -217,6 +251,22 @@ export const EVENT_PAYLOADS = {
       }),
     },
     "intelligence's position in a world, announced at most once per interval while it changes (the version vector)",
+  ),
+  'intelligence.check.reported': closed(
+    {
+      checkId: Uuid,
+      schemaVersion: Count,
+      dataSeq: Type.Integer({ minimum: 0, description: "the data watermark: the newest of data's writes applied" }),
+      counts: Type.Record(Type.String(), Count, { description: "live objects per object type (the world's own)" }),
+      staleDerived: Type.Array(Type.String(), {
+        description: 'derived properties with a value or a pending recompute older than their maximum staleness',
+      }),
+      outboxOldestAgeSeconds: Type.Number({
+        minimum: 0,
+        description: 'the age in seconds of the oldest outbox row the service has not sent (0: none)',
+      }),
+    },
+    "intelligence's answer to check.requested: what its read model holds of the world (docs/adr/0032)",
   ),
   'object.created': objectChange('an object was created'),
   'object.updated': objectChange('an object was changed'),
