@@ -1,6 +1,17 @@
 import { worldProvisioning } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type pg from 'pg';
+
+/** intelligence's part of a tag's vector (docs/adr/0029): its watermark and schema version in the world now. */
+async function tagPosition(tx: pg.ClientBase, worldId: string): Promise<{ dataSeq: number; schemaVersion: number }> {
+  const { rows } = await tx.query<{ dataSeq: string; schemaVersion: number }>(
+    `SELECT coalesce((SELECT seq FROM data_watermarks WHERE world_id = $1), 0)::text AS "dataSeq",
+            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS "schemaVersion"`,
+    [worldId],
+  );
+  return { dataSeq: Number(rows[0]?.dataSeq ?? 0), schemaVersion: Number(rows[0]?.schemaVersion ?? 0) };
+}
 
 /** This service's side of the world lifecycle saga (see worldProvisioning). */
 export default fp(
@@ -8,7 +19,7 @@ export default fp(
     app.addConsumer({
       name: 'intelligence-worlds',
       topics: ['onto.worlds'],
-      apply: worldProvisioning('intelligence', app.topicPrefix),
+      apply: worldProvisioning('intelligence', app.topicPrefix, { position: tagPosition }),
     });
   },
   { name: 'onto-intelligence-worlds', dependencies: ['onto-consumers'] },

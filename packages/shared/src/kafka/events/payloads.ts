@@ -160,6 +160,13 @@ export const EVENT_PAYLOADS = {
   'world.merge.requested': Type.Record(Type.String(), Type.Unknown(), {
     description: 'reserved: declared in the catalogue, not produced yet',
   }),
+  'world.tag.requested': closed(
+    {
+      tag: Text,
+      request: Type.String({ pattern: UUID_V7.source, description: 'names this request; the replies carry it back' }),
+    },
+    'a world-level tag was made: data and intelligence reply with their position in the world (docs/adr/0029)',
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
@@ -203,7 +210,32 @@ export const EVENT_PAYLOADS = {
     },
     "data's position in a world, announced at most once per interval while it changes (the version vector)",
   ),
+  'world.tag.positioned': closed(
+    {
+      service: Type.Literal('data'),
+      tag: Text,
+      request: Uuid,
+      commit: Type.Integer({
+        minimum: 0,
+        description: 'a commit of the world cut when the request was applied: every write acknowledged before is in it',
+      }),
+    },
+    "data's position in a world for a tag: the reply to world.tag.requested",
+  ),
   'intelligence.world.provisioned': ProvisioningReport('intelligence provisioned a world'),
+  'intelligence.world.tag.positioned': closed(
+    {
+      service: Type.Literal('intelligence'),
+      tag: Text,
+      request: Uuid,
+      dataSeq: Type.Integer({
+        minimum: 0,
+        description: "intelligence's watermark in the world: the newest data write it applied",
+      }),
+      schemaVersion: Type.Integer({ minimum: 0, description: "the world's schema version intelligence applied" }),
+    },
+    "intelligence's position in a world for a tag: the reply to world.tag.requested",
+  ),
   'intelligence.world.dropped': ProvisioningReport("intelligence dropped a world's data"),
   'intelligence.position': closed(
     {
