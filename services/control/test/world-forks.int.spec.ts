@@ -139,7 +139,7 @@ describe('forking a world at a ref', () => {
     expect(now.from).toEqual({ world: 'prod', ref: null, commit: 7, schemaVersion: 1 });
   });
 
-  it('forks at an instant with the schema of that instant, and at a tag's data commit once data and intelligence replied', async () => {
+  it('forks at an instant with the schema of that instant, and at a tag’s data commit once data and intelligence replied', async () => {
     const v2 = await call('PUT', '/v1/worlds/prod/object-types/Customer', { ...order, displayName: 'Customer' });
     expect(v2.json().version).toBe(2);
     const history = (await call('GET', '/v1/worlds/prod/schema/history')).json().versions;
