@@ -322,8 +322,9 @@ console.log(
     `hourly average ${ada.derived.basketHourly.value} → rule basketSurge raised ${surge.filter((a) => a.status === 'OPEN').length} alert(s)`,
 );
 
-// Worlds as branches (docs/adr/0023): fork `staging` from `demo` (one row in data, whatever
-// demo's size), cancel an order there only, and ask data what differs between the two worlds.
+// Worlds as branches (docs/adr/0023, 0029): tag `demo` (control asks data and intelligence for
+// their positions), fork `staging` at the tag (one row in data, whatever demo's size), cancel an
+// order there only, and ask data what differs between the two worlds.
 const ready = (world) =>
   until(`world ${world} to be READY`, async () => {
     const res = must(await call('GET', `/v1/worlds/${world}`, { token }), 200);
@@ -332,7 +333,20 @@ const ready = (world) =>
     }
     return res.status === 'READY' ? res : undefined;
   });
-must(await call('POST', '/v1/worlds', { token, body: { id: 'staging', from: { world: 'demo' } } }), 202, 409);
+must(await call('PUT', '/v1/worlds/demo/tags/v1', { token, body: {} }), 201, 200);
+const tag = await until('tag v1 of demo to be COMPLETE', async () => {
+  const res = must(await call('GET', '/v1/worlds/demo/tags/v1', { token }), 200);
+  return res.status === 'COMPLETE' ? res : undefined;
+});
+console.log(
+  `demo tag: v1 of demo names schema version ${tag.ref.control}, data commit ${tag.ref.data}, ` +
+    `intelligence watermark ${tag.ref.intelligence}`,
+);
+must(
+  await call('POST', '/v1/worlds', { token, body: { id: 'staging', from: { world: 'demo', ref: 'v1' } } }),
+  202,
+  409,
+);
 const staging = await ready('staging');
 const stagingSchema = must(await call('GET', '/v1/worlds/staging/schema', { token }), 200);
 const inStaging = { 'x-consistency-token': `control=${stagingSchema.version}` };
@@ -359,7 +373,7 @@ const changes = [
   ...diff.links.map((l) => `  ${l.change} link ${l.linkType} ${l.fromPk} → ${l.toPk}`),
 ];
 console.log(
-  `demo fork: staging forked from demo at commit ${staging.from?.commit ?? diff.commonAncestor?.commit}; ` +
+  `demo fork: staging forked from demo at ${staging.from?.ref ?? 'its head'} (commit ${staging.from?.commit}); ` +
     `o-1 is ${stillOpen.properties.status} in demo; GET /v1/worlds/staging/diff?against=demo ` +
     `(demo at ${diff.from.commit}, staging at ${diff.to.commit}):\n${changes.join('\n') || '  no changes'}`,
 );

@@ -47,10 +47,16 @@ describe('the demo script', () => {
     await s?.close();
   });
 
-  it('forks staging from demo, cancels an order there only, and prints the diff; again, it changes nothing', async () => {
+  it('tags demo, forks staging at the tag, cancels an order there only, and prints the diff; again, it changes nothing', async () => {
     const first = await demo();
     expect(first.code, `${first.stdout}\n${first.stderr}`).toBe(0);
-    expect(first.stdout).toMatch(/^demo fork: staging forked from demo at commit \d+; o-1 is open in demo;/m);
+    const tag = /^demo tag: v1 of demo names schema version \d+, data commit (\d+), intelligence watermark \d+$/m.exec(
+      first.stdout,
+    );
+    expect(tag, first.stdout).not.toBeNull();
+    expect(first.stdout).toMatch(
+      new RegExp(`^demo fork: staging forked from demo at v1 \\(commit ${tag?.[1]}\\); o-1 is open in demo;`, 'm'),
+    );
     expect(first.stdout).toContain('  modified Order o-1 (in staging): status "open" → "cancelled"');
 
     const staging = await s.dataCall('GET', '/v1/worlds/staging/objects/Order/o-1');
