@@ -321,3 +321,59 @@ console.log(
   `demo series: ${baskets.length} basket values of c-1 (10-minute max: ${rollup.points.map((p) => p.value).join(', ')}); ` +
     `hourly average ${ada.derived.basketHourly.value} → rule basketSurge raised ${surge.filter((a) => a.status === 'OPEN').length} alert(s)`,
 );
+
+// Worlds as branches (docs/adr/0023, 0029): tag `demo` (control asks data and intelligence for
+// their positions), fork `staging` at the tag (one row in data, whatever demo's size), cancel an
+// order there only, and ask data what differs between the two worlds.
+const ready = (world) =>
+  until(`world ${world} to be READY`, async () => {
+    const res = must(await call('GET', `/v1/worlds/${world}`, { token }), 200);
+    if (res.status === 'FAILED' || res.status === 'DELETED') {
+      throw new Error(`world ${world} is ${res.status}: ${JSON.stringify(res.failure)}`);
+    }
+    return res.status === 'READY' ? res : undefined;
+  });
+must(await call('PUT', '/v1/worlds/demo/tags/v1', { token, body: {} }), 201, 200);
+const tag = await until('tag v1 of demo to be COMPLETE', async () => {
+  const res = must(await call('GET', '/v1/worlds/demo/tags/v1', { token }), 200);
+  return res.status === 'COMPLETE' ? res : undefined;
+});
+console.log(
+  `demo tag: v1 of demo names schema version ${tag.ref.control}, data commit ${tag.ref.data}, ` +
+    `intelligence watermark ${tag.ref.intelligence}`,
+);
+must(
+  await call('POST', '/v1/worlds', { token, body: { id: 'staging', from: { world: 'demo', ref: 'v1' } } }),
+  202,
+  409,
+);
+const staging = await ready('staging');
+const stagingSchema = must(await call('GET', '/v1/worlds/staging/schema', { token }), 200);
+const inStaging = { 'x-consistency-token': `control=${stagingSchema.version}` };
+must(
+  await call('PATCH', '/v1/worlds/staging/objects/Order/o-1', {
+    base: DATA,
+    token,
+    body: { properties: { status: 'cancelled' } },
+    headers: inStaging,
+  }),
+  200,
+);
+const stillOpen = must(await call('GET', '/v1/worlds/demo/objects/Order/o-1', { base: DATA, token }), 200);
+const diff = must(await call('GET', '/v1/worlds/staging/diff?against=demo', { base: DATA, token }), 200);
+const shown = (value) => (value === null || value === undefined ? '∅' : JSON.stringify(value));
+const changes = [
+  ...diff.objects.map(
+    (o) =>
+      `  ${o.change} ${o.type} ${o.pk} (in ${o.side === 'to' ? 'staging' : o.side === 'from' ? 'demo' : 'both'}): ` +
+      Object.entries(o.properties)
+        .map(([name, p]) => `${name} ${shown(p.old)} → ${shown(p.new)}`)
+        .join(', '),
+  ),
+  ...diff.links.map((l) => `  ${l.change} link ${l.linkType} ${l.fromPk} → ${l.toPk}`),
+];
+console.log(
+  `demo fork: staging forked from demo at ${staging.from?.ref ?? 'its head'} (commit ${staging.from?.commit}); ` +
+    `o-1 is ${stillOpen.properties.status} in demo; GET /v1/worlds/staging/diff?against=demo ` +
+    `(demo at ${diff.from.commit}, staging at ${diff.to.commit}):\n${changes.join('\n') || '  no changes'}`,
+);

@@ -193,6 +193,12 @@ describe('every event the services produce matches the published contract', () =
     const member = await s.user('mia', W, 'viewer');
     expect((await s.controlCall('DELETE', '/v1/auth/token', { token: member })).statusCode).toBe(204);
 
+    // A world-level tag: control asks data and intelligence for their positions, both reply.
+    await ok('tag', s.controlCall('PUT', `/v1/worlds/${W}/tags/contract-1`, { body: {} }));
+    await s.until('the tag complete', async () =>
+      (await s.controlCall('GET', `/v1/worlds/${W}/tags/contract-1`)).json().status === 'COMPLETE' ? true : undefined,
+    );
+
     // A fork at a commit data has not reached: data refuses it and control fails the world.
     await ok(
       'fork ahead of data',

@@ -4,7 +4,7 @@ import { expect } from 'vitest';
 import * as control from '../src/app.js';
 import { ConfigSchema } from '../src/config.js';
 
-const BOOTSTRAP = 'control-test-bootstrap-token-0123456789';
+export const BOOTSTRAP = 'control-test-bootstrap-token-0123456789';
 
 /** control on a test database of its own, and the access token of its bootstrap admin. */
 export async function controlService(env: Record<string, string>) {

@@ -1,6 +1,7 @@
-import { type EventEnvelope, newEvent, type Producer, parseEvent } from '@onto/shared';
+import { type EventEnvelope, newEvent, type Producer, parseEvent, uuidv7 } from '@onto/shared';
 import {
   blockedOnLock,
+  committedToEnd,
   createTestTopics,
   eventually,
   type TestService,
@@ -138,7 +139,7 @@ describe('forking a world at a ref', () => {
     expect(now.from).toEqual({ world: 'prod', ref: null, commit: 7, schemaVersion: 1 });
   });
 
-  it('forks at an instant with the schema of that instant, and at a tag as it was when tagged', async () => {
+  it('forks at an instant with the schema of that instant, and at a tag’s data commit once data and intelligence replied', async () => {
     const v2 = await call('PUT', '/v1/worlds/prod/object-types/Customer', { ...order, displayName: 'Customer' });
     expect(v2.json().version).toBe(2);
     const history = (await call('GET', '/v1/worlds/prod/schema/history')).json().versions;
@@ -157,13 +158,52 @@ describe('forking a world at a ref', () => {
     expect(Date.parse(sent.from.ref.instant)).toBe(Date.parse(withOffset));
     expect(Object.keys((await call('GET', '/v1/worlds/at-instant/schema')).json().objectTypes)).toEqual(['Order']);
 
+    // A tag asks data and intelligence for their positions (docs/adr/0029); until both replied it is PENDING.
     const tag = await call('PUT', '/v1/worlds/prod/tags/release-1', { ref: { control: 1 } });
     expect(tag.statusCode, tag.body).toBe(201);
+    expect(tag.json()).toMatchObject({ status: 'PENDING', ref: { control: 1 } });
+    const asked = await publishedEvent('world.tag.requested', 'prod');
+    const { request } = asked.payload as { tag: string; request: string };
+    expect(asked.payload).toEqual({ tag: 'release-1', request });
+    const early = expectProblem(
+      await call('POST', '/v1/worlds', { id: 'at-tag', from: { world: 'prod', ref: 'release-1' } }),
+      409,
+    );
+    expect(early.errors).toEqual([
+      { path: '/from/ref', message: "tag release-1 waits for data's and intelligence's positions" },
+    ]);
+    // A reply to another request (a tag of that name deleted since) counts for nothing; then the real ones.
+    await reply('world.tag.positioned', 'prod', { service: 'data', tag: 'release-1', request: uuidv7(), commit: 99 });
+    await reply('world.tag.positioned', 'prod', { service: 'data', tag: 'release-1', request, commit: 5 });
+    await reply('intelligence.world.tag.positioned', 'prod', {
+      service: 'intelligence',
+      tag: 'release-1',
+      request,
+      dataSeq: 4,
+      schemaVersion: 1,
+    });
+    const complete = await eventually(
+      'tag release-1 COMPLETE',
+      async () => {
+        const res = (await call('GET', '/v1/worlds/prod/tags/release-1')).json();
+        return res.status === 'COMPLETE' ? res : undefined;
+      },
+      { timeoutMs: 20_000, intervalMs: 50 },
+    );
+    expect(complete.ref).toEqual({ control: 1, data: 5, intelligence: 4 });
+    // Immutable: a replayed reply with another commit changes nothing, nor does the same PUT again.
+    await reply('world.tag.positioned', 'prod', { service: 'data', tag: 'release-1', request, commit: 6 });
+    const broker = testBroker(testEndpoints().kafkaBrokers);
+    await committedToEnd(broker, `${topics.prefix}control-worlds`, `${topics.prefix}onto.storage`, {
+      timeoutMs: 20_000,
+    });
+    expect((await call('PUT', '/v1/worlds/prod/tags/release-1', {})).json().ref).toEqual(complete.ref);
+
     const atTag = await call('POST', '/v1/worlds', { id: 'at-tag', from: { world: 'prod', ref: 'release-1' } });
     expect(atTag.statusCode, atTag.body).toBe(202);
     expect(atTag.json().from).toMatchObject({ ref: 'release-1', schemaVersion: 1 });
     expect((await publishedEvent('world.created', 'at-tag')).payload).toEqual({
-      from: { world: 'prod', schemaVersion: 1, ref: { instant: tag.json().createdAt } },
+      from: { world: 'prod', schemaVersion: 1, ref: { commit: 5 } },
       createdBy: 'admin',
     });
     await provision('at-instant', { world: 'prod', commit: 3 });

@@ -9,12 +9,14 @@ const REPLIES = {
     provisioned: 'world.provisioned',
     failed: 'world.provision.failed',
     dropped: 'world.dropped',
+    positioned: 'world.tag.positioned',
     topic: 'onto.storage',
   },
   intelligence: {
     provisioned: 'intelligence.world.provisioned',
     failed: undefined,
     dropped: 'intelligence.world.dropped',
+    positioned: 'intelligence.world.tag.positioned',
     topic: 'onto.intelligence',
   },
 } as const;
@@ -40,12 +42,15 @@ export interface WorldHooks {
   provision?: (tx: pg.ClientBase, worldId: string, from: WorldOrigin | null) => Promise<ProvisionOutcome | undefined>;
   /** Removes everything the service keeps for the world. */
   drop?: (tx: pg.ClientBase, worldId: string) => Promise<void>;
+  /** The service's position in the world now, for a tag (`world.tag.requested`, docs/adr/0029). */
+  position?: (tx: pg.ClientBase, worldId: string) => Promise<Record<string, number>>;
 }
 
 /**
  * The provisioner's side of the world saga, for data and intelligence: `world.created` records
  * the world (table `worlds`, see the service's migration) and replies provisioned;
- * `world.deleted` and `world.drop.requested` (compensation) drop it and reply dropped. Replies
+ * `world.deleted` and `world.drop.requested` (compensation) drop it and reply dropped;
+ * `world.tag.requested` replies the service's position (a world it does not have: none). Replies
  * carry `caused_by` and are enqueued in the inbox transaction, so each is sent exactly once in
  * effect.
  */
@@ -73,6 +78,12 @@ export function worldProvisioning(service: 'data' | 'intelligence', topicPrefix:
         await hooks.drop?.(tx, event.world_id);
         await tx.query('DELETE FROM worlds WHERE id = $1', [event.world_id]);
         type = reply.dropped;
+      } else if (event.type === 'world.tag.requested' && hooks.position) {
+        const known = await tx.query('SELECT 1 FROM worlds WHERE id = $1', [event.world_id]);
+        if (known.rowCount === 0) continue; // dropped since: control deletes its tags with it
+        const { tag, request } = event.payload as { tag: string; request: string };
+        type = reply.positioned;
+        payload = { service, tag, request, ...(await hooks.position(tx, event.world_id)) };
       } else continue;
       const answer = newEvent({
         type: type as 'world.provisioned',

@@ -68,15 +68,17 @@ export interface ForkPoint {
 /**
  * Resolves a fork's ref against the base world (already locked and READY): a commit or no ref
  * copies the base's current schema (data checks the commit); an instant copies the schema of
- * that instant; a tag copies its schema version and forks data at the moment it was tagged.
+ * that instant; a tag copies its schema version and forks data at its data commit (a tag made
+ * before tags had vectors: at the moment it was made). A tag still PENDING is a 409.
  */
 export async function forkPoint(tx: pg.ClientBase, base: string, raw: string | undefined): Promise<ForkPoint> {
   if (raw === undefined) return { schema: await currentSchema(tx, base) };
   const ref = parseRef(raw);
   if ('commit' in ref) return { schema: await currentSchema(tx, base), ref };
   if ('tag' in ref) {
-    const { rows } = await tx.query<{ version: number; instant: string }>(
-      `SELECT (ref->>'control')::int AS version, to_json(created_at)#>>'{}' AS instant
+    const { rows } = await tx.query<{ version: number; commit: string | null; instant: string; status: string }>(
+      `SELECT (ref->>'control')::int AS version, ref->>'data' AS commit, status,
+              to_json(created_at)#>>'{}' AS instant
          FROM world_tags WHERE world_id = $1 AND name = $2`,
       [base, ref.tag],
     );
@@ -86,7 +88,13 @@ export async function forkPoint(tx: pg.ClientBase, base: string, raw: string | u
         errors: [{ path: REF_PATH, message: `no tag ${ref.tag} in world ${base}` }],
       });
     }
-    return { schema: await schemaVersion(tx, base, tag.version), ref: { instant: tag.instant } };
+    if (tag.status === 'PENDING') {
+      throw new HttpProblem(409, 'conflict', 'Conflict', `tag ${ref.tag} of ${base} is still PENDING`, {
+        errors: [{ path: REF_PATH, message: `tag ${ref.tag} waits for data's and intelligence's positions` }],
+      });
+    }
+    const schema = await schemaVersion(tx, base, tag.version);
+    return { schema, ref: tag.commit === null ? { instant: tag.instant } : { commit: Number(tag.commit) } };
   }
   const { rows } = await tx.query<{ future: boolean; early: boolean; instant: string; created: string }>(
     `SELECT $2::timestamptz > clock_timestamp() AS future, $2::timestamptz < created_at AS early,

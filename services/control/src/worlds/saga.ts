@@ -5,6 +5,7 @@ import type pg from 'pg';
 import { recordingCheckReports } from '../checker/checker.js';
 import { recordingPositions } from './consistency.js';
 import { PROVISIONERS } from './routes.js';
+import { applyTagPositions } from './tags.js';
 
 const REPORTS: Record<string, { service: string; kind: 'provisioned' | 'dropped' }> = {
   'world.provisioned': { service: 'data', kind: 'provisioned' },
@@ -118,6 +119,7 @@ export default fp(
       topics: ['onto.storage', 'onto.intelligence'],
       apply: async (tx, events) => {
         await applyReports(tx, events, app.topicPrefix);
+        await applyTagPositions(tx, events);
         // The same reports carry data's and intelligence's positions for the version vector.
         const positions = recordingPositions(events);
         if (positions) await tx.query(positions.text, [...(positions.values ?? [])]);

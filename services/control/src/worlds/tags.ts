@@ -4,27 +4,49 @@ import {
   Conflict,
   inTransaction,
   NotFound,
+  newEvent,
+  Outbox,
   problemResponses,
+  type ReceivedEvent,
   recordAudit,
+  TOPICS,
   Unprocessable,
+  uuidv7,
   WORLD_ID,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type pg from 'pg';
 import { currentSchema } from '../schema/repository.js';
 import { NEW_TAG_NAME, TAG_NAME } from './refs.js';
-import { lockWorld } from './repository.js';
+import { lockWorld, lockWritableWorld } from './repository.js';
 
 const errors = problemResponses(400, 401, 403, 404, 409, 422, 503);
 const Ref = Type.Object(
   { control: Type.Integer({ minimum: 0, description: 'schema version' }) },
   { additionalProperties: false },
 );
+const Vector = Type.Object(
+  {
+    control: Type.Integer({ minimum: 0, description: 'the schema version the tag names' }),
+    data: Type.Optional(
+      Type.Integer({ description: "data's commit in the world when the tag was made: read at it with ?at=<data>" }),
+    ),
+    intelligence: Type.Optional(
+      Type.Integer({ description: "intelligence's watermark in the world then: the newest data write it had applied" }),
+    ),
+  },
+  { description: 'the point of each service the tag names; data and intelligence join once they replied' },
+);
 const Tag = Type.Object({
   world: Type.String(),
   name: Type.String(),
-  ref: Ref,
+  status: Type.Union([Type.Literal('PENDING'), Type.Literal('COMPLETE')], {
+    description:
+      'PENDING until data and intelligence have replied with their positions (tags made before vectors: COMPLETE with control alone)',
+  }),
+  ref: Vector,
   createdBy: Type.String(),
   createdAt: Type.String(),
 });
@@ -36,13 +58,44 @@ const NewTagParams = Type.Object({
     description: 'a name that a fork ref can tell from a commit (all digits) and an instant',
   }),
 });
-const SELECT_TAG = `SELECT world_id AS world, name, ref, created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt" FROM world_tags`;
+const SELECT_TAG = `SELECT world_id AS world, name, status, ref, created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt" FROM world_tags`;
+
+/** The replies to `world.tag.requested`, and the part of the vector each fills. */
+const POSITIONS: Record<string, { part: 'data' | 'intelligence'; value: (p: Record<string, unknown>) => number }> = {
+  'world.tag.positioned': { part: 'data', value: (p) => Number(p.commit) },
+  'intelligence.world.tag.positioned': { part: 'intelligence', value: (p) => Number(p.dataSeq) },
+};
 
 /**
- * Tags name a point of a world's history. They are immutable, like git tags: the same tag again
- * is a no-op, another ref under an existing name is a conflict (delete it first). A fork at a tag
- * (`from.ref`) copies the tag's schema version and forks data as it was when the tag was made;
- * data never prunes history, so what a tag names stays readable for as long as the tag exists.
+ * Fills tags' vectors from data's and intelligence's replies (docs/adr/0029). A reply counts only
+ * for the request it answers (a tag deleted and made again under the same name asks anew) and
+ * only once: a part, once set, never changes, so a replayed reply is a no-op. The tag is COMPLETE
+ * when both parts are in.
+ */
+export async function applyTagPositions(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
+  for (const { event } of events) {
+    const position = POSITIONS[event.type];
+    if (!position) continue;
+    const payload = event.payload as Record<string, unknown>;
+    await tx.query(
+      `UPDATE world_tags
+          SET ref = ref || jsonb_build_object($4::text, $5::bigint),
+              status = CASE WHEN (ref || jsonb_build_object($4::text, $5::bigint)) ?& array['data', 'intelligence']
+                            THEN 'COMPLETE' ELSE 'PENDING' END
+        WHERE world_id = $1 AND name = $2 AND request_id = $3 AND NOT ref ? $4::text`,
+      [event.world_id, payload.tag, payload.request, position.part, position.value(payload)],
+    );
+  }
+}
+
+/**
+ * Tags name a point of a world's history: the vector {control, data, intelligence}. control's
+ * part is the schema version; data's and intelligence's positions are asked for on Kafka
+ * (`world.tag.requested`) and filled in as they reply: PENDING, then COMPLETE. Tags are immutable,
+ * like git tags: the same tag again is a no-op, another schema version under an existing name is
+ * a conflict (delete it first). A fork at a tag (`from.ref`) copies the tag's schema version and
+ * forks data at the tag's data commit; data never prunes history, so what a tag names stays
+ * readable for as long as the tag exists.
  */
 export default fp(
   async (fastify: FastifyInstance) => {
@@ -54,7 +107,8 @@ export default fp(
         preHandler: app.authorize({ role: 'editor' }),
         schema: {
           tags: ['worlds'],
-          summary: 'Name a point of the world: its current schema version unless a ref is given',
+          summary:
+            "Name a point of the world: its schema version (the current one unless ref.control is given), data's commit and intelligence's watermark now",
           params: NewTagParams,
           body: Type.Object({ ref: Type.Optional(Ref) }, { additionalProperties: false }),
           response: { 200: Tag, 201: Tag, ...errors },
@@ -63,7 +117,7 @@ export default fp(
       async (request, reply) => {
         const { world, name } = request.params;
         const { status, tag } = await inTransaction(app.pg, async (tx) => {
-          await lockWorld(tx, world);
+          await lockWritableWorld(tx, world);
           const head = await currentSchema(tx, world);
           const ref = request.body.ref ?? { control: head.version };
           if (ref.control > head.version) {
@@ -71,10 +125,12 @@ export default fp(
               { path: '/ref/control', message: `must be at most the current version ${head.version}` },
             ]);
           }
+          const requestId = uuidv7();
           const inserted = await tx.query(
-            `INSERT INTO world_tags (world_id, name, ref, created_by) VALUES ($1, $2, $3, $4)
+            `INSERT INTO world_tags (world_id, name, ref, created_by, status, request_id)
+             VALUES ($1, $2, $3, $4, 'PENDING', $5)
              ON CONFLICT (world_id, name) DO NOTHING RETURNING name`,
-            [world, name, ref, actorOf(request)],
+            [world, name, ref, actorOf(request), requestId],
           );
           const tag = (await tx.query(`${SELECT_TAG} WHERE world_id = $1 AND name = $2`, [world, name])).rows[0];
           if (inserted.rowCount === 0) {
@@ -91,6 +147,17 @@ export default fp(
             subject: name,
             detail: { ref },
           });
+          // data and intelligence read the request after every event of the world before it (one partition).
+          const event = newEvent({
+            type: 'world.tag.requested',
+            worldId: world,
+            key: world,
+            version: 0,
+            producer: 'control',
+            producerSeq: 0,
+            payload: { tag: name, request: requestId },
+          });
+          await new Outbox(tx, app.topicPrefix).add({ event, key: TOPICS['onto.worlds'].key({ worldId: world }) });
           return { status: 201, tag };
         });
         reply.code(status);

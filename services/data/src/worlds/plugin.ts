@@ -84,10 +84,22 @@ async function provisionWorld(tx: pg.ClientBase, worldId: string, from: WorldOri
   return { reply: { base: { world: from.world, commit } } };
 }
 
+/**
+ * data's part of a tag's vector (docs/adr/0029): a commit cut in the request's inbox transaction,
+ * so every write acknowledged before control made the tag is at or below it, and reads at it are exact.
+ */
+async function tagPosition(tx: pg.ClientBase): Promise<{ commit: number }> {
+  return { commit: await cutCommitIn(tx) };
+}
+
 /** This service's side of the world lifecycle saga (see worldProvisioning). */
 export default fp(
   async (app: FastifyInstance) => {
-    const provisioning = worldProvisioning('data', app.topicPrefix, { provision: provisionWorld, drop: dropWorld });
+    const provisioning = worldProvisioning('data', app.topicPrefix, {
+      provision: provisionWorld,
+      drop: dropWorld,
+      position: tagPosition,
+    });
     const answerChecker = checkerAnswers(app);
     app.addConsumer({
       name: 'data-worlds',

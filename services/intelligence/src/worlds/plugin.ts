@@ -1,12 +1,23 @@
 import { worldProvisioning } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type pg from 'pg';
 import { checkerAnswers } from '../checker/answers.js';
+
+/** intelligence's part of a tag's vector (docs/adr/0029): its watermark and schema version in the world now. */
+async function tagPosition(tx: pg.ClientBase, worldId: string): Promise<{ dataSeq: number; schemaVersion: number }> {
+  const { rows } = await tx.query<{ dataSeq: string; schemaVersion: number }>(
+    `SELECT coalesce((SELECT seq FROM data_watermarks WHERE world_id = $1), 0)::text AS "dataSeq",
+            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS "schemaVersion"`,
+    [worldId],
+  );
+  return { dataSeq: Number(rows[0]?.dataSeq ?? 0), schemaVersion: Number(rows[0]?.schemaVersion ?? 0) };
+}
 
 /** This service's side of the world lifecycle saga (see worldProvisioning). */
 export default fp(
   async (app: FastifyInstance) => {
-    const provisioning = worldProvisioning('intelligence', app.topicPrefix);
+    const provisioning = worldProvisioning('intelligence', app.topicPrefix, { position: tagPosition });
     const answerChecker = checkerAnswers(app.topicPrefix);
     app.addConsumer({
       name: 'intelligence-worlds',

@@ -178,6 +178,13 @@ export const EVENT_PAYLOADS = {
     },
     'the checker asks intelligence to recompute a derived property for every object of its type',
   ),
+  'world.tag.requested': closed(
+    {
+      tag: Text,
+      request: Type.String({ pattern: UUID_V7.source, description: 'names this request; the replies carry it back' }),
+    },
+    'a world-level tag was made: data and intelligence reply with their position in the world (docs/adr/0029)',
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
@@ -237,7 +244,32 @@ export const EVENT_PAYLOADS = {
     },
     "data's answer to check.requested: what it holds of the world (docs/adr/0032)",
   ),
+  'world.tag.positioned': closed(
+    {
+      service: Type.Literal('data'),
+      tag: Text,
+      request: Uuid,
+      commit: Type.Integer({
+        minimum: 0,
+        description: 'a commit of the world cut when the request was applied: every write acknowledged before is in it',
+      }),
+    },
+    "data's position in a world for a tag: the reply to world.tag.requested",
+  ),
   'intelligence.world.provisioned': ProvisioningReport('intelligence provisioned a world'),
+  'intelligence.world.tag.positioned': closed(
+    {
+      service: Type.Literal('intelligence'),
+      tag: Text,
+      request: Uuid,
+      dataSeq: Type.Integer({
+        minimum: 0,
+        description: "intelligence's watermark in the world: the newest data write it applied",
+      }),
+      schemaVersion: Type.Integer({ minimum: 0, description: "the world's schema version intelligence applied" }),
+    },
+    "intelligence's position in a world for a tag: the reply to world.tag.requested",
+  ),
   'intelligence.world.dropped': ProvisioningReport("intelligence dropped a world's data"),
   'intelligence.position': closed(
     {
