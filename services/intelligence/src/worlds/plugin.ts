@@ -1,8 +1,10 @@
-import { worldProvisioning } from '@onto/shared';
+import { type WorldOrigin, worldProvisioning } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { checkerAnswers } from '../checker/answers.js';
+import { lockWorlds } from '../engine/locks.js';
+import { copyDefinitions } from './fork.js';
 
 /** intelligence's part of a tag's vector (docs/adr/0029): its watermark and schema version in the world now. */
 async function tagPosition(tx: pg.ClientBase, worldId: string): Promise<{ dataSeq: number; schemaVersion: number }> {
@@ -14,15 +16,28 @@ async function tagPosition(tx: pg.ClientBase, worldId: string): Promise<{ dataSe
   return { dataSeq: Number(rows[0]?.dataSeq ?? 0), schemaVersion: Number(rows[0]?.schemaVersion ?? 0) };
 }
 
-/** This service's side of the world lifecycle saga (see worldProvisioning). */
+/** This service's side of the world lifecycle saga (see worldProvisioning); a fork starts with its base's definitions. */
 export default fp(
   async (app: FastifyInstance) => {
-    const provisioning = worldProvisioning('intelligence', app.topicPrefix, { position: tagPosition });
+    const provisioning = worldProvisioning('intelligence', app.topicPrefix, {
+      provision: async (tx, worldId, from) => {
+        if (from) await copyDefinitions(tx, app.schemaReplica, worldId, from);
+        return undefined;
+      },
+      position: tagPosition,
+    });
     const answerChecker = checkerAnswers(app.topicPrefix);
     app.addConsumer({
       name: 'intelligence-worlds',
       topics: ['onto.worlds'],
       apply: async (tx, events) => {
+        // The forks of the batch locked at once, in the one order all lockers use (see lockWorlds).
+        await lockWorlds(
+          tx,
+          events
+            .filter((e) => e.event.type === 'world.created' && (e.event.payload.from as WorldOrigin | null))
+            .map((e) => e.event.world_id),
+        );
         await provisioning(tx, events);
         await answerChecker(tx, events);
       },
