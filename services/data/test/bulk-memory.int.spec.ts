@@ -1,0 +1,101 @@
+import { request } from 'node:http';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dataStack, type Stack } from './stack.js';
+
+const MB = 1024 * 1024;
+const W = 'bulkmem';
+const OBJECTS = 100_000;
+/** The stated bound on data's resident memory growth during one authenticated 100,000-object bulk write. */
+const BOUND_MB = 200;
+
+const Item = {
+  displayName: 'Item',
+  primaryKey: 'id',
+  properties: {
+    id: { type: 'string', required: true },
+    name: { type: 'string' },
+    amount: { type: 'integer', indexed: true },
+    status: { type: { type: 'enum', values: ['open', 'closed'] } },
+  },
+};
+
+/** The body's lines, made as they are sent: the client holds one line at a time. */
+function* lines(n: number) {
+  for (let i = 0; i < n; i++) {
+    const id = `item-${i}`;
+    yield `${JSON.stringify({ properties: { id, name: `item ${id}`, amount: i, status: i % 2 ? 'open' : 'closed' } })}\n`;
+  }
+}
+
+/** POSTs an NDJSON body streamed from `body`; the status and the answer's text. */
+function post(port: number, token: string, body: Iterable<string>): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: `/v1/worlds/${W}/bulk/Item`,
+        headers: { 'content-type': 'application/x-ndjson', authorization: `Bearer ${token}` },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          text += chunk;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      },
+    );
+    req.on('error', reject);
+    pipeline(Readable.from(body), req).catch(() => {});
+  });
+}
+
+describe('an authenticated bulk body', () => {
+  let s: Stack;
+  let editor: string;
+  let port: number;
+
+  beforeAll(async () => {
+    s = await dataStack();
+    await s.world(W, { objectTypes: { Item } });
+    editor = await s.user('bulk-mem-ed', W, 'editor');
+    await s.data.app.listen({ port: 0, host: '127.0.0.1' });
+    const address = s.data.app.server.address();
+    if (!address || typeof address === 'string') throw new Error('data is not listening');
+    port = address.port;
+  }, 120_000);
+  afterAll(async () => s?.close());
+
+  it(`of ${OBJECTS} objects is read as a stream: data's resident memory grows by less than ${BOUND_MB} MB`, async () => {
+    global.gc?.();
+    const before = process.memoryUsage().rss;
+    let peak = before;
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, process.memoryUsage().rss);
+    }, 10);
+    const res = await post(port, editor, lines(OBJECTS));
+    clearInterval(sampler);
+    peak = Math.max(peak, process.memoryUsage().rss);
+    const growth = (peak - before) / MB;
+    console.log(
+      `RSS ${(before / MB).toFixed(0)} MB before, ${(peak / MB).toFixed(0)} MB at peak: +${growth.toFixed(0)} MB for ${OBJECTS} objects`,
+    );
+    expect(res.status, res.text).toBe(200);
+    expect(JSON.parse(res.text)).toMatchObject({ created: OBJECTS, updated: 0, unchanged: 0 });
+    expect(growth).toBeLessThan(BOUND_MB);
+  }, 300_000);
+
+  it('refuses with 413 a line longer than an object may be, without reading on', async () => {
+    const long = `${JSON.stringify({ properties: { id: 'long', name: 'x'.repeat(1024 * 1024) } })}\n`;
+    const res = await post(port, editor, [long, ...lines(10)]);
+    expect(res.status).toBe(413);
+    expect(JSON.parse(res.text)).toMatchObject({
+      status: 413,
+      detail: expect.stringMatching(/^line 1 is longer than/),
+    });
+  });
+});
