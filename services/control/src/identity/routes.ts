@@ -2,6 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import rateLimit from '@fastify/rate-limit';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  BODY_LIMITS,
   Conflict,
   Forbidden,
   HttpProblem,
@@ -126,6 +127,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   app.post(
     '/v1/auth/token',
     {
+      bodyLimit: BODY_LIMITS.small,
       config: { public: true },
       onRequest: perIp,
       preHandler: perToken,
@@ -209,6 +211,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   app.post(
     '/v1/users',
     {
+      bodyLimit: BODY_LIMITS.small,
       preHandler: app.authorize({ admin: true }),
       schema: {
         tags: ['identity'],
@@ -282,6 +285,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   app.post(
     '/v1/users/:userId/tokens',
     {
+      bodyLimit: BODY_LIMITS.small,
       preHandler: app.authorize({ authenticated: true }),
       schema: {
         tags: ['identity'],
@@ -366,6 +370,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   app.put(
     '/v1/worlds/:world/members/:userId',
     {
+      bodyLimit: BODY_LIMITS.small,
       preHandler: app.authorize({ role: 'owner' }),
       schema: {
         tags: ['identity'],

@@ -251,6 +251,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
   app.post(
     '/v1/worlds/:world/series',
     {
+      bodyLimit: SERIES_LIMITS.bulkBodyBytes, // documents it: the stream is bounded by ndjsonLines
       preHandler: app.authorize({ role: 'editor' }),
       schema: {
         tags: ['series'],
