@@ -50,14 +50,19 @@ async function rssDuring(work: () => Promise<unknown>) {
 }
 
 /** POSTs an NDJSON body streamed from `body`; the status and the answer's text. */
-function post(port: number, token: string, body: Iterable<string>): Promise<{ status: number; text: string }> {
+function post(
+  port: number,
+  token: string,
+  body: Iterable<string>,
+  path = `/v1/worlds/${W}/bulk/Item`,
+): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
       {
         host: '127.0.0.1',
         port,
         method: 'POST',
-        path: `/v1/worlds/${W}/bulk/Item`,
+        path,
         headers: { 'content-type': 'application/x-ndjson', authorization: `Bearer ${token}` },
       },
       (res) => {
@@ -119,6 +124,16 @@ describe('an authenticated bulk body', () => {
     const long = `${JSON.stringify({ properties: { id: 'long', name: 'x'.repeat(1024 * 1024) } })}\n`;
     const res = await post(port, editor, [long, ...lines(10)]);
     expect(res.status).toBe(413);
+    expect(JSON.parse(res.text)).toMatchObject({
+      status: 413,
+      detail: expect.stringMatching(/^line 1 is longer than/),
+    });
+  });
+
+  it('refuses with 413 a time series bulk line longer than a point may be', async () => {
+    const long = `${JSON.stringify({ type: 'Item', pk: 'a', series: 's', time: 'x'.repeat(70 * 1024) })}\n`;
+    const res = await post(port, editor, [long], `/v1/worlds/${W}/series`);
+    expect(res.status, res.text).toBe(413);
     expect(JSON.parse(res.text)).toMatchObject({
       status: 413,
       detail: expect.stringMatching(/^line 1 is longer than/),
