@@ -1,4 +1,4 @@
-import { fastifyOptions, loadConfig, type MigrationTrack } from '@onto/shared';
+import { BODY_LIMITS, fastifyOptions, loadConfig, type MigrationTrack } from '@onto/shared';
 import {
   buildTestService,
   createTestDatabase,
@@ -41,7 +41,11 @@ async function buildWithProbes(service: ReplicaService, prefix: string) {
     scoped.get('/v1/worlds/:world/probe', { preHandler: scoped.authorize({ role: 'viewer' }) }, async (r) => ({
       principal: r.principal,
     }));
-    scoped.put('/v1/worlds/:world/probe', { preHandler: scoped.authorize({ role: 'editor' }) }, async () => ({}));
+    scoped.put(
+      '/v1/worlds/:world/probe',
+      { bodyLimit: BODY_LIMITS.small, preHandler: scoped.authorize({ role: 'editor' }) },
+      async () => ({}),
+    );
     scoped.get('/v1/probe/admin', { preHandler: scoped.authorize({ admin: true }) }, async () => ({}));
   });
   await app.ready();

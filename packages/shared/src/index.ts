@@ -31,12 +31,18 @@ export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { inTransactionTogether, queryTogether, type Statement, type TransactionOutcome } from './db/pipeline.js';
 export { postgresPlugin } from './db/postgres.js';
 export { type Isolation, inTransaction } from './db/transaction.js';
+export { BODY_LIMITS } from './http/body-limits.js';
 export { awaitApplied, consistencyToken } from './http/consistency.js';
 export { decodeCursor, encodeCursor } from './http/cursor.js';
 export { type IfMatchRule, ifMatch, requestHeader } from './http/headers.js';
 export { CheckFailed, healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
 export { metricsPlugin } from './http/observability.js';
-export { type BaseServiceConfig, fastifyOptions, type PlatformOptions, platformPlugin } from './http/platform.js';
+export {
+  type BaseServiceConfig,
+  fastifyOptions,
+  type PlatformOptions,
+  platformPlugin,
+} from './http/platform.js';
 export * from './http/problem.js';
 export { runService } from './http/server.js';
 export { type AclRule, kafkaAclsCommands, producedTopics, serviceAcls } from './kafka/acls.js';

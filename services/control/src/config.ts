@@ -18,6 +18,18 @@ export const ConfigSchema = Type.Composite([
       default: 900,
       description: 'How long an access token exchanged for an API token is valid',
     }),
+    TOKEN_EXCHANGES_PER_MINUTE_PER_IP: Type.Integer({
+      minimum: 1,
+      maximum: 1_000_000,
+      default: 60,
+      description: 'POST /v1/auth/token calls one client address may make per minute (then 429 with Retry-After)',
+    }),
+    TOKEN_EXCHANGES_PER_MINUTE_PER_TOKEN: Type.Integer({
+      minimum: 1,
+      maximum: 1_000_000,
+      default: 20,
+      description: 'POST /v1/auth/token calls presenting one API token per minute (then 429 with Retry-After)',
+    }),
     MAX_OBJECT_TYPES_PER_WORLD: Type.Integer({
       minimum: 1,
       maximum: 100_000,

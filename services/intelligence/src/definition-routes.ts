@@ -5,7 +5,7 @@
  * kind; each kind says what its body is, how it is checked and saved, and how it is shown.
  */
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { ifMatch, NotFound, type SchemaDocument, Unprocessable, WORLD_ID } from '@onto/shared';
+import { BODY_LIMITS, ifMatch, NotFound, type SchemaDocument, Unprocessable, WORLD_ID } from '@onto/shared';
 import { type Static, type TObject, type TProperties, type TSchema, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifySchema } from 'fastify';
 import type pg from 'pg';
@@ -128,6 +128,7 @@ export function definitionResource<D extends Definition, Body extends TObject, I
   const show = async (world: string, def: D) =>
     r.recompute ? r.view(def, await recomputeOf(app.pg, world, r.recompute.kind, def.name)) : r.view(def);
   const options = <S extends FastifySchema>(role: 'viewer' | 'editor', schema: S) => ({
+    bodyLimit: BODY_LIMITS.definition,
     preHandler: app.authorize({ role }),
     schema: { tags: [r.tag], ...schema },
   });

@@ -11,6 +11,7 @@ import { kafkaPlugin } from '../kafka/plugin.js';
 import { consumersPlugin } from '../messaging/consumers-plugin.js';
 import { outboxPlugin } from '../messaging/plugin.js';
 import { redisPlugin } from '../redis/redis.js';
+import { BODY_LIMITS } from './body-limits.js';
 import { healthPlugin } from './health.js';
 import { metricsPlugin } from './observability.js';
 import { installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
@@ -126,7 +127,8 @@ export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOpti
     },
     requestIdHeader: 'x-request-id',
     genReqId: () => randomUUID(),
-    bodyLimit: 1_048_576,
+    // Routes with a body name their own limit (BODY_LIMITS, checked at boot); the rest take the least.
+    bodyLimit: BODY_LIMITS.small,
     // Object keys are path parameters and may be long; the routes bound them themselves.
     routerOptions: { maxParamLength: 2048 },
     return503OnClosing: true,
@@ -160,6 +162,13 @@ export const platformPlugin = fp(
     app.addSchema(ProblemSchema);
     app.addHook('onRequest', async (request, reply) => {
       reply.header('x-request-id', request.id);
+    });
+    // Every route that takes a body says how large (BODY_LIMITS), or fails at boot.
+    app.addHook('onRoute', (route) => {
+      const methods = [route.method].flat();
+      if (methods.some((m) => m === 'POST' || m === 'PUT' || m === 'PATCH') && route.bodyLimit === undefined) {
+        throw new Error(`${methods.join(',')} ${route.url} has no bodyLimit: every route with a body names its own`);
+      }
     });
     // A keep-alive connection whose request was in flight when shutdown began would hold the
     // server open until its idle timeout: answer it with Connection: close instead.

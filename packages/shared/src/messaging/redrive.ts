@@ -3,6 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
+import { BODY_LIMITS } from '../http/body-limits.js';
 import { problemResponses } from '../http/problem.js';
 
 /**
@@ -37,6 +38,7 @@ export async function inboxReleaseRoute(fastify: FastifyInstance): Promise<void>
   app.post(
     '/v1/admin/inbox/release',
     {
+      bodyLimit: BODY_LIMITS.eventIds,
       preHandler: app.authorize({ admin: true }),
       schema: {
         tags: ['admin'],

@@ -2,6 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { recordAudit } from '../auth/audit.js';
+import { BODY_LIMITS } from '../http/body-limits.js';
 import { problemResponses } from '../http/problem.js';
 import { redriveSetAside } from './relay.js';
 
@@ -81,6 +82,7 @@ export async function outboxSetAsideRoutes(fastify: FastifyInstance): Promise<vo
   app.post(
     '/v1/admin/outbox/set-aside/redrive',
     {
+      bodyLimit: BODY_LIMITS.eventIds,
       preHandler: app.authorize({ admin: true }),
       schema: {
         tags: ['admin'],

@@ -1,5 +1,6 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  BODY_LIMITS,
   inboxReleaseRoute,
   inTransaction,
   NotFound,
@@ -77,6 +78,7 @@ export default fp(
     app.post(
       '/v1/admin/worlds/:world/schema/republish',
       {
+        bodyLimit: BODY_LIMITS.small,
         preHandler: app.authorize({ admin: true }),
         schema: {
           tags: ['admin'],

@@ -23,6 +23,12 @@ export default fp(
       signingKey,
       accessTokenTtlSeconds: config.ACCESS_TOKEN_TTL_SECONDS,
       bootstrapToken: config.ONTO_BOOTSTRAP_TOKEN,
+      // Shared by the replicas of one deployment (one database), apart from any other's.
+      rateLimitNamespace: `onto-control:${app.topicPrefix}${new URL(config.DATABASE_URL).pathname.slice(1)}:token-exchange:`,
+      exchangesPerMinute: {
+        perIp: config.TOKEN_EXCHANGES_PER_MINUTE_PER_IP,
+        perToken: config.TOKEN_EXCHANGES_PER_MINUTE_PER_TOKEN,
+      },
     });
     const heartbeat = new IdentityHeartbeat({
       pool: app.pg,
@@ -34,5 +40,5 @@ export default fp(
     app.addHook('onReady', async () => heartbeat.start());
     app.addHook('onClose', () => heartbeat.stop());
   },
-  { name: 'onto-identity', dependencies: ['onto-postgres', 'onto-kafka', 'onto-outbox'] },
+  { name: 'onto-identity', dependencies: ['onto-postgres', 'onto-kafka', 'onto-outbox', 'onto-redis'] },
 );

@@ -1,8 +1,11 @@
 import { timingSafeEqual } from 'node:crypto';
+import rateLimit from '@fastify/rate-limit';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  BODY_LIMITS,
   Conflict,
   Forbidden,
+  HttpProblem,
   identityMessage,
   NotFound,
   Outbox,
@@ -16,7 +19,7 @@ import {
   type WorldRole,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { lockWorld } from '../worlds/repository.js';
 import type { ActiveKey } from './keys.js';
 import {
@@ -37,6 +40,17 @@ export interface IdentityRoutesOptions {
   signingKey: ActiveKey;
   accessTokenTtlSeconds: number;
   bootstrapToken?: string | undefined;
+  /** Token exchanges allowed per minute, per client address and per API token presented. */
+  exchangesPerMinute: { perIp: number; perToken: number };
+  /** Where the counts live in Redis. */
+  rateLimitNamespace: string;
+}
+
+/** A 429 that says when to come back; Retry-After is set with it. */
+class TooManyRequests extends HttpProblem {
+  constructor(detail: string) {
+    super(429, 'too-many-requests', 'Too Many Requests', detail);
+  }
 }
 
 const USER_ID = '^[a-z][a-z0-9._-]{0,62}$';
@@ -76,6 +90,32 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   const bootstrapHash = opts.bootstrapToken ? hashApiToken(opts.bootstrapToken) : undefined;
   const pool = app.pg;
 
+  // Token exchanges are counted in Redis, so the limits hold across control's replicas; when Redis
+  // is down the exchange is not limited rather than refused (skipOnError).
+  await app.register(rateLimit, {
+    global: false,
+    redis: app.redis,
+    nameSpace: opts.rateLimitNamespace,
+    skipOnError: true,
+  });
+  const limiter = (what: string, max: number, keyOf: (request: FastifyRequest) => string) => {
+    const limit = app.createRateLimit({ max, timeWindow: 60_000, keyGenerator: keyOf });
+    return async (request: FastifyRequest, reply: FastifyReply) => {
+      const state = await limit(request);
+      if (state.isAllowed || !state.isExceeded) return;
+      reply.header('retry-after', state.ttlInSeconds);
+      throw new TooManyRequests(`at most ${max} token exchanges a minute ${what}; retry in ${state.ttlInSeconds} s`);
+    };
+  };
+  // Per client address before the body is read; per API token once it is (by its hash: the
+  // token's id is known only after the lookup the limit protects).
+  const perIp = limiter('from one address', opts.exchangesPerMinute.perIp, (request) => `ip:${request.ip}`);
+  const perToken = limiter(
+    'with one API token',
+    opts.exchangesPerMinute.perToken,
+    (request) => `token:${hashApiToken((request.body as { apiToken: string }).apiToken).toString('hex')}`,
+  );
+
   /** Users manage their own tokens; administrators anyone's. Refused before existence is told. */
   const selfOrAdmin = (request: FastifyRequest, userId: string) => {
     const principal = principalOf(request);
@@ -87,7 +127,10 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   app.post(
     '/v1/auth/token',
     {
+      bodyLimit: BODY_LIMITS.small,
       config: { public: true },
+      onRequest: perIp,
+      preHandler: perToken,
       schema: {
         tags: ['identity'],
         summary: 'Exchange an API token (or ONTO_BOOTSTRAP_TOKEN) for a short-lived access token',
@@ -99,7 +142,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
             expiresIn: Type.Integer({ description: 'seconds' }),
             expiresAt: Type.String({ format: 'date-time' }),
           }),
-          ...problemResponses(400, 401),
+          ...problemResponses(400, 401, 429),
         },
       },
     },
@@ -168,6 +211,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   app.post(
     '/v1/users',
     {
+      bodyLimit: BODY_LIMITS.small,
       preHandler: app.authorize({ admin: true }),
       schema: {
         tags: ['identity'],
@@ -241,6 +285,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   app.post(
     '/v1/users/:userId/tokens',
     {
+      bodyLimit: BODY_LIMITS.small,
       preHandler: app.authorize({ authenticated: true }),
       schema: {
         tags: ['identity'],
@@ -325,6 +370,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
   app.put(
     '/v1/worlds/:world/members/:userId',
     {
+      bodyLimit: BODY_LIMITS.small,
       preHandler: app.authorize({ role: 'owner' }),
       schema: {
         tags: ['identity'],

@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   actorOf,
+  BODY_LIMITS,
   ifMatch,
   inTransaction,
   PreconditionFailed,
@@ -111,6 +112,7 @@ export default fp(
       app.put(
         `/v1/worlds/:world/${path}/:apiName`,
         {
+          bodyLimit: BODY_LIMITS.schema,
           preHandler: app.authorize({ role: 'owner' }),
           schema: {
             tags: ['schema'],

@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   actorOf,
+  BODY_LIMITS,
   Conflict,
   Forbidden,
   HttpProblem,
@@ -112,6 +113,7 @@ export default fp(
     app.post(
       '/v1/worlds',
       {
+        bodyLimit: BODY_LIMITS.small,
         preHandler: app.authorize({ authenticated: true }),
         schema: { tags: ['worlds'], body: CreateWorld, response: { 202: World, ...errors } },
       },

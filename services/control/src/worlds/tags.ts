@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   actorOf,
+  BODY_LIMITS,
   Conflict,
   inTransaction,
   NotFound,
@@ -104,6 +105,7 @@ export default fp(
     app.put(
       '/v1/worlds/:world/tags/:name',
       {
+        bodyLimit: BODY_LIMITS.small,
         preHandler: app.authorize({ role: 'editor' }),
         schema: {
           tags: ['worlds'],

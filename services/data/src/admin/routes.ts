@@ -1,5 +1,6 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  BODY_LIMITS,
   inboxReleaseRoute,
   newEvent,
   Outbox,
@@ -109,6 +110,7 @@ export default fp(
     app.post(
       '/v1/admin/worlds/:world/object-types/:type/recount',
       {
+        bodyLimit: BODY_LIMITS.small,
         preHandler: app.authorize({ admin: true }),
         schema: {
           tags: ['admin'],

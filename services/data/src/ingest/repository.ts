@@ -56,11 +56,9 @@ interface Planned {
   escaped: string;
 }
 
-/** A row of a bulk body before it is checked, in its line, with the primary key it names, if any. */
-export interface BulkInput {
+/** A checked row of a bulk body with its line, for the duplicate check's report. */
+export interface BulkInput extends BulkRow {
   line: number;
-  value: unknown;
-  pk: string | null;
 }
 
 interface Head {
@@ -71,11 +69,9 @@ interface Head {
   properties: Properties | null;
 }
 
-/** Rows by the pk they name, rows naming none last; stable, so equal pks stay in line order. */
+/** Rows by pk; stable, so equal pks stay in line order. */
 export function byNamedPk(a: BulkInput, b: BulkInput): number {
   if (a.pk === b.pk) return 0;
-  if (a.pk === null) return 1;
-  if (b.pk === null) return -1;
   return a.pk < b.pk ? -1 : 1;
 }
 
@@ -92,9 +88,9 @@ async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
 }
 
 /**
- * Checks and creates or replaces the rows of a bulk body in the caller's transaction. `check`
- * checks one row as PUT would (and refuses a pk given twice, seeing rows in byNamedPk order),
- * records its faults and answers the checked row, or null. Answers null when any row is faulty:
+ * Creates or replaces the checked rows of a bulk body in the caller's transaction. `check`
+ * refuses a pk given twice (seeing rows in byNamedPk order), records the fault and answers the
+ * row, or null. Answers null when any row is faulty:
  * the caller then rolls back, and nothing is written. Every row travels once and is written once,
  * and Node's work overlaps PostgreSQL's (docs/adr/0016, 0017):
  *
@@ -102,10 +98,10 @@ async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
  *    in pk order (concurrent bulk writes cannot deadlock on them);
  * 2. a seq from data_seq for each row whose key has no head, taken after that lock, so that a
  *    commit cut (storage/commit.ts) still waits for this write;
- * 3. the rows are checked in pk order while their new heads are COPYed, and each new object's
- *    change event is made (a key created meanwhile is a unique violation: the write is retried as
- *    StaleWriteError); a row identical to its live head is left alone; after the first fault
- *    nothing more is copied, but every row is checked;
+ * 3. the new heads are COPYed in pk order, a pk given twice refused on its later line, and each
+ *    new object's change event is made (a key created meanwhile is a unique violation: the write
+ *    is retried as StaleWriteError); a row identical to its live head is left alone; after the
+ *    first fault nothing more is copied, but every row is checked;
  * 4. replaced heads by one version-checked UPDATE, with seqs of their own, the versions they
  *    supersede kept in history (a new object has no history yet);
  * 5. the events, one per written object, as bundles of their lane (Outbox.bundles, each event
@@ -121,7 +117,7 @@ export async function writeBulk(
   const keys = TOPICS['onto.changes.objects'];
   input.sort(byNamedPk); // the check's order: a pk given twice is reported on its later line
   const pks: string[] = [];
-  for (const row of input) if (row.pk !== null && row.pk !== pks[pks.length - 1]) pks.push(row.pk);
+  for (const row of input) if (row.pk !== pks[pks.length - 1]) pks.push(row.pk);
 
   await tx.query('LOCK TABLE object_heads, object_history IN ROW EXCLUSIVE MODE');
   // Which of the pks have a head: first the heads between the least and the greatest of them (in

@@ -1,8 +1,17 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { canonicalJson, HttpProblem, type ObjectType, PayloadTooLarge, problemResponses, WORLD_ID } from '@onto/shared';
+import {
+  Conflict,
+  canonicalJson,
+  HttpProblem,
+  type ObjectType,
+  PayloadTooLarge,
+  problemResponses,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { inWorldTransaction, originOf } from '../http.js';
+import { ndjsonLines } from '../ndjson.js';
 import { checkObject, pointer } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
@@ -16,6 +25,10 @@ export const BULK = {
   bodyLimit: 256 * 1024 * 1024,
   /** Line errors reported in one 422; the rest are counted in the last. */
   maxErrors: 1000,
+  /** Bytes of one NDJSON line: an object's limit as a PUT body (docs/adr/0008). */
+  maxLineBytes: 1024 * 1024,
+  /** Bytes of an application/json bulk body, parsed whole: larger writes go as NDJSON, read as a stream. */
+  jsonBodyLimit: 32 * 1024 * 1024,
 } as const;
 
 const NDJSON = 'application/x-ndjson';
@@ -48,36 +61,8 @@ class LineErrors extends HttpProblem {
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** The rows of the body as (line, value) pairs; unparseable NDJSON lines are faults. */
-export function rowsOf(body: unknown, contentType: string): { rows: BulkInput[]; errors: LineError[] } {
-  const errors: LineError[] = [];
-  const rows: BulkInput[] = [];
-  if (contentType === NDJSON) {
-    const lines = String(body ?? '').split('\n');
-    for (const [i, raw] of lines.entries()) {
-      const text = raw.trim();
-      if (text === '') continue;
-      if (rows.length + errors.length >= BULK.maxObjects) {
-        throw new PayloadTooLarge(`a bulk write takes at most ${BULK.maxObjects} objects`);
-      }
-      try {
-        rows.push({ line: i + 1, value: JSON.parse(text), pk: null });
-      } catch (e) {
-        errors.push({ line: i + 1, path: '', message: `is not JSON: ${(e as Error).message}` });
-      }
-    }
-    return { rows, errors };
-  }
-  if (!Array.isArray(body)) {
-    throw new LineErrors('a JSON bulk body must be an array of {"properties": {…}}', [
-      { line: 0, path: '', message: 'must be an array' },
-    ]);
-  }
-  if (body.length > BULK.maxObjects) {
-    throw new PayloadTooLarge(`a bulk write takes at most ${BULK.maxObjects} objects`);
-  }
-  return { rows: body.map((value, i) => ({ line: i + 1, value, pk: null })), errors };
-}
+/** The number of objects in a body past the limit: a 413. */
+const tooMany = () => new PayloadTooLarge(`a bulk write takes at most ${BULK.maxObjects} objects`);
 
 /** The primary key a row names, unchecked, as its pk would be spelled; null when it names none. */
 export function primaryKeyOf(type: ObjectType, value: unknown): string | null {
@@ -88,43 +73,51 @@ export function primaryKeyOf(type: ObjectType, value: unknown): string | null {
 }
 
 /**
- * A check of one row as PUT would check it, which also refuses a primary key given on an earlier
- * line: it records the row's faults, by line, in `errors` and answers the checked row, or null.
- * Rows must come sorted by the pk they name, in line order among equal ones (writeBulk's order),
- * so that a repeated key is always right after its first valid line.
+ * A check of one row as PUT would check it: records the row's faults, by line, in `errors` and
+ * answers the checked row (its pk and canonical properties, all that is kept of it), or null.
  */
-export function rowChecker(type: ObjectType, errors: LineError[]): (row: BulkInput) => BulkRow | null {
+export function checkRow(type: ObjectType, line: number, value: unknown, errors: LineError[]): BulkInput | null {
   const pkPath = `/properties/${pointer(type.primaryKey)}`;
-  let last: { pk: string; line: number } | undefined; // the last row that passed
-  return ({ line, value, pk }) => {
-    if (!isObject(value)) {
-      errors.push({ line, path: '', message: 'must be {"properties": {…}}' });
+  if (!isObject(value)) {
+    errors.push({ line, path: '', message: 'must be {"properties": {…}}' });
+    return null;
+  }
+  let extra = false;
+  for (const k in value) {
+    if (k === 'properties' || !Object.hasOwn(value, k)) continue;
+    errors.push({ line, path: `/${pointer(k)}`, message: 'is not a known field' });
+    extra = true;
+  }
+  if (!('properties' in value)) {
+    errors.push({ line, path: '/properties', message: 'is required' });
+    return null;
+  }
+  const input = value.properties;
+  const pk = primaryKeyOf(type, value);
+  if (isObject(input) && pk === null) {
+    errors.push({ line, path: pkPath, message: 'is required (the primary key)' });
+    return null;
+  }
+  const result = checkObject(type, input, pk ?? '');
+  for (const e of result.errors) errors.push({ line, path: e.path, message: e.message });
+  if (result.errors.length > 0 || extra || pk === null) return null;
+  return { line, pk, json: canonicalJson(result.properties) };
+}
+
+/**
+ * Refuses a primary key given on an earlier line. Rows must come sorted by pk, in line order among
+ * equal ones (writeBulk's order), so that a repeated key is always right after its first line.
+ */
+export function duplicateChecker(type: ObjectType, errors: LineError[]): (row: BulkInput) => BulkRow | null {
+  const pkPath = `/properties/${pointer(type.primaryKey)}`;
+  let last: BulkInput | undefined;
+  return (row) => {
+    if (last?.pk === row.pk) {
+      errors.push({ line: row.line, path: pkPath, message: `duplicates the primary key of line ${last.line}` });
       return null;
     }
-    let extra = false;
-    for (const k in value) {
-      if (k === 'properties' || !Object.hasOwn(value, k)) continue;
-      errors.push({ line, path: `/${pointer(k)}`, message: 'is not a known field' });
-      extra = true;
-    }
-    if (!('properties' in value)) {
-      errors.push({ line, path: '/properties', message: 'is required' });
-      return null;
-    }
-    const input = value.properties;
-    if (isObject(input) && pk === null) {
-      errors.push({ line, path: pkPath, message: 'is required (the primary key)' });
-      return null;
-    }
-    const result = checkObject(type, input, pk ?? '');
-    for (const e of result.errors) errors.push({ line, path: e.path, message: e.message });
-    if (result.errors.length > 0 || extra || pk === null) return null;
-    if (last?.pk === pk) {
-      errors.push({ line, path: pkPath, message: `duplicates the primary key of line ${last.line}` });
-      return null;
-    }
-    last = { pk, line };
-    return { pk, json: canonicalJson(result.properties) };
+    last = row;
+    return row;
   };
 }
 
@@ -135,13 +128,12 @@ export function rowChecker(type: ObjectType, errors: LineError[]): (row: BulkInp
  */
 export default async function bulk(fastify: FastifyInstance) {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  app.addContentTypeParser(NDJSON, { parseAs: 'string', bodyLimit: BULK.bodyLimit }, (_req, body, done) =>
-    done(null, body),
-  );
+  // The handler reads NDJSON as a stream (ndjsonLines), after the request is authorised.
+  app.addContentTypeParser(NDJSON, (_req, payload, done) => done(null, payload));
   app.post(
     '/v1/worlds/:world/bulk/:type',
     {
-      bodyLimit: BULK.bodyLimit,
+      bodyLimit: BULK.jsonBodyLimit, // NDJSON bypasses it: ndjsonLines bounds it by BULK.bodyLimit
       preHandler: app.authorize({ role: 'editor' }),
       schema: {
         tags: ['objects'],
@@ -201,13 +193,71 @@ export default async function bulk(fastify: FastifyInstance) {
         throw new UnsupportedMediaType(`a bulk body is ${NDJSON} or application/json, not ${contentType || 'absent'}`);
       }
       const origin = originOf(request);
-      const { rows, errors } = rowsOf(request.body, contentType);
       await app.awaitSchemaConsistency(request, world);
+      // The type the rows are checked against as they arrive; the write checks it still applies.
+      const read = await worldContext(app.pg, world);
+      if (!read.provisioned) throw notProvisioned(world);
+      const { type } = await objectTypeOf(app, app.pg, world, typeName, read.schemaVersion);
+      // Only checked rows are kept (pk and canonical JSON), never the body or its parsed values.
+      const rows: BulkInput[] = [];
+      const errors: LineError[] = [];
+      let total = 0;
+      const take = (line: number, value: unknown) => {
+        if (++total > BULK.maxObjects) throw tooMany();
+        const row = checkRow(type, line, value, errors);
+        if (row) rows.push(row);
+      };
+      if (contentType === NDJSON) {
+        let line = 0;
+        const limits = { maxBytes: BULK.bodyLimit, maxLineBytes: BULK.maxLineBytes };
+        for await (const chunk of ndjsonLines(request.body as AsyncIterable<Buffer>, limits)) {
+          for (const raw of chunk) {
+            line++;
+            const text = raw.trim();
+            if (text === '') continue;
+            let value: unknown;
+            try {
+              value = JSON.parse(text);
+            } catch (e) {
+              if (++total > BULK.maxObjects) throw tooMany();
+              errors.push({ line, path: '', message: `is not JSON: ${(e as Error).message}` });
+              continue;
+            }
+            take(line, value);
+          }
+        }
+      } else {
+        const body: unknown = request.body;
+        if (!Array.isArray(body)) {
+          throw new LineErrors('a JSON bulk body must be an array of {"properties": {…}}', [
+            { line: 0, path: '', message: 'must be an array' },
+          ]);
+        }
+        if (body.length > BULK.maxObjects) throw tooMany();
+        for (const [i, value] of body.entries()) take(i + 1, value);
+      }
+      const refuse = (faults: LineError[]) => {
+        faults.sort((a, b) => a.line - b.line);
+        return new LineErrors(
+          `${new Set(faults.map((f) => f.line)).size} of ${total} rows do not match the schema of ${world}; nothing was written`,
+          faults,
+        );
+      };
+      if (errors.length > 0) {
+        // Nothing will be written: the rest only checked for duplicates, for the report.
+        const check = duplicateChecker(type, errors);
+        for (const row of rows.sort(byNamedPk)) check(row);
+        throw refuse(errors);
+      }
       const result = await inWorldTransaction(app.pg, world, async (tx) => {
         const ctx = await worldContext(tx, world);
         if (!ctx.provisioned) throw notProvisioned(world);
-        const { type } = await objectTypeOf(app, tx, world, typeName, ctx.schemaVersion);
-        const faults = [...errors];
+        if (ctx.schemaVersion !== read.schemaVersion) {
+          throw new Conflict(
+            `the schema of ${world} changed (version ${read.schemaVersion} to ${ctx.schemaVersion}) while the body was read; send it again`,
+          );
+        }
+        const faults: LineError[] = [];
         const w = {
           worldId: world,
           type: typeName,
@@ -216,18 +266,8 @@ export default async function bulk(fastify: FastifyInstance) {
           origin,
           topicPrefix: app.topicPrefix,
         };
-        for (const row of rows) row.pk = primaryKeyOf(type, row.value);
-        const check = rowChecker(type, faults);
-        let written: Awaited<ReturnType<typeof writeBulk>> = null;
-        if (faults.length === 0) written = await writeBulk(tx, w, rows, check);
-        else for (const row of rows.sort(byNamedPk)) check(row); // lines that are not JSON: the rest only checked, for the report
-        if (written === null || faults.length > 0) {
-          faults.sort((a, b) => a.line - b.line);
-          throw new LineErrors(
-            `${new Set(faults.map((f) => f.line)).size} of ${rows.length + errors.length} rows do not match the schema of ${world}; nothing was written`,
-            faults,
-          );
-        }
+        const written = await writeBulk(tx, w, rows, duplicateChecker(type, faults));
+        if (written === null || faults.length > 0) throw refuse(faults);
         return written;
       });
       if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);

@@ -1,5 +1,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { BadRequest, decodeCursor, encodeCursor, NotFound, problemResponses, WORLD_ID } from '@onto/shared';
+import {
+  BadRequest,
+  BODY_LIMITS,
+  decodeCursor,
+  encodeCursor,
+  NotFound,
+  problemResponses,
+  WORLD_ID,
+} from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -74,6 +82,7 @@ export default fp(
     app.put(
       '/v1/worlds/:world/links/:linkType/:fromPk/:toPk',
       {
+        bodyLimit: BODY_LIMITS.object,
         preHandler: app.authorize({ role: 'editor' }),
         schema: {
           tags: ['links'],

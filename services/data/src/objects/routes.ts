@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BadRequest,
+  BODY_LIMITS,
   decodeCursor,
   encodeCursor,
   NotFound,
@@ -150,6 +151,7 @@ export default fp(
     app.put(
       '/v1/worlds/:world/objects/:type/:pk',
       {
+        bodyLimit: BODY_LIMITS.object,
         preHandler: app.authorize({ role: 'editor' }),
         schema: {
           tags: ['objects'],
@@ -171,6 +173,7 @@ export default fp(
     app.patch(
       '/v1/worlds/:world/objects/:type/:pk',
       {
+        bodyLimit: BODY_LIMITS.object,
         preHandler: app.authorize({ role: 'editor' }),
         schema: {
           tags: ['objects'],

@@ -18,6 +18,10 @@ export const SERIES_LIMITS = {
   pointsPerRequest: 10_000,
   /** Points written per statement by the bulk endpoint: what it holds in memory at once. */
   bulkBatch: 5_000,
+  /** Bytes of one line of the bulk endpoint: a point is small, and a line is held whole. */
+  bulkLineBytes: 64 * 1024,
+  /** Bytes of a bulk body: streamed a batch at a time, so bounded for time, not memory. */
+  bulkBodyBytes: 1024 * 1024 * 1024,
   /** Points (or buckets) in one page of a read. */
   pageDefault: 1_000,
   pageMax: 10_000,

@@ -1,5 +1,3 @@
-import { createInterface } from 'node:readline';
-import type { Readable } from 'node:stream';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BadRequest,
@@ -20,6 +18,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { Origin } from '../events.js';
 import { inWorldTransaction, keyParam, originOf } from '../http.js';
+import { ndjsonLines } from '../ndjson.js';
 import { LIMITS } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { At, NAME } from '../objects/routes.js';
@@ -254,6 +253,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
   app.post(
     '/v1/worlds/:world/series',
     {
+      bodyLimit: SERIES_LIMITS.bulkBodyBytes, // documents it: the stream is bounded by ndjsonLines
       preHandler: app.authorize({ role: 'editor' }),
       schema: {
         tags: ['series'],
@@ -335,60 +335,64 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           },
         );
       };
-      const lines = createInterface({ input: request.body as Readable, crlfDelay: Number.POSITIVE_INFINITY });
+      const lines = ndjsonLines(request.body as AsyncIterable<Buffer>, {
+        maxBytes: SERIES_LIMITS.bulkBodyBytes,
+        maxLineBytes: SERIES_LIMITS.bulkLineBytes,
+      });
       let n = 0;
-      for await (const text of lines) {
-        n++;
-        if (text.trim() === '') continue;
-        totals.lines++;
-        const fault = (path: string, message: string) => {
-          if (faults.length < SERIES_LIMITS.errors) faults.push({ line: n, path, message });
-        };
-        let value: unknown;
-        try {
-          value = JSON.parse(text);
-        } catch (e) {
-          fault('', `is not JSON: ${(e as Error).message}`);
-          continue;
+      reading: for await (const chunk of lines)
+        for (const raw of chunk) {
+          n++;
+          const text = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+          if (text.trim() === '') continue;
+          totals.lines++;
+          const fault = (path: string, message: string) => {
+            if (faults.length < SERIES_LIMITS.errors) faults.push({ line: n, path, message });
+          };
+          let value: unknown;
+          try {
+            value = JSON.parse(text);
+          } catch (e) {
+            fault('', `is not JSON: ${(e as Error).message}`);
+            continue;
+          }
+          if (!isObject(value)) {
+            fault('', 'must be {"type", "pk", "series", "time", "value"}');
+            continue;
+          }
+          const { type: typeName, pk, series: seriesName, ...point } = value;
+          const type =
+            typeof typeName === 'string' && Object.hasOwn(doc.objectTypes, typeName)
+              ? doc.objectTypes[typeName]
+              : undefined;
+          if (!type) {
+            fault('/type', `object type ${JSON.stringify(typeName)} is not in the schema of ${world}`);
+            continue;
+          }
+          if (typeof pk !== 'string' || pk.length === 0 || pk.length > LIMITS.pkLength) {
+            fault('/pk', `must be a primary key: a string of 1 to ${LIMITS.pkLength} characters`);
+            continue;
+          }
+          const series = typeof seriesName === 'string' ? seriesOf(type, seriesName) : undefined;
+          if (!series) {
+            fault('/series', `${JSON.stringify(seriesName)} is not a time-series property of ${type.apiName}`);
+            continue;
+          }
+          const pointFaults: FieldError[] = [];
+          const checked = checkPoint(series, point, '', pointFaults);
+          for (const f of pointFaults) fault(f.path, f.message);
+          const old = checked && pastRetention(series, checked.time, now);
+          if (old) fault('/time', old);
+          if (!checked || old) continue;
+          batch.push({ type: typeName as string, pk, series, point: checked, path: `/${batch.length}` });
+          lineOf.push(n);
+          if (batch.length >= SERIES_LIMITS.bulkBatch) await flush();
+          if (faults.length > 0 || failure !== undefined) break reading;
         }
-        if (!isObject(value)) {
-          fault('', 'must be {"type", "pk", "series", "time", "value"}');
-          continue;
-        }
-        const { type: typeName, pk, series: seriesName, ...point } = value;
-        const type =
-          typeof typeName === 'string' && Object.hasOwn(doc.objectTypes, typeName)
-            ? doc.objectTypes[typeName]
-            : undefined;
-        if (!type) {
-          fault('/type', `object type ${JSON.stringify(typeName)} is not in the schema of ${world}`);
-          continue;
-        }
-        if (typeof pk !== 'string' || pk.length === 0 || pk.length > LIMITS.pkLength) {
-          fault('/pk', `must be a primary key: a string of 1 to ${LIMITS.pkLength} characters`);
-          continue;
-        }
-        const series = typeof seriesName === 'string' ? seriesOf(type, seriesName) : undefined;
-        if (!series) {
-          fault('/series', `${JSON.stringify(seriesName)} is not a time-series property of ${type.apiName}`);
-          continue;
-        }
-        const pointFaults: FieldError[] = [];
-        const checked = checkPoint(series, point, '', pointFaults);
-        for (const f of pointFaults) fault(f.path, f.message);
-        const old = checked && pastRetention(series, checked.time, now);
-        if (old) fault('/time', old);
-        if (!checked || old) continue;
-        batch.push({ type: typeName as string, pk, series, point: checked, path: `/${batch.length}` });
-        lineOf.push(n);
-        if (batch.length >= SERIES_LIMITS.bulkBatch) await flush();
-        if (faults.length > 0 || failure !== undefined) break;
-      }
       await flush();
       await writing;
       if (failure !== undefined) throw failure;
       if (faults.length > 0) {
-        lines.close();
         throw new LineFaults(
           `line ${faults[0]?.line} is refused; its batch was not stored (${stored} lines before it were)`,
           faults,

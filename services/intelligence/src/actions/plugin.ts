@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BadRequest,
+  BODY_LIMITS,
   HttpProblem,
   inTransaction,
   NotFound,
@@ -201,6 +202,7 @@ export default fp(
     app.post(
       '/v1/worlds/:world/actions/:actionType',
       {
+        bodyLimit: BODY_LIMITS.object,
         preHandler: app.authorize({ role: 'editor' }),
         schema: {
           tags: ['actions'],

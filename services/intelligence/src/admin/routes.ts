@@ -1,5 +1,6 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  BODY_LIMITS,
   Conflict,
   inboxReleaseRoute,
   NotFound,
@@ -29,6 +30,7 @@ export async function adminRoutes(fastify: FastifyInstance, engine: Engine) {
   app.post(
     '/v1/admin/worlds/:world/derived-properties/:name/recompute',
     {
+      bodyLimit: BODY_LIMITS.small,
       preHandler: app.authorize({ admin: true }),
       schema: {
         tags: ['admin'],

@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { actorOf, Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } from '@onto/shared';
+import { actorOf, BODY_LIMITS, Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
@@ -216,6 +216,7 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
     app.post(
       `/v1/worlds/:world/decisions/:id/${verdict}`,
       {
+        bodyLimit: BODY_LIMITS.small,
         preHandler: app.authorize({ role: 'editor' }),
         // A verdict needs no body: an empty request is an empty verdict.
         preValidation: async (request) => {
