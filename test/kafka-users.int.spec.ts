@@ -63,6 +63,8 @@ describe('services with their own Kafka users', () => {
     for (const service of services) {
       const ready = await service.app.inject({ method: 'GET', url: '/ready' });
       expect(ready.statusCode, ready.body).toBe(200);
+      // Its user may read the topics' max.message.bytes, so oversized events are refused at the write.
+      expect((await service.app.learnRecordLimits()).size).toBeGreaterThan(0);
     }
   });
 });

@@ -39,9 +39,9 @@ describe('ACLs generated from the topic catalogue', () => {
     }
   });
 
-  it('grants nothing but reading and writing topics and reading groups, literally, without duplicates', () => {
+  it('grants nothing but reading and writing topics, reading their configs and reading groups, literally, without duplicates', () => {
     expect(new Set(rules.map((r) => `${r.operation} ${r.resourceType} ${r.patternType}`))).toEqual(
-      new Set(['Write Topic Literal', 'Read Topic Literal', 'Read Group Literal']),
+      new Set(['Write Topic Literal', 'Read Topic Literal', 'DescribeConfigs Topic Literal', 'Read Group Literal']),
     );
     expect(new Set(rules.map((r) => JSON.stringify(r))).size).toBe(rules.length);
     // No one writes identity but control: a forged signing key or heartbeat is refused by the broker.

@@ -36,6 +36,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(consistency, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(evaluation);
   await fastify.register(actions, {
+    redisNamespace: `${fastify.topicPrefix}${new URL(config.DATABASE_URL).pathname.slice(1)}:`,
     keyTtlMs: config.IDEMPOTENCY_KEY_TTL_MS,
     lockMs: config.IDEMPOTENCY_LOCK_MS,
     pruneIntervalMs: config.IDEMPOTENCY_PRUNE_INTERVAL_MS,

@@ -266,11 +266,19 @@ describe('actions: idempotent, executed as sagas', () => {
     const parameters = { orderId: 'o-5', customerId: 'c-1', amount: 5 };
     const first = await post('placeOrder', parameters, 'k-place-5');
     expect(first.statusCode).toBe(202);
+    // This deployment's keys only: the prefix and the database name keep others' apart in a shared Redis.
+    const database = new URL(s.intelligence?.databaseUrl ?? '').pathname.slice(1);
     const cacheKeys = async () => {
       const keys: string[] = [];
       let cursor = '0';
       do {
-        const [next, found] = await intel.redis.scan(cursor, 'MATCH', `${s.prefix}onto:idem:*`, 'COUNT', 1000);
+        const [next, found] = await intel.redis.scan(
+          cursor,
+          'MATCH',
+          `${s.prefix}${database}:onto:idem:*`,
+          'COUNT',
+          1000,
+        );
         cursor = next;
         keys.push(...found);
       } while (cursor !== '0');

@@ -13,7 +13,7 @@ export interface AclRule {
   resourceType: 'Topic' | 'Group';
   patternType: 'Literal' | 'Prefixed';
   name: string;
-  operation: 'Read' | 'Write';
+  operation: 'Read' | 'Write' | 'DescribeConfigs';
 }
 
 export interface AclOptions {
@@ -51,6 +51,8 @@ export function serviceAcls(options: AclOptions = {}): AclRule[] {
 
   for (const service of PRODUCERS) {
     for (const t of producedTopics(service)) allow(service, topic(t, 'Write'));
+    // Every service reads the platform topics' max.message.bytes to refuse oversized events (record-limits.ts).
+    for (const t of TOPIC_NAMES) allow(service, topic(t, 'DescribeConfigs'));
   }
   for (const t of TOPIC_NAMES) {
     for (const { service, group } of TOPIC_CONSUMERS[t]) {

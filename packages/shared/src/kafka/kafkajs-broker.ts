@@ -382,7 +382,7 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
               resourceName: r.name,
               resourcePatternType:
                 r.patternType === 'Literal' ? ResourcePatternTypes.LITERAL : ResourcePatternTypes.PREFIXED,
-              operation: r.operation === 'Read' ? AclOperationTypes.READ : AclOperationTypes.WRITE,
+              operation: ACL_OPERATIONS[r.operation],
               permissionType: AclPermissionTypes.ALLOW,
             })),
           });
@@ -433,6 +433,11 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
 
 // Node's ESM loader does not see these among kafkajs's CommonJS named exports.
 const { AclOperationTypes, AclPermissionTypes, AclResourceTypes, ResourcePatternTypes } = kafkajs;
+const ACL_OPERATIONS = {
+  Read: AclOperationTypes.READ,
+  Write: AclOperationTypes.WRITE,
+  DescribeConfigs: AclOperationTypes.DESCRIBE_CONFIGS,
+} as const;
 
 /** At most `permits` holders at once; the others wait in arrival order. */
 function semaphore(permits: number) {

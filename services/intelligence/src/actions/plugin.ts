@@ -45,6 +45,11 @@ export interface ActionsOptions {
   keyTtlMs: number;
   /** How long the Redis lock of a request in flight lives, should its holder die. */
   lockMs: number;
+  /**
+   * Names this deployment's keys in a Redis that others may share (another database, another
+   * topic prefix): a key remembered by one must never answer for another.
+   */
+  redisNamespace: string;
   /** How often expired keys are pruned. */
   pruneIntervalMs: number;
   /** How long a step may await its reply before it is asked for again. */
@@ -126,7 +131,7 @@ export default fp(
     const sagas = new ActionSagas(app, opts.keyTtlMs, app.log.child({ component: 'actions' }));
     const redis = new IdempotencyRedis(
       app.redis,
-      app.topicPrefix,
+      opts.redisNamespace,
       opts.lockMs,
       app.log.child({ component: 'idempotency' }),
     );
