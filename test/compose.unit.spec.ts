@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { bootstrapTokenFault } from '@onto/control/config';
 import { loadConfig } from '@onto/shared';
+import { testIdentityEnv } from '@onto/shared/testing';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { SERVICES } from './services.js';
@@ -31,6 +32,7 @@ const KAFKA_USERS = ['admin', 'controller', 'control', 'data', 'intelligence'];
 const SECRETS: Record<string, string> = {
   ONTO_BOOTSTRAP_TOKEN: randomBytes(32).toString('hex'),
   ONTO_POSTGRES_PASSWORD: randomBytes(32).toString('hex'),
+  ...testIdentityEnv(),
   ...Object.fromEntries(
     KAFKA_USERS.map((u) => [`ONTO_KAFKA_${u.toUpperCase()}_PASSWORD`, randomBytes(24).toString('hex')]),
   ),

@@ -1,13 +1,30 @@
-import { BODY_LIMITS, fastifyOptions, loadConfig, type MigrationTrack } from '@onto/shared';
+import {
+  BODY_LIMITS,
+  cloudEventHeaders,
+  encodeEvent,
+  fastifyOptions,
+  generateIdentityKeyPair,
+  generateSigningKey,
+  HEARTBEAT_KEY,
+  loadConfig,
+  type MigrationTrack,
+  newEvent,
+  parseIdentityPrivateKey,
+  physicalTopic,
+  signIdentityPayload,
+} from '@onto/shared';
 import {
   buildTestService,
   createTestDatabase,
   createTestTopics,
   eventually,
   testEndpoints,
+  testIdentityEnv,
+  testIdentityKeys,
 } from '@onto/shared/testing';
 import type { TObject } from '@sinclair/typebox';
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
+import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
@@ -34,6 +51,7 @@ async function buildWithProbes(service: ReplicaService, prefix: string) {
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     ONTO_TOPIC_PREFIX: prefix,
     IDENTITY_MAX_LAG_MS: String(BOUND_MS), // the strict mode: these tests assert failing closed (ADR 22)
+    ...testIdentityEnv(),
   }) as { LOG_LEVEL: string };
   const app = Fastify(fastifyOptions(config));
   await app.register(service.app, { config: config as never });
@@ -200,6 +218,83 @@ export function describeIdentityReplica(service: ReplicaService) {
       } finally {
         await db.end();
       }
+    });
+
+    /** What the replica has counted as refused for `reason` (onto_identity_refused_total). */
+    async function refusedCount(reason: string): Promise<number> {
+      const metric = await replica.app.metrics.getSingleMetric('onto_identity_refused_total')?.get();
+      return metric?.values.find((v) => v.labels.reason === reason)?.value ?? 0;
+    }
+    /** Produces an identity event as anyone with access to the topic could: a plain kafkajs client. */
+    async function produceAsStranger(type: 'identity.keys.published' | 'identity.heartbeat', payload: object) {
+      const key = type === 'identity.heartbeat' ? HEARTBEAT_KEY : 'keys';
+      const event = newEvent({
+        type,
+        worldId: '*',
+        key,
+        version: 0,
+        producer: 'control',
+        producerSeq: 0,
+        payload: payload as Record<string, unknown>,
+      });
+      const value = encodeEvent(event);
+      const kafka = new Kafka({ brokers: testEndpoints().kafkaBrokers.split(','), logLevel: logLevel.NOTHING });
+      const producer = kafka.producer();
+      await producer.connect();
+      try {
+        await producer.send({
+          topic: physicalTopic(prefix, 'onto.identity'),
+          messages: [
+            { key, value, headers: { 'onto-event-id': event.event_id, ...cloudEventHeaders(event.event_id, value) } },
+          ],
+        });
+      } finally {
+        await producer.disconnect();
+      }
+    }
+    async function replicaState() {
+      const { Client } = (await import('pg')).default;
+      const db = new Client({ connectionString: replica.databaseUrl });
+      await db.connect();
+      try {
+        const keys = await db.query<{ kid: string }>('SELECT kid FROM identity_keys');
+        const mark = await db.query<{ watermark_ms: string }>('SELECT watermark_ms FROM identity_replica');
+        return { kids: keys.rows.map((r) => r.kid), watermarkMs: Number(mark.rows[0]?.watermark_ms) };
+      } finally {
+        await db.end();
+      }
+    }
+
+    it('refuses a signing key and a heartbeat not signed by the identity key', async () => {
+      const forged = await generateSigningKey();
+      const strangerIdentity = parseIdentityPrivateKey(generateIdentityKeyPair().privateKey);
+      const before = await refusedCount('signature');
+      const aheadMs = 30_000; // within the clock bound: refused for its signature alone
+      await produceAsStranger('identity.keys.published', { keys: [forged.publicJwk] });
+      await produceAsStranger(
+        'identity.heartbeat',
+        signIdentityPayload(strangerIdentity, { watermark: Date.now() + aheadMs, keys: [forged.publicJwk] }),
+      );
+      await eventually('both forgeries counted', async () =>
+        (await refusedCount('signature')) >= before + 2 ? true : undefined,
+      );
+      const state = await replicaState();
+      expect(state.kids).not.toContain(forged.kid);
+      expect(state.watermarkMs).toBeLessThan(Date.now() + aheadMs / 2);
+      expect(replica.app.identityReplica.describe().keys).not.toContain(forged.kid);
+      // Genuine heartbeats still land: the replica stays fresh.
+      expect((await call(replica.app, 'GET', '/v1/probe/admin', admin)).statusCode).toBe(200);
+    });
+
+    it('refuses a genuinely signed heartbeat whose watermark is far ahead of its clock', async () => {
+      const identityKey = parseIdentityPrivateKey(testIdentityKeys().privateKey);
+      const before = await refusedCount('future_watermark');
+      const future = Date.now() + 10 * 60_000;
+      await produceAsStranger('identity.heartbeat', signIdentityPayload(identityKey, { watermark: future, keys: [] }));
+      await eventually('the future heartbeat counted', async () =>
+        (await refusedCount('future_watermark')) >= before + 1 ? true : undefined,
+      );
+      expect((await replicaState()).watermarkMs).toBeLessThan(future - 60_000);
     });
 
     it('fails closed with 503 once control falls silent for longer than the bound', async () => {

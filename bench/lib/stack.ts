@@ -1,7 +1,7 @@
 import { migrations as controlMigrations } from '@onto/control/app';
 import { migrations as dataMigrations } from '@onto/data/app';
 import { migrations as intelligenceMigrations } from '@onto/intelligence/app';
-import { createTestDatabase, createTestTopics, testEndpoints } from '@onto/shared/testing';
+import { createTestDatabase, createTestTopics, testEndpoints, testIdentityEnv } from '@onto/shared/testing';
 import { until } from './harness.js';
 import { startService } from './services.js';
 
@@ -70,6 +70,8 @@ export async function benchStack(
     REDIS_URL: endpoints.redisUrl,
     KAFKA_BROKERS: endpoints.kafkaBrokers,
     ONTO_TOPIC_PREFIX: topics.prefix,
+    // Both halves of the identity key (ADR 35): each service reads its own.
+    ...testIdentityEnv(),
   };
   const started: { stop: () => Promise<void> }[] = [];
   const stopAll = async () => {

@@ -1,5 +1,6 @@
 export { type AuditEntry, recordAudit } from './auth/audit.js';
 export * from './auth/events.js';
+export * from './auth/identity-signature.js';
 export {
   type AuthPluginOptions,
   actorOf,

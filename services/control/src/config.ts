@@ -5,6 +5,13 @@ import { type Static, Type } from '@sinclair/typebox';
 export const ConfigSchema = Type.Composite([
   serviceConfigSchema(4001),
   Type.Object({
+    ONTO_IDENTITY_PRIVATE_KEY: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          'The private half of the identity key (Ed25519, PEM or base64 of PEM/DER) that signs signing keys and heartbeats on onto.identity; data and intelligence hold the public half (ADR 35). Unset: they go unsigned, with a warning at boot',
+      }),
+    ),
     ONTO_BOOTSTRAP_TOKEN: Type.Optional(
       Type.String({
         minLength: 32,

@@ -1,9 +1,10 @@
+import type { KeyObject } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { CryptoKey } from 'jose';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import { CheckFailed } from '../http/health.js';
 import { Unavailable } from '../http/problem.js';
 import type { IncomingMessage } from '../kafka/broker.js';
@@ -11,6 +12,7 @@ import type { ApplyEffects, InboxConsumer } from '../messaging/consumer.js';
 import type { ConsumerStatus, ServiceConsumerOptions } from '../messaging/consumers-plugin.js';
 import { type EventEnvelope, parseEvent } from '../messaging/envelope.js';
 import { HEARTBEAT_KEY, identityPayload } from './events.js';
+import { identityPayloadSigned, parseIdentityPublicKey } from './identity-signature.js';
 import { authPlugin, type RevocationView } from './plugin.js';
 import {
   type AccessTokenClaims,
@@ -31,7 +33,14 @@ export interface IdentityReplicaOptions {
   registry?: Registry;
   /** How the replica's consumer (see consumerOptions) fares, for `describe`. */
   consumerStatus?: () => ConsumerStatus | undefined;
+  /** control's identity key: keys and heartbeats not signed by it are refused (unset: not checked). */
+  identityPublicKey?: KeyObject;
+  /** A heartbeat whose watermark is further ahead of this clock is refused. */
+  maxClockAheadMs?: number;
 }
+
+/** Why a key or heartbeat on onto.identity was refused, the label of onto_identity_refused_total. */
+export type IdentityRefusal = 'signature' | 'future_watermark';
 
 /** The identity consumer's session timeout: how long a crashed member keeps the partition. */
 const IDENTITY_SESSION_TIMEOUT_MS = 10_000;
@@ -65,9 +74,20 @@ export class IdentityReplica implements KeyRing, RevocationView {
   private stopped = false;
   private loads = 0;
   private readonly log: Logger;
+  private readonly refused: Counter<'reason'> | undefined;
 
   constructor(private readonly opts: IdentityReplicaOptions) {
     this.log = opts.logger.child({ component: 'identity-replica' });
+    if (opts.registry) {
+      this.refused =
+        (opts.registry.getSingleMetric('onto_identity_refused_total') as Counter<'reason'> | undefined) ??
+        new Counter({
+          name: 'onto_identity_refused_total',
+          help: 'Signing keys and heartbeats on onto.identity refused: not signed by the identity key, or a watermark from the future',
+          labelNames: ['reason'],
+          registers: [opts.registry],
+        });
+    }
     if (opts.registry && !opts.registry.getSingleMetric('onto_identity_replica_lag_seconds')) {
       const replica = this;
       new Gauge({
@@ -266,6 +286,8 @@ export class IdentityReplica implements KeyRing, RevocationView {
         }
         case 'identity.keys.published': {
           const p = identityPayload('identity.keys.published', event);
+          // Recorded in the inbox without effect: a forged key never verifies a token here.
+          if (!this.accepts(p, event.event_id)) break;
           await insertKeys(tx, p.keys, revision);
           break;
         }
@@ -275,6 +297,18 @@ export class IdentityReplica implements KeyRing, RevocationView {
     }
   };
 
+  /** Whether a key set or heartbeat is signed by control's identity key; counts it when not. */
+  private accepts(payload: Record<string, unknown>, eventId: string): boolean {
+    if (!this.opts.identityPublicKey || identityPayloadSigned(this.opts.identityPublicKey, payload)) return true;
+    this.refuse('signature', eventId, {});
+    return false;
+  }
+
+  private refuse(reason: IdentityRefusal, eventId: string, details: Record<string, unknown>) {
+    this.refused?.inc({ reason });
+    this.log.warn({ eventId, reason, ...details }, 'identity event refused');
+  }
+
   /** Raises the watermark to the newest heartbeat's; learns any key it names that is new here. */
   private async onHeartbeats(beats: EventEnvelope[]): Promise<void> {
     let watermark = -1;
@@ -282,6 +316,12 @@ export class IdentityReplica implements KeyRing, RevocationView {
     for (const beat of beats) {
       try {
         const p = identityPayload('identity.heartbeat', beat);
+        if (!this.accepts(p, beat.event_id)) continue;
+        const aheadMs = p.watermark - Date.now();
+        if (aheadMs > (this.opts.maxClockAheadMs ?? 60_000)) {
+          this.refuse('future_watermark', beat.event_id, { aheadMs });
+          continue;
+        }
         watermark = Math.max(watermark, p.watermark);
         keys = p.keys;
       } catch (err) {
@@ -338,6 +378,9 @@ export interface IdentityReplicaPluginOptions {
   consumer: string;
   maxLagMs: number;
   pollIntervalMs?: number;
+  /** ONTO_IDENTITY_PUBLIC_KEY: PEM or base64; unset, keys and heartbeats are not checked. */
+  identityPublicKey?: string;
+  maxClockAheadMs?: number;
 }
 
 /** The auth plugin on a replica of onto.identity: for the services other than control. */
@@ -351,7 +394,12 @@ export const identityReplicaPlugin = fp(
       logger: app.log as never,
       registry: app.metrics,
       consumerStatus: () => (consumer ? app.consumerStatus(consumer) : undefined),
+      ...(opts.identityPublicKey ? { identityPublicKey: parseIdentityPublicKey(opts.identityPublicKey) } : {}),
+      ...(opts.maxClockAheadMs !== undefined ? { maxClockAheadMs: opts.maxClockAheadMs } : {}),
     });
+    if (!opts.identityPublicKey) {
+      app.log.warn('ONTO_IDENTITY_PUBLIC_KEY is unset: signing keys and heartbeats on onto.identity are not checked');
+    }
     // Started and stopped with the service's other consumers.
     consumer = app.addConsumer(replica.consumerOptions(opts.consumer));
     app.decorate('identityReplica', replica);

@@ -144,6 +144,19 @@ export function serviceConfigSchema(defaultPort: number) {
  */
 export function replicaConfigSchema() {
   return Type.Object({
+    ONTO_IDENTITY_PUBLIC_KEY: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          "The public half of control's identity key (Ed25519, PEM or base64 of PEM/DER): signing keys and heartbeats on onto.identity that it does not verify are refused (ADR 35). Unset: they are accepted unsigned, with a warning at boot",
+      }),
+    ),
+    IDENTITY_MAX_CLOCK_AHEAD_MS: Type.Integer({
+      minimum: 0,
+      maximum: 3_600_000,
+      default: 60_000,
+      description: "A heartbeat whose watermark is further than this ahead of this service's clock is refused (ADR 35)",
+    }),
     IDENTITY_MAX_LAG_MS: Type.Integer({
       minimum: 100,
       maximum: 3_600_000,

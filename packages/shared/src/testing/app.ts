@@ -5,6 +5,7 @@ import type { MigrationTrack } from '../db/migrate.js';
 import { fastifyOptions } from '../http/platform.js';
 import { createTestDatabase } from './databases.js';
 import { testEndpoints } from './env.js';
+import { testIdentityEnv } from './identity-key.js';
 
 export interface TestService<C> {
   app: FastifyInstance;
@@ -29,6 +30,7 @@ export async function buildTestService<S extends TObject>(
     REDIS_URL: endpoints.redisUrl,
     KAFKA_BROKERS: endpoints.kafkaBrokers,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    ...testIdentityEnv(),
     ...env,
   };
   const config = loadConfig(service.schema, fullEnv);

@@ -1,3 +1,4 @@
+import type { KeyObject } from 'node:crypto';
 import {
   type Broker,
   backoffDelay,
@@ -12,6 +13,7 @@ import {
 } from '@onto/shared';
 import type { FastifyBaseLogger } from 'fastify';
 import type pg from 'pg';
+import { signedByIdentity } from './keys.js';
 
 export interface IdentityHeartbeatOptions {
   pool: pg.Pool;
@@ -21,6 +23,8 @@ export interface IdentityHeartbeatOptions {
   intervalMs?: number;
   /** Keys retired less than this long ago still verify tokens, so heartbeats still carry them. */
   keyGraceSeconds: number;
+  /** Signs every heartbeat (ADR 35); without it heartbeats go unsigned. */
+  identityKey?: KeyObject;
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -114,7 +118,7 @@ export class IdentityHeartbeat {
         version: 0,
         producer: 'control',
         producerSeq: this.seq++,
-        payload: { watermark: row.watermark, keys: row.keys },
+        payload: signedByIdentity(this.opts.identityKey, { watermark: row.watermark, keys: row.keys }),
       });
       const value = encodeEvent(event);
       const headers = { 'onto-event-id': event.event_id, ...cloudEventHeaders(event.event_id, value) };

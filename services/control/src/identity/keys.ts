@@ -1,3 +1,4 @@
+import type { KeyObject } from 'node:crypto';
 import {
   type AccessTokenClaims,
   type CryptoKey,
@@ -11,6 +12,7 @@ import {
   type Principal,
   type PublicSigningKey,
   type RevocationView,
+  signIdentityPayload,
   type WorldRole,
 } from '@onto/shared';
 import type pg from 'pg';
@@ -34,7 +36,11 @@ async function activeKey(db: pg.Pool): Promise<ActiveKey | undefined> {
  * none, created with `identity.keys.published` in the same transaction so that the other services
  * learn the public key before any token signed with it can reach them.
  */
-export async function ensureSigningKey(pool: pg.Pool, topicPrefix: string): Promise<ActiveKey> {
+export async function ensureSigningKey(
+  pool: pg.Pool,
+  topicPrefix: string,
+  identityKey: KeyObject | undefined,
+): Promise<ActiveKey> {
   const existing = await activeKey(pool);
   if (existing) return existing;
   const fresh = await generateSigningKey();
@@ -46,13 +52,18 @@ export async function ensureSigningKey(pool: pg.Pool, topicPrefix: string): Prom
     );
     if (rowCount) {
       await new Outbox(tx, topicPrefix).add(
-        identityMessage('identity.keys.published', 'keys', { keys: [fresh.publicJwk] }),
+        identityMessage('identity.keys.published', 'keys', signedByIdentity(identityKey, { keys: [fresh.publicJwk] })),
       );
     }
   });
   const active = await activeKey(pool);
   if (!active) throw new Error('no active signing key after creating one');
   return active;
+}
+
+/** `payload` signed by the identity key (ADR 35), or as it is when control has none. */
+export function signedByIdentity<P extends Record<string, unknown>>(identityKey: KeyObject | undefined, payload: P): P {
+  return identityKey ? signIdentityPayload(identityKey, payload) : payload;
 }
 
 /** Control's own keys, read from its database and kept in memory (a key never changes). */

@@ -1,4 +1,4 @@
-import { authPlugin } from '@onto/shared';
+import { authPlugin, parseIdentityPrivateKey } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { bootstrapTokenFault, type Config } from '../config.js';
@@ -17,7 +17,13 @@ export default fp(
     const fault =
       config.ONTO_BOOTSTRAP_TOKEN === undefined ? undefined : bootstrapTokenFault(config.ONTO_BOOTSTRAP_TOKEN);
     if (fault) throw new Error(fault);
-    const signingKey = await ensureSigningKey(app.pg, app.topicPrefix);
+    const identityKey = config.ONTO_IDENTITY_PRIVATE_KEY
+      ? parseIdentityPrivateKey(config.ONTO_IDENTITY_PRIVATE_KEY)
+      : undefined;
+    if (!identityKey) {
+      app.log.warn('ONTO_IDENTITY_PRIVATE_KEY is unset: signing keys and heartbeats on onto.identity go unsigned');
+    }
+    const signingKey = await ensureSigningKey(app.pg, app.topicPrefix, identityKey);
     await app.register(authPlugin, { keys: new ControlKeyRing(app.pg), revocations: new ControlRevocations(app.pg) });
     await app.register(identityRoutes, {
       signingKey,
@@ -36,6 +42,7 @@ export default fp(
       topicPrefix: app.topicPrefix,
       logger: app.log.child({ component: 'identity-heartbeat' }),
       keyGraceSeconds: config.ACCESS_TOKEN_TTL_SECONDS,
+      ...(identityKey ? { identityKey } : {}),
     });
     app.addHook('onReady', async () => heartbeat.start());
     app.addHook('onClose', () => heartbeat.stop());

@@ -10,7 +10,12 @@ import type { Config } from '../config.js';
  */
 export default fp(
   async (app: FastifyInstance, { config }: { config: Config }) => {
-    await app.register(identityReplicaPlugin, { consumer: 'data-identity', maxLagMs: config.IDENTITY_MAX_LAG_MS });
+    await app.register(identityReplicaPlugin, {
+      consumer: 'data-identity',
+      maxLagMs: config.IDENTITY_MAX_LAG_MS,
+      maxClockAheadMs: config.IDENTITY_MAX_CLOCK_AHEAD_MS,
+      ...(config.ONTO_IDENTITY_PUBLIC_KEY ? { identityPublicKey: config.ONTO_IDENTITY_PUBLIC_KEY } : {}),
+    });
   },
   { name: 'onto-identity' },
 );

@@ -13,6 +13,8 @@ export default fp(
     await app.register(identityReplicaPlugin, {
       consumer: 'intelligence-identity',
       maxLagMs: config.IDENTITY_MAX_LAG_MS,
+      maxClockAheadMs: config.IDENTITY_MAX_CLOCK_AHEAD_MS,
+      ...(config.ONTO_IDENTITY_PUBLIC_KEY ? { identityPublicKey: config.ONTO_IDENTITY_PUBLIC_KEY } : {}),
     });
   },
   { name: 'onto-identity' },

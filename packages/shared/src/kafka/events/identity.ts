@@ -24,11 +24,18 @@ export const RolesChangedPayload = Type.Object({
   minGeneration: Type.Integer({ minimum: 0 }),
 });
 
-export const KeysPublishedPayload = Type.Object({ keys: Type.Array(PublicSigningKeySchema) });
+/** Ed25519 by control's identity key over the canonical JSON of the rest of the payload, base64url (ADR 35). */
+const IdentitySignature = Type.Optional(Type.String({ minLength: 1, maxLength: 256 }));
+
+export const KeysPublishedPayload = Type.Object({
+  keys: Type.Array(PublicSigningKeySchema),
+  signature: IdentitySignature,
+});
 
 export const HeartbeatPayload = Type.Object({
   /** Every identity event committed before this instant (ms since the epoch) precedes this heartbeat. */
   watermark: Type.Integer({ minimum: 0 }),
   /** The public keys tokens may be signed with, so a replica learns them even past retention. */
   keys: Type.Array(PublicSigningKeySchema),
+  signature: IdentitySignature,
 });
