@@ -2,7 +2,7 @@
  * Points of time series in data's PostgreSQL (migrations/009, docs/adr/0028): series_keys names
  * each series once, series_points holds its points, range-partitioned by UTC day.
  */
-import { type FieldError, type Queryable, Unprocessable } from '@onto/shared';
+import { copyField, copyLines, type FieldError, type Queryable, Unprocessable } from '@onto/shared';
 import type pg from 'pg';
 import type { Aggregate, StoredPoint } from './model.js';
 
@@ -91,34 +91,41 @@ export interface PointRow extends StoredPoint {
 }
 
 /**
- * Writes points, one statement: a new instant is added, a known instant with another value is
- * replaced (last write wins), a known instant with the same value is left as it was. Answers
- * the points added or changed, which are the ones to announce.
+ * Writes points: COPYed into a staging table of the connection, then one statement adds a new
+ * instant, replaces a known instant with another value (last write wins) and leaves a known
+ * instant with the same value as it was (docs/adr/0034). Answers the points added or changed,
+ * which are the ones to announce, by series then time. The points hold one point per instant.
  */
-export async function upsertPoints(db: Queryable, seq: number, points: PointRow[]): Promise<PointRow[]> {
+export async function upsertPoints(tx: pg.ClientBase, seq: number, points: PointRow[]): Promise<PointRow[]> {
   if (points.length === 0) return [];
-  // Answered as (series, epoch ms) and matched to the input: no timestamp parsed back.
-  const { rows } = await db.query<{ series_id: string; ms: number }>(
-    `INSERT INTO series_points AS p (series_id, time, seq, num, label)
-     SELECT s, t, $1, n, l FROM unnest($2::bigint[], $3::timestamptz[], $4::float8[], $5::text[]) AS x(s, t, n, l)
-     ON CONFLICT (series_id, time) DO UPDATE SET seq = excluded.seq, num = excluded.num, label = excluded.label
-       WHERE (p.num, p.label) IS DISTINCT FROM (excluded.num, excluded.label)
-     RETURNING series_id, (extract(epoch FROM time) * 1000)::float8 AS ms`,
-    [
-      seq,
-      points.map((p) => p.seriesId),
-      points.map((p) => p.time),
-      points.map((p) => p.num),
-      points.map((p) => p.label),
-    ],
+  // Kept by the connection, emptied at each commit: no catalogue churn per batch.
+  await tx.query(
+    `CREATE TEMP TABLE IF NOT EXISTS series_staging
+       (series_id bigint, time timestamptz, num float8, label text, i int) ON COMMIT DELETE ROWS`,
   );
-  const byKey = new Map(points.map((p) => [`${p.seriesId}:${Date.parse(p.time)}`, p]));
-  const changed: PointRow[] = [];
-  for (const r of rows) {
-    const p = byKey.get(`${r.series_id}:${r.ms}`);
-    if (p) changed.push(p);
+  await copyLines(tx, 'series_staging (series_id, time, num, label, i)', stagingLines(points));
+  // The staged rows are taken out by the statement itself (the table is empty for a next batch),
+  // and the changed points come back as their index in `points`: no timestamp parsed back.
+  const { rows } = await tx.query<{ i: number }>(
+    `WITH staged AS (DELETE FROM series_staging RETURNING *),
+     up AS (
+       INSERT INTO series_points AS p (series_id, time, seq, num, label)
+       SELECT series_id, time, $1, num, label FROM staged
+       ON CONFLICT (series_id, time) DO UPDATE SET seq = excluded.seq, num = excluded.num, label = excluded.label
+         WHERE (p.num, p.label) IS DISTINCT FROM (excluded.num, excluded.label)
+       RETURNING series_id, time)
+     SELECT s.i FROM up JOIN staged s USING (series_id, time) ORDER BY s.series_id, s.time`,
+    [seq],
+  );
+  return rows.map((r) => points[r.i] as PointRow);
+}
+
+function* stagingLines(points: PointRow[]): Generator<string> {
+  for (let i = 0; i < points.length; i++) {
+    const p = points[i] as PointRow;
+    const label = p.label === null ? '\\N' : copyField(p.label);
+    yield `${p.seriesId}\t${p.time}\t${p.num === null ? '\\N' : p.num}\t${label}\t${i}\n`;
   }
-  return changed.sort((a, b) => a.seriesId - b.seriesId || (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
 }
 
 /**
