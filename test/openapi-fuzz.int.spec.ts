@@ -186,7 +186,8 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
   const doc = (await app.inject({ method: 'GET', url: '/docs/json' })).json() as Document;
   const r = random(SEED);
   const ajv = new Ajv({ strict: false, validateFormats: false, allErrors: false });
-  for (const [id, schema] of Object.entries(doc.components?.schemas ?? {})) ajv.addSchema(schema, `#/components/schemas/${id}`);
+  for (const [id, schema] of Object.entries(doc.components?.schemas ?? {}))
+    ajv.addSchema(schema, `#/components/schemas/${id}`);
   const operations = Object.entries(doc.paths).flatMap(([path, ops]) =>
     Object.entries(ops)
       .filter(([method]) => ['get', 'post', 'put', 'patch', 'delete'].includes(method))
@@ -206,7 +207,8 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
       const breakParams = n % 3 === 2;
       const url = path.replace(/\{([^}]+)\}/g, (_, p: string) => {
         const param = params.find((x) => x.in === 'path' && x.name === p);
-        const value = breakParams && r.next() < 0.7 ? invalidScalar(doc, param?.schema, r) : valid(doc, param?.schema, r);
+        const value =
+          breakParams && r.next() < 0.7 ? invalidScalar(doc, param?.schema, r) : valid(doc, param?.schema, r);
         return encodeURIComponent(String(value)).replace(/%25/g, '%');
       });
       const query = new URLSearchParams();
@@ -243,7 +245,11 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
         if (!/^application\/problem\+json/.test(String(res.headers['content-type']))) note('error not problem+json');
         else {
           const problem = res.json();
-          if (typeof problem.type !== 'string' || typeof problem.title !== 'string' || problem.status !== res.statusCode)
+          if (
+            typeof problem.type !== 'string' ||
+            typeof problem.title !== 'string' ||
+            problem.status !== res.statusCode
+          )
             note('problem without type, title or matching status');
         }
       } else if (res.statusCode >= 200 && res.statusCode < 300) {
@@ -302,7 +308,11 @@ describe('every endpoint fuzzed from its OpenAPI document', () => {
       const app = service === 'control' ? s.control.app : service === 'data' ? s.data.app : s.intelligence?.app;
       if (!app) throw new Error('the stack has no intelligence service');
       const mintToken = async () => {
-        const login = await s.control.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken: BOOTSTRAP } });
+        const login = await s.control.app.inject({
+          method: 'POST',
+          url: '/v1/auth/token',
+          payload: { apiToken: BOOTSTRAP },
+        });
         expect(login.statusCode, login.body).toBe(200);
         return login.json().accessToken as string;
       };
