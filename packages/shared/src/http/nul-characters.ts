@@ -41,5 +41,6 @@ export async function refuseNulCharacters(request: FastifyRequest): Promise<void
 function isParsedJson(item: unknown): item is object {
   if (typeof item !== 'object' || item === null) return false;
   const proto = Object.getPrototypeOf(item);
-  return Array.isArray(item) || proto === Object.prototype || proto === null;
+  // Object.prototype, or none: the query parser's objects have a prototype whose own is null.
+  return Array.isArray(item) || proto === null || Object.getPrototypeOf(proto) === null;
 }
