@@ -41,6 +41,13 @@ const WORLD = 'fuzz';
 const JS_NAMES = ['constructor', '__proto__', 'prototype', 'valueOf', 'toString', 'hasOwnProperty', 'then'];
 /** Identifiers the stack knows, tried first so that requests reach past "not found". */
 const KNOWN = [WORLD, 'Order', 'Customer', 'placedBy', 'o-1', 'admin', 'main', '1'];
+/** Most valid path parameters name what the stack has, by the parameter's name, to reach past 404. */
+const KNOWN_BY_NAME: [string, string][] = [
+  ['world', WORLD],
+  ['linktype', 'placedBy'],
+  ['type', 'Order'],
+  ['user', 'admin'],
+];
 const ODD_SEGMENTS = ['', 'a'.repeat(300), '%00', '..', '%2F', 'é', '日本', ' ', '-1', '9'.repeat(30), "'; --"];
 
 /** mulberry32: small, deterministic, good enough to pick among cases. */
@@ -207,8 +214,13 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
       const breakParams = n % 3 === 2;
       const url = path.replace(/\{([^}]+)\}/g, (_, p: string) => {
         const param = params.find((x) => x.in === 'path' && x.name === p);
+        const known = KNOWN_BY_NAME.find(([hint]) => p.toLowerCase().includes(hint))?.[1];
         const value =
-          breakParams && r.next() < 0.7 ? invalidScalar(doc, param?.schema, r) : valid(doc, param?.schema, r);
+          breakParams && r.next() < 0.7
+            ? invalidScalar(doc, param?.schema, r)
+            : known && r.next() < 0.7
+              ? known
+              : valid(doc, param?.schema, r);
         return encodeURIComponent(String(value)).replace(/%25/g, '%');
       });
       const query = new URLSearchParams();
