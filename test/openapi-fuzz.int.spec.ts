@@ -204,6 +204,7 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
   const findings: Finding[] = [];
   const statuses: Record<string, number> = {};
   let sent = 0;
+  let validated = 0;
   for (const { path, method, op } of operations) {
     const params = op.parameters ?? [];
     const bodyContent = Object.entries(op.requestBody?.content ?? {})[0];
@@ -270,12 +271,13 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
         const schema = documented?.content?.['application/json']?.schema;
         if (schema && /json/.test(String(res.headers['content-type']))) {
           const validate = ajv.compile(schema);
+          validated++;
           if (!validate(res.json())) note(`body not valid: ${ajv.errorsText(validate.errors)}`);
         }
       }
     }
   }
-  return { name, operations: operations.length, sent, statuses, findings };
+  return { name, operations: operations.length, sent, validated, statuses, findings };
 }
 
 /** One finding per operation, status and problem: a fuzz run repeats the same bug many times. */
@@ -330,9 +332,10 @@ describe('every endpoint fuzzed from its OpenAPI document', () => {
       };
       const run = await fuzz(service, app, mintToken);
       console.log(
-        `${service}: ${run.sent} requests over ${run.operations} operations, statuses ${JSON.stringify(run.statuses)}`,
+        `${service}: ${run.sent} requests over ${run.operations} operations, ${run.validated} success bodies validated, statuses ${JSON.stringify(run.statuses)}`,
       );
       expect(run.sent).toBeGreaterThanOrEqual(REQUESTS_PER_SERVICE);
+      expect(run.validated).toBeGreaterThan(100);
       expect(distinct(run.findings)).toEqual([]);
     },
     120_000,
