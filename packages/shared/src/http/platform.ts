@@ -1,5 +1,4 @@
 /// <reference types="@fastify/swagger" preserve="true" />
-
 import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
 import type { FastifyInstance, FastifyReply, FastifySchema, FastifyServerOptions } from 'fastify';
@@ -14,7 +13,6 @@ import { outboxPlugin } from '../messaging/plugin.js';
 import { redisPlugin } from '../redis/redis.js';
 import { BODY_LIMITS } from './body-limits.js';
 import { healthPlugin } from './health.js';
-import { refuseNulCharacters } from './nul-characters.js';
 import { metricsPlugin } from './observability.js';
 import { installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
 import { validatorCompiler } from './validation.js';
@@ -165,7 +163,6 @@ export const platformPlugin = fp(
     app.addHook('onRequest', async (request, reply) => {
       reply.header('x-request-id', request.id);
     });
-    app.addHook('preValidation', refuseNulCharacters);
     // Every route that takes a body says how large (BODY_LIMITS), or fails at boot.
     app.addHook('onRoute', (route) => {
       const methods = [route.method].flat();
