@@ -290,6 +290,8 @@ describe('control identity', () => {
       ['POST', '/v1/users/nobody/tokens', admin, {}, 404],
       ['POST', '/v1/users/ann/tokens', admin, { name: '' }, 400],
       ['POST', '/v1/users/ann/tokens', admin, { name: 'x', expires: 1 }, 400],
+      ['POST', '/v1/users/ann/tokens', admin, { name: 'a\u0000b' }, 400],
+      ['POST', '/v1/users', admin, { id: 'nul', displayName: 'a\u0000b' }, 400],
       ['DELETE', '/v1/users/ann/tokens/not-a-uuid', admin, undefined, 400],
       ['DELETE', '/v1/users/ann/tokens/00000000-0000-4000-8000-000000000000', admin, undefined, 404],
       ['PUT', '/v1/worlds/Bad_World/members/ann', admin, { role: 'viewer' }, 400],

@@ -35,7 +35,14 @@ export async function outboxSetAsideRoutes(fastify: FastifyInstance): Promise<vo
         summary: 'The events of this service the broker refused for good, waiting for a redrive, oldest first',
         querystring: Type.Object(
           {
-            after: Type.Optional(Type.Integer({ minimum: 0, description: 'the last id of the previous page' })),
+            // Bounded: an integer past bigint reached PostgreSQL as "1e+30" and failed there with a 500.
+            after: Type.Optional(
+              Type.Integer({
+                minimum: 0,
+                maximum: Number.MAX_SAFE_INTEGER,
+                description: 'the last id of the previous page',
+              }),
+            ),
             limit: Type.Integer({ minimum: 1, maximum: PAGE_LIMIT, default: 100 }),
           },
           { additionalProperties: false },

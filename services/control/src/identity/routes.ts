@@ -80,6 +80,8 @@ const ApiToken = Type.Object({
 });
 const Membership = Type.Object({ world: Type.String(), userId: Type.String(), role: Role, changed: Type.Boolean() });
 
+/** Free text PostgreSQL can store: it keeps no NUL character in text (a token name with one was a 500). */
+const STORABLE_TEXT = '^[^\\u0000]*$';
 const UserParams = Type.Object({ userId: UserId });
 const TokenParams = Type.Object({ userId: UserId, tokenId: Type.String({ format: 'uuid' }) });
 const MemberParams = Type.Object({ world: World, userId: UserId });
@@ -219,7 +221,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         body: Type.Object(
           {
             id: UserId,
-            displayName: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+            displayName: Type.Optional(Type.String({ minLength: 1, maxLength: 200, pattern: STORABLE_TEXT })),
             admin: Type.Optional(Type.Boolean({ description: 'make the user a platform administrator' })),
           },
           { additionalProperties: false },
@@ -292,7 +294,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         summary: 'Create an API token; its secret is in this response and nowhere else, ever',
         params: UserParams,
         body: Type.Object(
-          { name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })) },
+          { name: Type.Optional(Type.String({ minLength: 1, maxLength: 100, pattern: STORABLE_TEXT })) },
           { additionalProperties: false },
         ),
         response: {
