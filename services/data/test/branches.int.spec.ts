@@ -1,6 +1,6 @@
 import { inTransaction, newEvent, Outbox, TOPICS } from '@onto/shared';
 import { afterAll, assert, beforeAll, describe, expect, it } from 'vitest';
-import { dataStack, expectProblem, type Stack } from './stack.js';
+import { dataStack, expectProblem, forkThroughControl, type Stack } from './stack.js';
 
 const Order = {
   displayName: 'Order',
@@ -71,7 +71,6 @@ describe('worlds as branches', () => {
     }
     return pks;
   };
-  /** A fork made through control (at now): control copies the schema, data records the base. */
   /** This stack has no intelligence: control is told the world is READY once data provisioned it. */
   const ready = async (id: string) => {
     await s.until(`world ${id} in data`, async () =>
@@ -79,18 +78,8 @@ describe('worlds as branches', () => {
     );
     await s.control.app.pg.query(`UPDATE worlds SET status = 'READY' WHERE id = $1`, [id]);
   };
-  const fork = async (id: string, from: string) => {
-    await ready(from);
-    const res = await s.controlCall('POST', '/v1/worlds', { body: { id, from: { world: from } } });
-    expect(res.statusCode, res.body).toBe(202);
-    return s.until(`fork ${id} provisioned in data`, async () => {
-      const { rows } = await s.data.app.pg.query<{ base_seq: string }>(
-        `SELECT w.base_seq FROM worlds w WHERE w.id = $1 AND EXISTS (SELECT 1 FROM schema_versions v WHERE v.world_id = w.id)`,
-        [id],
-      );
-      return rows[0] ? Number(rows[0].base_seq) : undefined;
-    });
-  };
+  /** A fork made through control (at now): control copies the schema, data records the base. */
+  const fork = (id: string, from: string) => forkThroughControl(s, id, from);
   /** world.created as control would send it with a ref; the schema copied as control would. */
   const forkAtRef = async (id: string, from: string, ref: { commit?: number; instant?: string }) => {
     await inTransaction(s.control.app.pg, async (tx) => {

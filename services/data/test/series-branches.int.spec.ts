@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dataStack, type Stack } from './stack.js';
+import { dataStack, forkThroughControl, type Stack } from './stack.js';
 
 const Machine = {
   displayName: 'Machine',
@@ -50,18 +50,7 @@ describe('time series on branches', () => {
     expect(res.statusCode, res.body).toBe(200);
     return res.json().series?.temperature as { time: string; value: unknown } | undefined;
   };
-  const fork = async (id: string, from: string) => {
-    await s.control.app.pg.query(`UPDATE worlds SET status = 'READY' WHERE id = $1`, [from]);
-    const res = await s.controlCall('POST', '/v1/worlds', { body: { id, from: { world: from } } });
-    expect(res.statusCode, res.body).toBe(202);
-    return s.until(`fork ${id} provisioned in data`, async () => {
-      const { rows } = await s.data.app.pg.query<{ base_seq: string }>(
-        `SELECT w.base_seq FROM worlds w WHERE w.id = $1 AND EXISTS (SELECT 1 FROM schema_versions v WHERE v.world_id = w.id)`,
-        [id],
-      );
-      return rows[0] ? Number(rows[0].base_seq) : undefined;
-    });
-  };
+  const fork = (id: string, from: string) => forkThroughControl(s, id, from);
 
   const commits = { first: 0, fork: 0, baseAfter: 0, forkAfter: 0 };
 

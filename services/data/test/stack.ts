@@ -220,3 +220,24 @@ export async function dataStack(
   await s.identityKnown();
   return s;
 }
+
+/**
+ * Forks `id` from `from` through control (at now) in a stack without intelligence: control is told
+ * the base is READY once data has provisioned it; answers the commit data forked at, once data has
+ * recorded the fork and its schema.
+ */
+export async function forkThroughControl(s: Stack, id: string, from: string): Promise<number> {
+  await s.until(`world ${from} in data`, async () =>
+    (await s.data.app.pg.query('SELECT 1 FROM worlds WHERE id = $1', [from])).rowCount ? true : undefined,
+  );
+  await s.control.app.pg.query(`UPDATE worlds SET status = 'READY' WHERE id = $1`, [from]);
+  const res = await s.controlCall('POST', '/v1/worlds', { body: { id, from: { world: from } } });
+  expect(res.statusCode, res.body).toBe(202);
+  return s.until(`fork ${id} provisioned in data`, async () => {
+    const { rows } = await s.data.app.pg.query<{ base_seq: string }>(
+      `SELECT w.base_seq FROM worlds w WHERE w.id = $1 AND EXISTS (SELECT 1 FROM schema_versions v WHERE v.world_id = w.id)`,
+      [id],
+    );
+    return rows[0] ? Number(rows[0].base_seq) : undefined;
+  });
+}
