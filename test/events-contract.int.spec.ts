@@ -27,7 +27,10 @@ import { type IntelligenceStack, intelligenceStack } from '../services/intellige
 
 const W = 'contract';
 /** Declared in the catalogue, produced by nothing yet: the only types the flow cannot show. */
-const RESERVED: EventType[] = ['world.merge.requested'];
+// The merge saga's types (docs/adr/0037) until the merge flow below produces them (issue 17).
+const RESERVED: EventType[] = (Object.keys(EVENT_TYPES) as EventType[]).filter(
+  (t) => t.startsWith('world.merge.') || /^(intelligence\.)?merge\./.test(t),
+);
 /** The checker's repair requests, produced only on drift: services/control/test/checker.int.spec.ts makes them. */
 const ON_DRIFT: EventType[] = ['objects.recount.requested', 'derived.recompute.requested'];
 

@@ -65,6 +65,120 @@ const linkChange = (what: string) =>
 const ProvisioningReport = (what: string) =>
   closed({ service: Type.Union([Type.Literal('data'), Type.Literal('intelligence')]) }, what);
 
+/** The merge saga (docs/adr/0037): ids, strategies and the pieces its events share. */
+const MergeId = Type.String({ pattern: UUID_V7.source, description: 'the merge, as control named it' });
+export const MERGE_STRATEGIES = ['SOURCE_WINS', 'TARGET_WINS', 'TIMESTAMP_WINS', 'MANUAL'] as const;
+export const MERGE_CONFLICT_TYPES = ['MODIFY_MODIFY', 'MODIFY_DELETE', 'SCHEMA_CONFLICT', 'RULE_CONFLICT'] as const;
+const Strategy = Type.Union(
+  MERGE_STRATEGIES.map((s) => Type.Literal(s)),
+  { description: 'how conflicts are settled' },
+);
+const Position = Type.Integer({
+  minimum: 0,
+  description: "a service's position in a world: data's write sequence, intelligence's definition sequence",
+});
+const Counts = Type.Record(Type.String(), Count, {
+  description: 'how many of each kind of entity (objects, links, …)',
+});
+const MergeConflict = closed(
+  {
+    id: Type.String({
+      pattern: '^[cdi]-[0-9]+$',
+      description: "unique in the merge: the service's initial (c, d, i), a dash and a number",
+    }),
+    type: Type.Union(MERGE_CONFLICT_TYPES.map((t) => Type.Literal(t))),
+    entity: Type.Record(Type.String(), Type.Unknown(), {
+      description:
+        'what conflicts: {kind: object, type, pk, property?} | {kind: link, linkType, from, to} | {kind: objectType|linkType|actionType, apiName, property?} | {kind: derived|rule|decision, name}',
+    }),
+    base: Type.Unknown({ description: 'the value at the merge base (null when absent)' }),
+    source: Type.Unknown({ description: 'the value in the source (null when absent or deleted)' }),
+    target: Type.Unknown({ description: 'the value in the target (null when absent or deleted)' }),
+    sourceAt: Type.Optional(Nullable(Instant)),
+    targetAt: Type.Optional(Nullable(Instant)),
+    reason: Type.Optional(Type.String({ description: 'why it conflicts, when the type alone does not say' })),
+  },
+  'one conflict a merge found',
+);
+const mergeReplies = (service: 'data' | 'intelligence') => {
+  const Service = Type.Literal(service);
+  return {
+    planned: closed(
+      {
+        merge: MergeId,
+        service: Service,
+        source: Position,
+        target: Position,
+        changes: Counts,
+        conflicts: Type.Integer({
+          minimum: 0,
+          description: 'how many conflicts the conflicts.found events before this one carried',
+        }),
+      },
+      `${service} computed its part of a merge (source and target at the positions it read)`,
+    ),
+    conflictsFound: closed(
+      { merge: MergeId, service: Service, conflicts: Type.Array(MergeConflict, { minItems: 1, maxItems: 200 }) },
+      `conflicts ${service} found planning a merge, at most 200 an event, sent before its planned event`,
+    ),
+    applied: closed(
+      { merge: MergeId, service: Service, target: Position, applied: Counts },
+      `${service} applied its part of a merge in one transaction; target is its position in the target after it`,
+    ),
+    failed: closed(
+      {
+        merge: MergeId,
+        service: Service,
+        phase: Type.Union([
+          Type.Literal('plan'),
+          Type.Literal('apply'),
+          Type.Literal('compensate'),
+          Type.Literal('verify'),
+        ]),
+        status: Type.Integer({
+          minimum: 400,
+          maximum: 599,
+          description: 'the HTTP status the failure maps to (409 when the target moved)',
+        }),
+        reason: Text,
+        field: Type.Optional(Type.String()),
+      },
+      `${service} could not do its part of a merge; nothing of that step was applied`,
+    ),
+    compensated: closed(
+      {
+        merge: MergeId,
+        service: Service,
+        reverted: Counts,
+        notReverted: Type.Array(Type.Record(Type.String(), Type.Unknown()), {
+          maxItems: 200,
+          description: 'entities written again since the merge, left as they are (at most 200 named)',
+        }),
+      },
+      `${service} undid its applied part of a merge`,
+    ),
+    verified: closed(
+      {
+        merge: MergeId,
+        service: Service,
+        verification: Uuid,
+        checked: Count,
+        differences: Count,
+        sample: Type.Array(
+          closed(
+            { entity: Type.Record(Type.String(), Type.Unknown()), expected: Type.Unknown(), actual: Type.Unknown() },
+            'a difference between the recomputed merge and the target',
+          ),
+          { maxItems: 50 },
+        ),
+      },
+      `${service} recomputed a finished merge from its base, source and target and compared it with the target`,
+    ),
+  };
+};
+const DATA_MERGE = mergeReplies('data');
+const INTELLIGENCE_MERGE = mergeReplies('intelligence');
+
 const AlertFields = {
   alertId: Uuid,
   rule: Text,
@@ -157,9 +271,60 @@ export const EVENT_PAYLOADS = {
     { reason: Text, provisioned: Type.Array(Text) },
     'provisioning failed: the services that provisioned the world drop it',
   ),
-  'world.merge.requested': Type.Record(Type.String(), Type.Unknown(), {
-    description: 'reserved: declared in the catalogue, not produced yet',
-  }),
+  'world.merge.requested': closed(
+    {
+      merge: MergeId,
+      source: Text,
+      target: Text,
+      strategy: Strategy,
+      dryRun: Type.Boolean(),
+      base: Nullable(
+        closed(
+          {
+            world: Text,
+            schemaVersion: Count,
+            dataSeq: Count,
+            definitions: Position,
+          },
+          'the merge base: one world at one point of each service (null: the two worlds share no history)',
+        ),
+      ),
+      schema: Type.Record(Type.String(), Type.Unknown(), {
+        description:
+          "the merged schema the objects are checked against (a MANUAL schema conflict: the target's side until resolved)",
+      }),
+      actor: Actor,
+    },
+    'control asks data and intelligence to compute their part of a merge (docs/adr/0037)',
+  ),
+  'world.merge.conflict.resolved': closed(
+    {
+      merge: MergeId,
+      conflict: Type.String({ pattern: '^[cdi]-[0-9]+$' }),
+      take: Type.Union([Type.Literal('source'), Type.Literal('target'), Type.Literal('value')]),
+      value: Type.Optional(Type.Unknown()),
+    },
+    'a person resolved one conflict of a MANUAL merge; the service whose conflict it is records it',
+  ),
+  'world.merge.apply': closed(
+    {
+      merge: MergeId,
+      schemaVersion: Type.Integer({
+        minimum: 1,
+        description: "the target's schema version with control's part applied",
+      }),
+      schema: Type.Record(Type.String(), Type.Unknown(), { description: 'that schema document' }),
+    },
+    'control applied its part of a merge: data and intelligence apply theirs',
+  ),
+  'world.merge.compensate': closed(
+    { merge: MergeId, reason: Text },
+    'a part of a merge failed: the services that applied theirs undo it',
+  ),
+  'world.merge.verify.requested': closed(
+    { merge: MergeId, verification: Uuid },
+    'merge-verify: data and intelligence recompute a finished merge and compare it with the target',
+  ),
   'check.requested': closed(
     { checkId: Uuid },
     'the consistency checker asks data and intelligence for their report of a world (docs/adr/0032)',
@@ -256,7 +421,18 @@ export const EVENT_PAYLOADS = {
     },
     "data's position in a world for a tag: the reply to world.tag.requested",
   ),
-  'intelligence.world.provisioned': ProvisioningReport('intelligence provisioned a world'),
+  'intelligence.world.provisioned': closed(
+    {
+      service: Type.Union([Type.Literal('data'), Type.Literal('intelligence')]),
+      base: Type.Optional(
+        closed(
+          { world: Text, definitions: Position },
+          "a fork's base world and the definition position the copy was taken at",
+        ),
+      ),
+    },
+    'intelligence provisioned a world',
+  ),
   'intelligence.world.tag.positioned': closed(
     {
       service: Type.Literal('intelligence'),
@@ -373,4 +549,16 @@ export const EVENT_PAYLOADS = {
   'action.completed': actionEnd('every step of an action was applied'),
   'action.compensated': actionEnd('an action was refused and its applied steps undone'),
   'action.failed': actionEnd('an action could not be completed nor compensated'),
+  'merge.planned': DATA_MERGE.planned,
+  'merge.conflicts.found': DATA_MERGE.conflictsFound,
+  'merge.applied': DATA_MERGE.applied,
+  'merge.failed': DATA_MERGE.failed,
+  'merge.compensated': DATA_MERGE.compensated,
+  'merge.verified': DATA_MERGE.verified,
+  'intelligence.merge.planned': INTELLIGENCE_MERGE.planned,
+  'intelligence.merge.conflicts.found': INTELLIGENCE_MERGE.conflictsFound,
+  'intelligence.merge.applied': INTELLIGENCE_MERGE.applied,
+  'intelligence.merge.failed': INTELLIGENCE_MERGE.failed,
+  'intelligence.merge.compensated': INTELLIGENCE_MERGE.compensated,
+  'intelligence.merge.verified': INTELLIGENCE_MERGE.verified,
 } as const satisfies Record<EventType, TSchema>;
