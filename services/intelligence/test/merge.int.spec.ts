@@ -247,6 +247,38 @@ describe('merges of definitions in intelligence', () => {
     });
   }, 240_000);
 
+  it('a merged rule raises alerts for the target’s existing objects; compensating it clears them', async () => {
+    const at = await fork('al-src', 'origin');
+    await fork('al-tgt', 'origin');
+    const written = await s.dataCall('PUT', '/v1/worlds/al-tgt/objects/Customer/big1', {
+      body: { properties: { id: 'big1', limit: 50 } },
+    });
+    expect(written.statusCode, written.body).toBeLessThan(300);
+    await put(
+      'al-src',
+      'big',
+      { objectType: 'Customer', condition: 'self.limit > 10', alertType: 'credit.big', severity: 'warning' },
+      'rules',
+    );
+    const m = await request('al-src', 'al-tgt', { world: 'origin', definitions: at }, 'SOURCE_WINS');
+    expect(m.planned.changes).toEqual({ derived: 0, rules: 1, decisions: 0 });
+    await applyMerge(m.merge, 'al-tgt');
+    await repliesTo(m.merge, 'applied');
+    const alerts = (status: string) =>
+      s.until(`an alert ${status} for big1`, async () => {
+        const res = await s.intelCall('GET', `/v1/worlds/al-tgt/alerts?pk=big1&status=${status}`, {
+          headers: { 'x-consistency-token': String(written.headers['x-consistency-token']) },
+        });
+        return res.statusCode === 200 && res.json().alerts.length === 1 ? true : undefined;
+      });
+    await alerts('OPEN');
+    await send('world.merge.compensate', 'al-tgt', { merge: m.merge, reason: 'data failed' });
+    expect((await repliesTo(m.merge, 'compensated'))[0]).toMatchObject({ reverted: { rules: 1 }, notReverted: [] });
+    await alerts('CLEARED');
+    const rule = await s.intelCall('GET', '/v1/worlds/al-tgt/rules/big');
+    expect(rule.statusCode).toBe(404);
+  }, 120_000);
+
   it('a fork reports its base position; a merge from it later sees only what changed since', async () => {
     await put('origin', 'late', times(2));
     const forkedAt = await fork('kid', 'origin');
