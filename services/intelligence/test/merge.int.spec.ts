@@ -279,6 +279,23 @@ describe('merges of definitions in intelligence', () => {
     expect(rule.statusCode).toBe(404);
   }, 120_000);
 
+  it('a plan that cannot be made fails in the plan phase, naming the field', async () => {
+    const merge = uuidv7();
+    await send('world.merge.requested', 'origin', {
+      merge,
+      source: 'nowhere',
+      target: 'origin',
+      strategy: 'SOURCE_WINS',
+      dryRun: false,
+      base: null,
+      schema: schemaDoc(),
+      actor: 'tester',
+    });
+    expect((await repliesTo(merge, 'failed'))[0]).toMatchObject({ phase: 'plan', status: 404, field: 'source' });
+    const { rowCount } = await db().query('SELECT 1 FROM definition_merges WHERE id = $1', [merge]);
+    expect(rowCount).toBe(0);
+  }, 60_000);
+
   it('a fork reports its base position; a merge from it later sees only what changed since', async () => {
     await put('origin', 'late', times(2));
     const forkedAt = await fork('kid', 'origin');
