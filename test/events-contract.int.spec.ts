@@ -32,7 +32,7 @@ const RESERVED: EventType[] = (Object.keys(EVENT_TYPES) as EventType[]).filter(
   (t) => t.startsWith('world.merge.') || /^(intelligence\.)?merge\./.test(t),
 );
 /** The checker's repair requests, produced only on drift: services/control/test/checker.int.spec.ts makes them. */
-const ON_DRIFT: EventType[] = ['objects.recount.requested', 'derived.recompute.requested'];
+const ON_DRIFT: EventType[] = ['objects.recount.requested', 'links.recount.requested', 'derived.recompute.requested'];
 
 const str = { type: 'string', required: true };
 const Order = {
@@ -148,6 +148,7 @@ describe('every event the services produce matches the published contract', () =
     );
     await ok('customer', s.dataCall('PUT', `/v1/worlds/${W}/objects/Customer/c-1`, { body: { properties: {} } }));
     await ok('link', s.dataCall('PUT', `/v1/worlds/${W}/links/placedBy/o-1/c-1`));
+    await ok('link recount', s.dataCall('POST', `/v1/admin/worlds/${W}/link-types/placedBy/recount`)); // link.announced
     await ok('unlink', s.dataCall('DELETE', `/v1/worlds/${W}/links/placedBy/o-1/c-1`));
     await ok('delete', s.dataCall('DELETE', `/v1/worlds/${W}/objects/Customer/c-1`));
 

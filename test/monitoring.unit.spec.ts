@@ -43,6 +43,7 @@ describe('alert rules and dashboard', () => {
       ['OntoIdempotencyKeyHitRate', /outcome="replayed"[\s\S]*\) > 0\.1$/],
       ['OntoOutboxOldestRowAge', /onto_outbox_oldest_pending_age_seconds\) > 60$/],
       ['OntoDeadLetterTopicNotEmpty', /onto_dlq_depth\) > 0$/],
+      ['OntoCheckerFindings', /onto_checker_findings\{kind!~"outbox_stale\|dlq_depth"\}\) > 0$/],
     ];
     for (const [alert, threshold] of thresholds) expect(byName.get(alert)?.expr.trim(), alert).toMatch(threshold);
   });

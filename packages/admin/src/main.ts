@@ -474,63 +474,70 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
         });
       }),
   );
-  exitHelp(
-    program
-      .command('object-recount')
-      .description(
-        'data counts the live objects of a type and re-announces each (object.announced, its current version); ' +
-          "intelligence's read model takes those it lacks and ignores those it has. Waits until intelligence's " +
-          'count matches (--timeout), unless --no-wait.',
-      )
-      .requiredOption('--world <world>', 'the world', matching(WORLD, '--world'))
-      .requiredOption('--type <type>', 'the object type', matching(NAME, '--type'))
-      .option('--no-wait', 'do not wait for intelligence to match')
-      .action(async (opts: { world: string; type: string; wait: boolean }, cmd: Command) => {
-        const { o, services, bar } = setup(cmd);
-        const api = services();
-        const countPath = `/v1/admin/worlds/${opts.world}/object-types/${opts.type}/count`;
-        const intelligenceCount = async () =>
-          ((await api.call('intelligence', 'GET', countPath)) as { count: number }).count;
-        const before = await intelligenceCount();
-        const recount = (await api.call(
-          'data',
-          'POST',
-          `/v1/admin/worlds/${opts.world}/object-types/${opts.type}/recount`,
-        )) as { count: number; announced: number };
-        let after = before;
-        if (opts.wait) {
-          const deadline = Date.now() + o.timeout * 1000;
-          bar.start(recount.count, `intelligence taking ${opts.type}`);
-          for (;;) {
-            after = await intelligenceCount();
-            bar.update(Math.min(after, recount.count));
-            if (after === recount.count || Date.now() > deadline) break;
-            await sleep(250);
+  for (const kind of [
+    { command: 'object-recount', path: 'object-types', noun: 'objects', of: 'object type', event: 'object.announced' },
+    { command: 'link-recount', path: 'link-types', noun: 'links', of: 'link type', event: 'link.announced' },
+  ] as const) {
+    exitHelp(
+      program
+        .command(kind.command)
+        .description(
+          `data counts the live ${kind.noun} of a${kind.of === 'object type' ? 'n' : ''} ${kind.of} and re-announces each ` +
+            `(${kind.event}, its current version); intelligence's read model takes those it lacks and ignores those ` +
+            "it has. Waits until intelligence's count matches (--timeout), unless --no-wait.",
+        )
+        .requiredOption('--world <world>', 'the world', matching(WORLD, '--world'))
+        .requiredOption('--type <type>', `the ${kind.of}`, matching(NAME, '--type'))
+        .option('--no-wait', 'do not wait for intelligence to match')
+        .action(async (opts: { world: string; type: string; wait: boolean }, cmd: Command) => {
+          const { o, services, bar } = setup(cmd);
+          const api = services();
+          const countPath = `/v1/admin/worlds/${opts.world}/${kind.path}/${opts.type}/count`;
+          const intelligenceCount = async () =>
+            ((await api.call('intelligence', 'GET', countPath)) as { count: number }).count;
+          const before = await intelligenceCount();
+          const recount = (await api.call(
+            'data',
+            'POST',
+            `/v1/admin/worlds/${opts.world}/${kind.path}/${opts.type}/recount`,
+          )) as { count: number; announced: number };
+          let after = before;
+          if (opts.wait) {
+            const deadline = Date.now() + o.timeout * 1000;
+            bar.start(recount.count, `intelligence taking ${opts.type}`);
+            for (;;) {
+              after = await intelligenceCount();
+              bar.update(Math.min(after, recount.count));
+              if (after === recount.count || Date.now() > deadline) break;
+              await sleep(250);
+            }
+            bar.stop();
           }
-          bar.stop();
-        }
-        const result = {
-          world: opts.world,
-          type: opts.type,
-          data: recount.count,
-          announced: recount.announced,
-          intelligenceBefore: before,
-          intelligenceAfter: opts.wait ? after : null,
-          consistent: opts.wait ? after === recount.count : null,
-        };
-        print(io, o.json, result, {
-          head: ['world', 'type', 'data', 'announced', 'intelligence before', 'intelligence after'],
-          rows: [[result.world, result.type, result.data, result.announced, before, result.intelligenceAfter ?? '-']],
-        });
-        if (opts.wait && after !== recount.count) {
-          throw new AdminError(
-            `intelligence holds ${after} ${opts.type} objects, data ${recount.count}, after ${o.timeout} s` +
-              (after > recount.count ? ' (intelligence holds objects data no longer has: a delete it missed)' : ''),
-            EXIT.timeout,
-          );
-        }
-      }),
-  );
+          const result = {
+            world: opts.world,
+            type: opts.type,
+            data: recount.count,
+            announced: recount.announced,
+            intelligenceBefore: before,
+            intelligenceAfter: opts.wait ? after : null,
+            consistent: opts.wait ? after === recount.count : null,
+          };
+          print(io, o.json, result, {
+            head: ['world', 'type', 'data', 'announced', 'intelligence before', 'intelligence after'],
+            rows: [[result.world, result.type, result.data, result.announced, before, result.intelligenceAfter ?? '-']],
+          });
+          if (opts.wait && after !== recount.count) {
+            throw new AdminError(
+              `intelligence holds ${after} ${opts.type} ${kind.noun}, data ${recount.count}, after ${o.timeout} s` +
+                (after > recount.count
+                  ? ` (intelligence holds ${kind.noun} data no longer has: a delete it missed)`
+                  : ''),
+              EXIT.timeout,
+            );
+          }
+        }),
+    );
+  }
   exitHelp(
     program
       .command('derived-recalc')

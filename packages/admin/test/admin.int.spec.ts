@@ -67,7 +67,10 @@ describe('onto-admin against the running stack', () => {
       '30',
     ];
     await admin.connect();
-    await s.world(W, { objectTypes: { Order } });
+    await s.world(W, {
+      objectTypes: { Order },
+      linkTypes: { follows: { from: 'Order', to: 'Order', cardinality: 'MANY_TO_MANY' } },
+    });
     const rule = await s.intelCall('PUT', `/v1/worlds/${W}/rules/big`, {
       body: { objectType: 'Order', condition: 'self.amount > 100', alertType: 'order.big', severity: 'warning' },
     });
@@ -82,6 +85,10 @@ describe('onto-admin against the running stack', () => {
       ['o-3', 7],
     ] as const)
       await put(pk, amount);
+    for (const to of ['o-2', 'o-3']) {
+      const link = await s.dataCall('PUT', `/v1/worlds/${W}/links/follows/o-1/${to}`);
+      expect(link.statusCode, link.body).toBe(201);
+    }
     await s.until('the three orders in intelligence', async () =>
       (await run('object-recount', '--world', W, '--type', 'Order', '--no-wait')).json().intelligenceBefore === 3
         ? true
@@ -102,6 +109,7 @@ describe('onto-admin against the running stack', () => {
       ['event-replay'],
       ['schema-reconcile'],
       ['object-recount'],
+      ['link-recount'],
       ['derived-recalc'],
       ['merge-verify'],
     ]) {
@@ -132,6 +140,7 @@ describe('onto-admin against the running stack', () => {
       [['schema-reconcile', '--world', 'Bad World'], EXIT.usage, /--world must match/],
       [['object-recount', '--world', W, '--type', 'Nothing'], EXIT.notFound, /Nothing is not in the schema/],
       [['object-recount', '--world', 'nowhere', '--type', 'Order'], EXIT.notFound, /nowhere/],
+      [['link-recount', '--world', W, '--type', 'nothing'], EXIT.notFound, /link type nothing is not in the schema/],
       [['derived-recalc', '--world', W, '--property', 'nothing'], EXIT.notFound, /nothing is not defined/],
       [['dlq', 'list', '--topic', 'no.such.topic'], EXIT.notFound, /no\.such\.topic does not exist/],
       [
@@ -188,6 +197,32 @@ describe('onto-admin against the running stack', () => {
     });
     expect(await intelligenceRow('o-3')).toEqual({ version: '1', properties: { id: 'o-3', amount: 7 } });
     expect(await intelligenceRow('o-1')).toEqual(kept);
+  });
+
+  it('link-recount re-announces the links and intelligence takes back the one it lost', async () => {
+    const links = async () =>
+      (
+        await s.intelligence?.app.pg.query<{ to_pk: string; version: string }>(
+          `SELECT to_pk, version::text FROM rm_links WHERE world_id = $1 AND link_type = 'follows' AND NOT deleted
+            ORDER BY to_pk`,
+          [W],
+        )
+      )?.rows;
+    await s.until('both links in intelligence', async () => ((await links())?.length === 2 ? true : undefined));
+    await s.intelligence?.app.pg.query(`DELETE FROM rm_links WHERE world_id = $1 AND to_pk = 'o-3'`, [W]);
+    const res = await run('link-recount', '--world', W, '--type', 'follows');
+    expect(res.code, res.err).toBe(EXIT.ok);
+    expect(res.json()).toMatchObject({
+      data: 2,
+      announced: 2,
+      intelligenceBefore: 1,
+      intelligenceAfter: 2,
+      consistent: true,
+    });
+    expect(await links()).toEqual([
+      { to_pk: 'o-2', version: '1' },
+      { to_pk: 'o-3', version: '1' },
+    ]);
   });
 
   it('derived-recalc recomputes a value made wrong', async () => {

@@ -19,6 +19,8 @@ const Order = {
   primaryKey: 'id',
   properties: { id: { type: 'string', required: true }, amount: { type: 'integer', required: true } },
 };
+const Customer = { displayName: 'Customer', primaryKey: 'id', properties: { id: { type: 'string', required: true } } };
+const placedBy = { from: 'Order', to: 'Customer', cardinality: 'MANY_TO_MANY' };
 
 describe('the consistency checker', () => {
   let s: Stack;
@@ -61,7 +63,7 @@ describe('the consistency checker', () => {
       intelligenceEnv: ANNOUNCE,
     });
     await s.identityKnown();
-    schemaVersion = await s.world(W, { objectTypes: { Order } });
+    schemaVersion = await s.world(W, { objectTypes: { Order, Customer }, linkTypes: { placedBy } });
     const def = await s.intelCall('PUT', `/v1/worlds/${W}/derived-properties/doubled`, {
       body: { objectType: 'Order', expression: 'amount * 2', maxStalenessMs: 1000 },
     });
@@ -75,6 +77,14 @@ describe('the consistency checker', () => {
         body: { properties: { id, amount } },
       });
       expect(res.statusCode, res.body).toBe(201);
+    }
+    const customer = await s.dataCall('PUT', `/v1/worlds/${W}/objects/Customer/c1`, {
+      body: { properties: { id: 'c1' } },
+    });
+    expect(customer.statusCode, customer.body).toBe(201);
+    for (const id of ['o1', 'o2']) {
+      const link = await s.dataCall('PUT', `/v1/worlds/${W}/links/placedBy/${id}/c1`);
+      expect(link.statusCode, link.body).toBe(201);
     }
     await s.until('the derived values of the three orders', async () => {
       const values = await Promise.all(['o1', 'o2', 'o3'].map(derived));
@@ -122,6 +132,37 @@ describe('the consistency checker', () => {
     expect(await checkWhenQuiet()).toEqual([]);
     expect((await s.controlCall('GET', `/v1/worlds/${W}/consistency`)).json().findings).toEqual([]);
     expect(await metrics()).not.toContain(`onto_checker_findings{world="${W}"`);
+  }, 90_000);
+
+  it('finds a link intelligence lost and has data re-announce the link type', async () => {
+    const inReadModel = async () =>
+      (
+        await intel().query<{ from_pk: string; version: string }>(
+          `SELECT from_pk, version::text FROM rm_links
+            WHERE world_id = $1 AND link_type = 'placedBy' AND NOT deleted ORDER BY from_pk`,
+          [W],
+        )
+      ).rows;
+    await s.until('both links in the read model', async () => ((await inReadModel()).length === 2 ? true : undefined));
+    await intel().query(`DELETE FROM rm_links WHERE world_id = $1 AND link_type = 'placedBy' AND from_pk = 'o2'`, [W]);
+    expect(await checkWhenQuiet()).toEqual([
+      {
+        world: W,
+        kind: 'link_count_mismatch',
+        subject: 'placedBy',
+        detail: { data: 2, intelligence: 1, quiet: true },
+        repair: 'links.recount.requested',
+      },
+    ]);
+    expect(await metrics()).toMatch(
+      new RegExp(`^onto_checker_findings\\{world="${W}",kind="link_count_mismatch"[^}]*\\} 1$`, 'm'),
+    );
+    expect(await metrics()).toMatch(/^onto_checker_repairs_total\{kind="link_count_mismatch"[^}]*\} 1$/m);
+    await s.until('the link back in the read model, at its version', async () => {
+      const rows = await inReadModel();
+      return rows.length === 2 && rows.every((r) => r.version === '1') ? true : undefined;
+    });
+    expect(await checkWhenQuiet()).toEqual([]);
   }, 90_000);
 
   it('finds a derived value older than its maximum staleness and has intelligence recompute it', async () => {
@@ -224,5 +265,12 @@ describe('the consistency checker', () => {
     expect(await metrics()).toMatch(/^onto_checker_findings\{world="",kind="dlq_depth"[^}]*\} 1$/m);
     // Belongs to no world: the world's findings stay empty.
     expect((await s.controlCall('GET', `/v1/worlds/${W}/consistency`)).json().findings).toEqual([]);
+
+    // Another replica's later run found nothing: a replica whose timer skipped exports that run's findings.
+    await s.control.app.pg.query(
+      `INSERT INTO checker_runs (check_id, started_at, finished_at) VALUES (gen_random_uuid(), now(), now() + interval '1 second')`,
+    );
+    await checker().refreshFindingsGauge();
+    expect(await metrics()).not.toContain('onto_checker_findings{');
   }, 60_000);
 });

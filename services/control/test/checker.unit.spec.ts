@@ -56,6 +56,36 @@ describe("the checker's comparison of a world's reports", () => {
     ]);
   });
 
+  it('compares link counts per link type, quiet by the newest link write, and asks for a link recount', () => {
+    const withLinks = (links: Record<string, number>, linkSeq: number) => ({ ...data({ A: 1 }, 10), links, linkSeq });
+    const intelLinks = (links: Record<string, number>, dataSeq = 30) => ({ ...intelligence({ A: 1 }, dataSeq), links });
+    expect(compareWorld('w', 3, withLinks({ placed: 4 }, 30), intelLinks({ placed: 4 }), 0.01)).toEqual([]);
+    expect(compareWorld('w', 3, withLinks({ placed: 4, tagged: 1 }, 30), intelLinks({ placed: 3 }), 0.01)).toEqual([
+      {
+        world: 'w',
+        kind: 'link_count_mismatch',
+        subject: 'placed',
+        detail: { data: 4, intelligence: 3, quiet: true },
+        repair: 'links.recount.requested',
+      },
+      {
+        world: 'w',
+        kind: 'link_count_mismatch',
+        subject: 'tagged',
+        detail: { data: 1, intelligence: 0, quiet: true },
+        repair: 'links.recount.requested',
+      },
+    ]);
+    // A link written after intelligence's watermark: not quiet, one link of tolerance.
+    expect(compareWorld('w', 3, withLinks({ placed: 4 }, 31), intelLinks({ placed: 3 }), 0.01)).toEqual([]);
+    // More links in intelligence than in data: found, not repaired.
+    expect(compareWorld('w', 3, withLinks({}, 30), intelLinks({ placed: 1 }), 0.01)).toMatchObject([
+      { kind: 'link_count_mismatch', subject: 'placed', repair: null },
+    ]);
+    // A report without link counts (an older service): links are not compared.
+    expect(compareWorld('w', 3, data({ A: 1 }), intelLinks({ placed: 1 }), 0.01)).toEqual([]);
+  });
+
   it('finds schema gaps, stale derived properties and missing reports', () => {
     expect(compareWorld('w', 4, data({}, 10, 3), intelligence({}, 10, 4, ['total']), 0.01)).toEqual([
       {

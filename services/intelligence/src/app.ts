@@ -35,7 +35,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worlds);
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(consistency, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
-  await fastify.register(evaluation);
+  await fastify.register(evaluation, { seriesKeepMarginMs: config.SERIES_KEEP_MARGIN_MS });
   await fastify.register(merges);
   await fastify.register(actions, {
     redisNamespace: `${fastify.topicPrefix}${new URL(config.DATABASE_URL).pathname.slice(1)}:`,

@@ -30,6 +30,13 @@ export const ConfigSchema = Type.Composite([
       default: 200,
       description: 'Derived properties, rules and decision definitions a world may have, each (more is a 422)',
     }),
+    SERIES_KEEP_MARGIN_MS: Type.Integer({
+      minimum: 0,
+      maximum: 366 * 24 * 3600_000,
+      default: 24 * 3600_000,
+      description:
+        "How much further back than the widest window of the world's definitions over a series its points are kept (docs/adr/0028)",
+    }),
     ACTION_STEP_RETRY_MS: Type.Integer({
       minimum: 100,
       maximum: 3600_000,

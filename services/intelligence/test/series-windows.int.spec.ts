@@ -98,6 +98,44 @@ describe('derived properties and rules over windows of time series (docs/adr/002
     expect((await open())[0]).toMatchObject({ alertType: 'machine.hot' });
   });
 
+  it('keeps only the points a window can reach: older ones are trimmed on ingest, aggregates unchanged', async () => {
+    // avgTemp (1h) and samples (30m) read temperature: its points are kept for 1h + the margin (1 day).
+    const put = await s.dataCall('PUT', `/v1/worlds/${W}/objects/Machine/m2`, {
+      body: { properties: { id: 'm2', limit: 1000 } },
+    });
+    expect(put.statusCode, put.body).toBe(201);
+    const base = Date.UTC(2026, 1, 1);
+    const STEP = 20 * 60_000;
+    // Three days of points, one every 20 minutes: the value is the point's index.
+    const days: [number, number][] = Array.from({ length: 3 * 72 + 1 }, (_, i) => [base + i * STEP, i]);
+    for (let i = 0; i < days.length; i += 100) await points('m2', days.slice(i, i + 100));
+    const last = base + (days.length - 1) * STEP;
+    const intel = s.intelligence?.app;
+    if (!intel) throw new Error('no intelligence');
+    const kept = async () =>
+      (
+        await intel.pg.query<{ n: number; oldest: Date }>(
+          `SELECT count(*)::int AS n, min(time) AS oldest FROM rm_series_points
+            WHERE world_id = $1 AND type = 'Machine' AND pk = 'm2' AND series = 'temperature'`,
+          [W],
+        )
+      ).rows[0];
+    // (last - 1h, last]: the last three points, 214, 215, 216.
+    await until('m2', 'avgTemp', 215);
+    await until('m2', 'samples', 2);
+    const horizon = last - HOUR - 24 * HOUR;
+    const expected = days.filter(([t]) => t >= horizon).length;
+    expect(await kept()).toEqual({ n: expected, oldest: new Date(horizon) });
+
+    // A late point older than every window is taken, then trimmed; nothing it could change changes.
+    await points('m2', [[base + STEP / 2, 10_000]]);
+    await points('m2', [[last + STEP, 217]]);
+    await until('m2', 'avgTemp', 216);
+    expect((await kept())?.n).toBe(expected + 1 - 1); // the new last point in, the oldest kept one out
+    expect((await kept())?.oldest).toEqual(new Date(horizon + STEP));
+    expect((await derived('m2'))?.samples?.value).toBe(2);
+  });
+
   it('refuses windows over what is not a numeric series, and durations that are not ones', async () => {
     for (const [aggregates, path] of [
       [{ a: { function: 'avg', series: 'mode', window: '1h' } }, '/aggregates/a/function'],

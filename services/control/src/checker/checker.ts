@@ -25,19 +25,25 @@ import { republishSchema } from '../admin/routes.js';
 export type FindingKind =
   | 'schema_gap'
   | 'count_mismatch'
+  | 'link_count_mismatch'
   | 'derived_stale'
   | 'outbox_stale'
   | 'dlq_depth'
   | 'unreported';
 
 /** The repair event the checker asked for, or 'schema.republished' (control itself); null: none it can make. */
-export type Repair = 'schema.republished' | 'objects.recount.requested' | 'derived.recompute.requested' | null;
+export type Repair =
+  | 'schema.republished'
+  | 'objects.recount.requested'
+  | 'links.recount.requested'
+  | 'derived.recompute.requested'
+  | null;
 
 export interface Finding {
   /** null for what belongs to no world: a service's outbox, a dead-letter topic. */
   world: string | null;
   kind: FindingKind;
-  /** What is off: the service, object type, derived property or topic. */
+  /** What is off: the service, object or link type, derived property or topic. */
   subject: string;
   detail: Record<string, unknown>;
   repair: Repair;
@@ -47,12 +53,16 @@ interface StorageReport {
   schemaVersion: number;
   seq: number;
   counts: Record<string, number>;
+  /** Absent from a report of a data older than link counts: links are not compared then. */
+  linkSeq?: number;
+  links?: Record<string, number>;
   outboxOldestAgeSeconds: number;
 }
 interface IntelligenceReport {
   schemaVersion: number;
   dataSeq: number;
   counts: Record<string, number>;
+  links?: Record<string, number>;
   staleDerived: string[];
   outboxOldestAgeSeconds: number;
 }
@@ -93,6 +103,34 @@ export function recordingCheckReports(events: ReceivedEvent[]): Statement | null
   };
 }
 
+/**
+ * Counts per type (object or link) compared: exact when quiet, else within the tolerance of the
+ * larger count (at least one). Re-announcing data's live ones brings back what intelligence lost;
+ * it cannot remove extra ones, so a surplus in intelligence has no repair.
+ */
+function compareCounts(
+  world: string,
+  kind: 'count_mismatch' | 'link_count_mismatch',
+  repair: 'objects.recount.requested' | 'links.recount.requested',
+  c: { data: Record<string, number>; intelligence: Record<string, number>; quiet: boolean; countTolerance: number },
+): Finding[] {
+  const findings: Finding[] = [];
+  for (const type of new Set([...Object.keys(c.data), ...Object.keys(c.intelligence)])) {
+    const inData = c.data[type] ?? 0;
+    const inIntelligence = c.intelligence[type] ?? 0;
+    const allowed = c.quiet ? 0 : Math.max(1, Math.ceil(c.countTolerance * Math.max(inData, inIntelligence)));
+    if (Math.abs(inData - inIntelligence) <= allowed) continue;
+    findings.push({
+      world,
+      kind,
+      subject: type,
+      detail: { data: inData, intelligence: inIntelligence, quiet: c.quiet },
+      repair: inIntelligence < inData ? repair : null,
+    });
+  }
+  return findings;
+}
+
 /** The findings of one world from its two reports (pure: unit-testable). */
 export function compareWorld(
   world: string,
@@ -120,20 +158,23 @@ export function compareWorld(
   }
   if (data && intelligence) {
     // Quiet: intelligence has applied everything data had written when it answered.
-    const quiet = intelligence.dataSeq >= data.seq;
-    for (const type of new Set([...Object.keys(data.counts), ...Object.keys(intelligence.counts)])) {
-      const inData = data.counts[type] ?? 0;
-      const inIntelligence = intelligence.counts[type] ?? 0;
-      const allowed = quiet ? 0 : Math.max(1, Math.ceil(countTolerance * Math.max(inData, inIntelligence)));
-      if (Math.abs(inData - inIntelligence) <= allowed) continue;
-      findings.push({
-        world,
-        kind: 'count_mismatch',
-        subject: type,
-        detail: { data: inData, intelligence: inIntelligence, quiet },
-        // Re-announcing data's live objects brings back what intelligence lost; it cannot remove extra ones.
-        repair: inIntelligence < inData ? 'objects.recount.requested' : null,
-      });
+    findings.push(
+      ...compareCounts(world, 'count_mismatch', 'objects.recount.requested', {
+        data: data.counts,
+        intelligence: intelligence.counts,
+        quiet: intelligence.dataSeq >= data.seq,
+        countTolerance,
+      }),
+    );
+    if (data.links && intelligence.links) {
+      findings.push(
+        ...compareCounts(world, 'link_count_mismatch', 'links.recount.requested', {
+          data: data.links,
+          intelligence: intelligence.links,
+          quiet: intelligence.dataSeq >= (data.linkSeq ?? 0),
+          countTolerance,
+        }),
+      );
     }
     for (const name of intelligence.staleDerived) {
       findings.push({ world, kind: 'derived_stale', subject: name, detail: {}, repair: 'derived.recompute.requested' });
@@ -202,6 +243,22 @@ export class ConsistencyChecker {
     } finally {
       session.release();
     }
+  }
+
+  /**
+   * Sets `onto_checker_findings` from the last finished run of any replica: a replica whose timer
+   * was skipped would otherwise export its own older run's findings for ever, and the alert on
+   * them (max over replicas) would not clear.
+   */
+  async refreshFindingsGauge() {
+    const { rows } = await this.pool.query<{ world: string | null; kind: string; n: number }>(
+      `SELECT f.world_id AS world, f.kind, count(*)::int AS n FROM checker_findings f
+        WHERE f.check_id = (SELECT check_id FROM checker_runs WHERE finished_at IS NOT NULL
+                             ORDER BY finished_at DESC LIMIT 1)
+        GROUP BY f.world_id, f.kind`,
+    );
+    this.findingsGauge.reset();
+    for (const r of rows) this.findingsGauge.set({ world: r.world ?? '', kind: r.kind }, r.n);
   }
 
   async close() {
@@ -318,10 +375,10 @@ export class ConsistencyChecker {
           // Once per world, however many services lack the version.
           if (!republished.has(f.world)) await republishSchema(tx, f.world, this.topicPrefix, `checker:${checkId}`);
           republished.add(f.world);
-        } else if (f.repair === 'objects.recount.requested' && f.world) {
+        } else if ((f.repair === 'objects.recount.requested' || f.repair === 'links.recount.requested') && f.world) {
           repairs.push({
             event: newEvent({
-              type: 'objects.recount.requested',
+              type: f.repair,
               worldId: f.world,
               key: f.world,
               version: 0,

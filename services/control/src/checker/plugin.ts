@@ -19,7 +19,9 @@ export default fp(
       runPeriodically(app, 'checking consistency', opts.intervalMs, async () => {
         // A little less than the interval: this replica's own previous run does not skip this one.
         const findings = await checker.runCheck({ unlessRanWithinMs: opts.intervalMs * 0.9 });
-        if (findings && findings.length > 0) {
+        // Another replica checked: export its findings, not this replica's older ones.
+        if (findings === null) await checker.refreshFindingsGauge();
+        else if (findings.length > 0) {
           app.log.warn({ findings: findings.length }, 'the consistency checker found drift and asked for repairs');
         }
       });

@@ -13,9 +13,9 @@ import {
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import type { Origin } from '../events.js';
+import { linkPk, type Origin } from '../events.js';
 import { inWorldTransaction, originOf } from '../http.js';
-import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
 
 /** Objects announced per transaction: a big type never makes one giant transaction. */
 const ANNOUNCE_BATCH = 500;
@@ -25,6 +25,13 @@ const Recounted = Type.Object({
   type: Type.String(),
   count: Type.Integer({ description: 'live objects of the type in data' }),
   announced: Type.Integer({ description: 'object.announced events published' }),
+});
+
+const LinksRecounted = Type.Object({
+  world: Type.String(),
+  type: Type.String(),
+  count: Type.Integer({ description: 'live links of the type in data' }),
+  announced: Type.Integer({ description: 'link.announced events published' }),
 });
 
 interface HeadRow {
@@ -95,12 +102,83 @@ export async function announceObjects(app: FastifyInstance, world: string, type:
   }
 }
 
+interface LinkHeadRow {
+  from_pk: string;
+  to_pk: string;
+  from_type: string;
+  to_type: string;
+  version: string;
+  seq: string;
+}
+
+/**
+ * Re-announces each live link of a link type as `link.announced` with its current version, in
+ * transactions of ANNOUNCE_BATCH links; answers how many. The admin link recount's and the
+ * checker's repair (links.recount.requested). Only the world's own link heads, as for objects.
+ */
+export async function announceLinks(app: FastifyInstance, world: string, linkType: string, origin: Origin) {
+  let after = { from: '', to: '' };
+  let announced = 0;
+  for (;;) {
+    const batch = await inWorldTransaction(app.pg, world, async (tx) => {
+      const { rows: ctx } = await tx.query<{ provisioned: boolean; schema_version: number }>(
+        `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
+                (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version`,
+        [world],
+      );
+      if (!ctx[0]?.provisioned) throw notProvisioned(world);
+      await linkTypeOf(app, tx, world, linkType, ctx[0].schema_version);
+      const { rows } = await tx.query<LinkHeadRow>(
+        `SELECT from_pk, to_pk, from_type, to_type, version::text, seq::text FROM link_heads
+          WHERE world_id = $1 AND link_type = $2 AND NOT deleted AND (from_pk, to_pk) > ($3, $4)
+          ORDER BY from_pk, to_pk LIMIT $5`,
+        [world, linkType, after.from, after.to, ANNOUNCE_BATCH],
+      );
+      if (rows.length === 0) return rows;
+      await new Outbox(tx, app.topicPrefix).add(
+        rows.map((row) => {
+          const pk = linkPk(row.from_pk, row.to_pk);
+          const key = TOPICS['onto.changes.links'].key({ worldId: world, linkType, linkPk: pk });
+          return {
+            event: newEvent({
+              type: 'link.announced',
+              worldId: world,
+              key,
+              version: Number(row.version),
+              producer: 'data',
+              producerSeq: Number(row.seq),
+              causedBy: origin.causedBy,
+              payload: {
+                type: linkType,
+                pk,
+                from: { type: row.from_type, pk: row.from_pk },
+                to: { type: row.to_type, pk: row.to_pk },
+                version: Number(row.version),
+                actor: origin.actor,
+                requestId: origin.requestId,
+              },
+            }),
+            key,
+            headers: { 'x-request-id': origin.requestId },
+          };
+        }),
+      );
+      return rows;
+    });
+    announced += batch.length;
+    const last = batch.at(-1);
+    if (!last || batch.length < ANNOUNCE_BATCH) return announced;
+    after = { from: last.from_pk, to: last.to_pk };
+  }
+}
+
 /**
  * Operator repairs (onto-admin): `POST /v1/admin/worlds/{world}/object-types/{type}/recount`
  * counts the live objects of a type and re-announces each as `object.announced` with its current
  * version, so that a consumer that lost some (intelligence's read model) takes them again; one
  * that has the version already changes nothing. Only the world's own heads: a fork's inherited
- * objects are its base world's to announce.
+ * objects are its base world's to announce. `…/link-types/{type}/recount` does the same for links
+ * (`link.announced`).
  */
 export default fp(
   async (fastify: FastifyInstance) => {
@@ -129,6 +207,30 @@ export default fp(
           detail: { announced },
         });
         // Every live object was announced: the count is what was announced.
+        return { world, type, count: announced, announced };
+      },
+    );
+    app.post(
+      '/v1/admin/worlds/:world/link-types/:type/recount',
+      {
+        bodyLimit: BODY_LIMITS.small,
+        preHandler: app.authorize({ admin: true }),
+        schema: {
+          tags: ['admin'],
+          summary: 'Count the live links of a link type and re-announce them as link.announced',
+          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), type: Type.String({ minLength: 1 }) }),
+          response: { 200: LinksRecounted, ...problemResponses(400, 401, 403, 404, 409, 503) },
+        },
+      },
+      async (request) => {
+        const { world, type } = request.params;
+        const announced = await announceLinks(app, world, type, originOf(request));
+        await recordAudit(app.pg, request, {
+          action: 'admin.links.announced',
+          worldId: world,
+          subject: type,
+          detail: { announced },
+        });
         return { world, type, count: announced, announced };
       },
     );

@@ -21,7 +21,8 @@ const World = Type.String({ pattern: WORLD_ID });
 
 /**
  * Operator repairs and checks (onto-admin): recompute a derived property for every object of its
- * type now, and count the read model's live objects of a type (to compare with data's count).
+ * type now, and count the read model's live objects of a type or links of a link type (to compare
+ * with data's count).
  */
 export async function adminRoutes(fastify: FastifyInstance, engine: Engine) {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -86,6 +87,28 @@ export async function adminRoutes(fastify: FastifyInstance, engine: Engine) {
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
       const { rows } = await app.pg.query<{ count: number }>(
         'SELECT count(*)::int AS count FROM rm_objects WHERE world_id = $1 AND type = $2 AND NOT deleted',
+        [world, type],
+      );
+      return { world, type, count: rows[0]?.count ?? 0 };
+    },
+  );
+
+  app.get(
+    '/v1/admin/worlds/:world/link-types/:type/count',
+    {
+      preHandler: app.authorize({ admin: true }),
+      schema: {
+        tags: ['admin'],
+        summary: "The read model's live links of a link type",
+        params: Type.Object({ world: World, type: Type.String({ pattern: NAME }) }),
+        response: { 200: Type.Object({ world: Type.String(), type: Type.String(), count: Type.Integer() }), ...errors },
+      },
+    },
+    async (request) => {
+      const { world, type } = request.params;
+      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      const { rows } = await app.pg.query<{ count: number }>(
+        'SELECT count(*)::int AS count FROM rm_links WHERE world_id = $1 AND link_type = $2 AND NOT deleted',
         [world, type],
       );
       return { world, type, count: rows[0]?.count ?? 0 };

@@ -24,9 +24,9 @@ const STALE_DERIVED = `
 /**
  * intelligence's side of the consistency checker (docs/adr/0032), on the intelligence-worlds
  * consumer: answers `check.requested` with `intelligence.check.reported` (schema version, data
- * watermark, live objects per type in the read model, stale derived properties, outbox age), and
- * `derived.recompute.requested` by queueing a recompute due now, as the admin route does (the
- * recompute worker polls its jobs).
+ * watermark, live objects per type and links per link type in the read model, stale derived
+ * properties, outbox age), and `derived.recompute.requested` by queueing a recompute due now, as
+ * the admin route does (the recompute worker polls its jobs).
  */
 export function checkerAnswers(topicPrefix: string) {
   return async (tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> => {
@@ -37,12 +37,16 @@ export function checkerAnswers(topicPrefix: string) {
           schemaVersion: number;
           dataSeq: string;
           counts: Record<string, number> | null;
+          links: Record<string, number> | null;
         }>(
           `SELECT (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = w.id) AS "schemaVersion",
                   coalesce((SELECT seq FROM data_watermarks WHERE world_id = w.id), 0)::text AS "dataSeq",
                   (SELECT json_object_agg(type, n) FROM (
                      SELECT type, count(*)::int AS n FROM rm_objects
-                      WHERE world_id = w.id AND NOT deleted GROUP BY type) c) AS counts
+                      WHERE world_id = w.id AND NOT deleted GROUP BY type) c) AS counts,
+                  (SELECT json_object_agg(link_type, n) FROM (
+                     SELECT link_type, count(*)::int AS n FROM rm_links
+                      WHERE world_id = w.id AND NOT deleted GROUP BY link_type) c) AS links
              FROM worlds w WHERE w.id = $1`,
           [world],
         );
@@ -63,6 +67,7 @@ export function checkerAnswers(topicPrefix: string) {
               schemaVersion: row.schemaVersion,
               dataSeq: Number(row.dataSeq),
               counts: row.counts ?? {},
+              links: row.links ?? {},
               staleDerived: stale.rows.map((r) => r.name),
               outboxOldestAgeSeconds: await outboxOldestAgeSeconds(tx),
             },

@@ -14,11 +14,11 @@ import {
   writeLinkChanges,
   writeObjectChanges,
 } from '../readmodel/apply.js';
-import { seriesPointsOf, writeSeriesPoints } from '../readmodel/series.js';
+import { seriesPointsOf, trimSeriesPoints, writeSeriesPoints } from '../readmodel/series.js';
 import { Evaluation, type EvaluationContext } from './evaluation.js';
 import { lockWorldsStatement } from './locks.js';
 import type { EvaluationMetrics } from './metrics.js';
-import { ModelCache } from './world-model.js';
+import { ModelCache, type WorldModel } from './world-model.js';
 import { WriteBehind } from './write-behind.js';
 
 interface WorldPlan {
@@ -28,6 +28,8 @@ interface WorldPlan {
   objects: ReadModelWrite | undefined;
   links: ReadModelWrite | undefined;
   series: ReadModelWrite | undefined;
+  /** The series the batch wrote points of: each is trimmed to what its windows need. */
+  seriesKeys: { type: string; pk: string; series: string }[];
 }
 
 interface BatchPlan {
@@ -63,13 +65,18 @@ function plan(events: ReceivedEvent[]): BatchPlan {
   }
   const worlds = [...byWorld]
     .sort(([a], [b]) => a.localeCompare(b))
-    .map(([worldId, batch]) => ({
-      worldId,
-      oldest: batch.oldest,
-      objects: writeObjectChanges(worldId, batch.objects.map(objectChangeOf)),
-      links: writeLinkChanges(worldId, batch.links.map(linkChangeOf)),
-      series: writeSeriesPoints(worldId, batch.series.map(seriesPointsOf)),
-    }));
+    .map(([worldId, batch]) => {
+      const series = batch.series.map(seriesPointsOf);
+      const keys = new Map(series.map((b) => [`${b.type}\u0000${b.pk}\u0000${b.series}`, b]));
+      return {
+        worldId,
+        oldest: batch.oldest,
+        objects: writeObjectChanges(worldId, batch.objects.map(objectChangeOf)),
+        links: writeLinkChanges(worldId, batch.links.map(linkChangeOf)),
+        series: writeSeriesPoints(worldId, series),
+        seriesKeys: [...keys.values()].map(({ type, pk, series }) => ({ type, pk, series })),
+      };
+    });
   const lock = lockWorldsStatement(byWorld.keys());
   const statements: Statement[] = lock ? [lock] : [];
   for (const world of worlds) {
@@ -101,6 +108,8 @@ export function applyChanges(deps: {
   models: ModelCache;
   ctx: EvaluationContext;
   metrics: EvaluationMetrics;
+  /** How much older than the widest window over a series its points are kept (SERIES_KEEP_MARGIN_MS). */
+  seriesKeepMarginMs: number;
 }): ApplyEffects {
   return async (tx, events, prepared) => {
     const batch = plan(events);
@@ -122,9 +131,29 @@ export function applyChanges(deps: {
       if (world.links && links) world.links.report(links, evaluation);
       if (world.series && series) world.series.report(series, evaluation);
       const stats = await evaluation.run();
+      // After the evaluation, sent with COMMIT: points no window reaches any more (docs/adr/0028).
+      const trim = trimSeriesPoints(
+        world.worldId,
+        world.seriesKeys.map((k) => ({
+          ...k,
+          keepMs: widestWindowMs(model, k.type, k.series) + deps.seriesKeepMarginMs,
+        })),
+      );
+      if (trim) sql.write(trim.text, trim.values as unknown[]);
       // Counted before the commit: a batch that rolls back and is retried counts twice.
       deps.metrics.record(world.worldId, stats, world.oldest);
     }
     return [...sql.take(), advancingDataWatermarks(batch.watermarks)];
   };
+}
+
+/** The widest window of the world's definitions over a series (0 when none reads it). */
+function widestWindowMs(model: WorldModel, type: string, series: string): number {
+  let widest = 0;
+  for (const def of model.seriesReaders.get(`${type}\u0000${series}`) ?? []) {
+    for (const spec of def.aggregates) {
+      if (spec.series === series && spec.windowMs !== undefined) widest = Math.max(widest, spec.windowMs);
+    }
+  }
+  return widest;
 }

@@ -30,7 +30,7 @@ declare module 'fastify' {
  * onto.storage and onto.worlds — the recompute worker, and the routes.
  */
 export default fp(
-  async (app: FastifyInstance) => {
+  async (app: FastifyInstance, opts: { seriesKeepMarginMs: number }) => {
     // The actions API (another part of intelligence) starts a decision's action in our
     // transaction; read at call time, so that registration order does not matter.
     const ctx = {
@@ -55,7 +55,7 @@ export default fp(
       mergeKey: (item) => item.event.world_id,
       partitionsConsumedConcurrently: 12,
       prepare: prepareChanges,
-      apply: applyChanges({ models, ctx, metrics }),
+      apply: applyChanges({ models, ctx, metrics, seriesKeepMarginMs: opts.seriesKeepMarginMs }),
     });
     app.addConsumer({
       name: 'intelligence-definitions',

@@ -70,7 +70,8 @@ export function linkChangeOf(event: EventEnvelope): LinkChange {
     toPk: str(to.pk, `${event.type}: payload.to.pk`),
     version: int(p.version, `${event.type}: payload.version`),
     seq: event.producer_seq,
-    live: event.type === 'link.created',
+    // link.announced re-states a live link (a recount): live, like link.created.
+    live: event.type !== 'link.deleted',
     eventId: event.event_id,
   };
 }

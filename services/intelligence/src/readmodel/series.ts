@@ -80,3 +80,43 @@ export function writeSeriesPoints(worldId: string, batches: SeriesPoints[]): Rea
     },
   };
 }
+
+/** Points deleted per series and batch at most: a long backlog goes over several batches. */
+export const TRIM_BATCH = 5_000;
+
+/** A series whose points a batch wrote, and how far back from its latest point they are needed. */
+export interface SeriesToTrim {
+  type: string;
+  pk: string;
+  series: string;
+  keepMs: number;
+}
+
+/**
+ * Deletes the points of each series older than its latest point minus `keepMs`, at most
+ * TRIM_BATCH per series: no window of a definition reaches them (a window ends at the latest
+ * point, docs/adr/0028). Both lookups walk the primary key's (world, type, pk, series, time) order.
+ */
+export function trimSeriesPoints(worldId: string, series: SeriesToTrim[]): Statement | undefined {
+  if (series.length === 0) return undefined;
+  return {
+    text: `DELETE FROM rm_series_points r USING (
+         SELECT u.type, u.pk, u.series, p.time
+           FROM unnest($2::text[], $3::text[], $4::text[], $5::float8[]) AS u(type, pk, series, keep_ms)
+          CROSS JOIN LATERAL (SELECT max(time) AS last FROM rm_series_points
+                               WHERE world_id = $1 AND type = u.type AND pk = u.pk AND series = u.series) m
+          CROSS JOIN LATERAL (SELECT time FROM rm_series_points
+                               WHERE world_id = $1 AND type = u.type AND pk = u.pk AND series = u.series
+                                 AND time < m.last - make_interval(secs => u.keep_ms / 1000)
+                               ORDER BY time LIMIT ${TRIM_BATCH}) p
+       ) old
+       WHERE r.world_id = $1 AND r.type = old.type AND r.pk = old.pk AND r.series = old.series AND r.time = old.time`,
+    values: [
+      worldId,
+      series.map((s) => s.type),
+      series.map((s) => s.pk),
+      series.map((s) => s.series),
+      series.map((s) => s.keepMs),
+    ],
+  };
+}

@@ -336,6 +336,13 @@ export const EVENT_PAYLOADS = {
     },
     "the checker asks data to re-announce a type's live objects as object.announced (the recount repair)",
   ),
+  'links.recount.requested': closed(
+    {
+      checkId: Uuid,
+      type: Type.String({ minLength: 1, description: 'the link type whose counts differ' }),
+    },
+    "the checker asks data to re-announce a link type's live links as link.announced (the link recount repair)",
+  ),
   'derived.recompute.requested': closed(
     {
       checkId: Uuid,
@@ -402,6 +409,12 @@ export const EVENT_PAYLOADS = {
         description: "the world's newest object write in data's write sequence (0: none)",
       }),
       counts: Type.Record(Type.String(), Count, { description: "live objects per object type (the world's own)" }),
+      linkSeq: Type.Optional(
+        Type.Integer({ minimum: 0, description: "the world's newest link write in data's write sequence (0: none)" }),
+      ),
+      links: Type.Optional(
+        Type.Record(Type.String(), Count, { description: "live links per link type (the world's own)" }),
+      ),
       outboxOldestAgeSeconds: Type.Number({
         minimum: 0,
         description: 'the age in seconds of the oldest outbox row the service has not sent (0: none)',
@@ -466,6 +479,11 @@ export const EVENT_PAYLOADS = {
       schemaVersion: Count,
       dataSeq: Type.Integer({ minimum: 0, description: "the data watermark: the newest of data's writes applied" }),
       counts: Type.Record(Type.String(), Count, { description: "live objects per object type (the world's own)" }),
+      links: Type.Optional(
+        Type.Record(Type.String(), Count, {
+          description: "live links per link type in the read model (the world's own)",
+        }),
+      ),
       staleDerived: Type.Array(Type.String(), {
         description: 'derived properties with a value or a pending recompute older than their maximum staleness',
       }),
@@ -493,6 +511,18 @@ export const EVENT_PAYLOADS = {
   ),
   'link.created': linkChange('a link was created'),
   'link.deleted': linkChange('a link was deleted'),
+  'link.announced': closed(
+    {
+      type: Type.String({ minLength: 1, description: 'the link type' }),
+      pk: Type.String({ minLength: 1, description: "the link's own key: its two ends' primary keys" }),
+      from: LinkEnd,
+      to: LinkEnd,
+      version: Type.Integer({ minimum: 1, description: "the link's current version" }),
+      actor: Actor,
+      requestId: RequestId,
+    },
+    'data re-announces a live link as it is (a link recount): applied only by a consumer that lacks this version',
+  ),
   'series.points.written': closed(
     {
       type: Type.String({ minLength: 1, description: 'the object type' }),
