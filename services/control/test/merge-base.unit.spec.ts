@@ -17,7 +17,7 @@ describe('merge base (ADR 37)', () => {
     expect(mergeBase(lineage([]), 'a', 'b')).toBeNull();
   });
 
-  it("is the fork point, whichever way round, with the whole vector", () => {
+  it('is the fork point, whichever way round, with the whole vector', () => {
     const l = lineage([['staging', p('prod', 10, 3, 7)]]);
     expect(mergeBase(l, 'staging', 'prod')).toEqual(p('prod', 10, 3, 7));
     expect(mergeBase(l, 'prod', 'staging')).toEqual(p('prod', 10, 3, 7));
@@ -43,7 +43,7 @@ describe('merge base (ADR 37)', () => {
     expect(mergeBase(l, 'staging', 'prod')).toEqual(p('staging', 80, 6));
   });
 
-  it('a merge from a common parent into one side keeps the other side's fork point', () => {
+  it("a merge from a common parent into one side keeps the other side's fork point", () => {
     // A merge into the source does not make the target its ancestor unless the target was the source.
     const l = lineage(
       [
