@@ -29,6 +29,8 @@ CREATE TABLE merges (
   -- {service, phase, status, reason, field?} of the first failure.
   failure               jsonb,
   actor                 text        NOT NULL,
+  -- When both plans were in (the conflict rate counts merges that got this far).
+  planned_at            timestamptz,
   deadline_at           timestamptz,
   created_at            timestamptz NOT NULL DEFAULT now(),
   updated_at            timestamptz NOT NULL DEFAULT now()

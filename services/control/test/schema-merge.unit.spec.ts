@@ -68,7 +68,7 @@ describe('schema three-way merge: the seven cases per property, both directions'
         c.conflict ? [{ kind: 'objectType', apiName: 'Order', property: 'amount' }] : [],
       );
       if (c.conflict) expect(r.conflicts[0]).toMatchObject({ id: 'c-1', type: 'SCHEMA_CONFLICT', needsPerson: false });
-      if (c.conflict) expect(r.conflicts[0].take).toBeUndefined();
+      if (c.conflict) expect(r.conflicts[0]?.take).toBeUndefined();
     });
   }
 
@@ -103,7 +103,7 @@ describe('schema three-way merge: the seven cases per property, both directions'
     ]);
     expect(deleted.document.objectTypes.Order).toBeUndefined();
     // And the other way round.
-    expect(merge(base, doc(), t).conflicts[0].reason).toBe('deleted in the source, changed in the target');
+    expect(merge(base, doc(), t).conflicts[0]?.reason).toBe('deleted in the source, changed in the target');
   });
 
   it('SOURCE_WINS and TARGET_WINS settle every conflict', () => {
@@ -111,10 +111,10 @@ describe('schema three-way merge: the seven cases per property, both directions'
     const t = doc({ Order: order({ amount: { type: 'string' }, note: { type: 'string' } }) });
     const sw = merge(base, s, t, 'SOURCE_WINS');
     expect(props(sw.document)?.amount).toEqual({ type: 'double' });
-    expect(sw.conflicts[0].take).toBe('source');
+    expect(sw.conflicts[0]?.take).toBe('source');
     const tw = merge(base, s, t, 'TARGET_WINS');
     expect(props(tw.document)?.amount).toEqual({ type: 'string' });
-    expect(tw.conflicts[0].take).toBe('target');
+    expect(tw.conflicts[0]?.take).toBe('target');
   });
 
   it('TIMESTAMP_WINS takes the newer change per property, and the source on a tie', () => {
@@ -176,10 +176,10 @@ describe('schema three-way merge: the seven cases per property, both directions'
       entity: { kind: 'linkType', apiName: 'placedBy' },
       needsPerson: true,
     });
-    expect(r.conflicts[0].reason).toMatch(
+    expect(r.conflicts[0]?.reason).toMatch(
       /the merged link type placedBy is invalid: \/to object type "Customer" does not exist/,
     );
-    expect(r.conflicts[0].take).toBeUndefined();
+    expect(r.conflicts[0]?.take).toBeUndefined();
   });
 
   it('everything in the source is an addition against an empty base', () => {

@@ -88,12 +88,13 @@ export function withValue(doc: SchemaDocument, e: SchemaEntity, value: unknown):
  * of the run of versions, newest first, that hold it. Null without a history.
  */
 function changedAt(history: History | undefined, e: SchemaEntity): string | null {
-  if (!history || history.length === 0) return null;
-  const now = valueAt(history[history.length - 1].document, e);
+  const newest = history?.at(-1);
+  if (!history || !newest) return null;
+  const now = valueAt(newest.document, e);
   let at: string | null = null;
-  for (let i = history.length - 1; i >= 0; i--) {
-    if (!same(valueAt(history[i].document, e), now)) break;
-    at = history[i].createdAt;
+  for (const version of [...history].reverse()) {
+    if (!same(valueAt(version.document, e), now)) break;
+    at = version.createdAt;
   }
   return at;
 }
