@@ -118,8 +118,8 @@ describe('onto-admin against the running stack', () => {
       cwd: repo,
       encoding: 'utf8',
     });
-    expect(viaPnpm.status, viaPnpm.stderr).toBe(EXIT.unsupported);
-    expect(viaPnpm.stderr).toContain('merges do not exist yet');
+    expect(viaPnpm.status, viaPnpm.stderr).toBe(EXIT.usage);
+    expect(viaPnpm.stderr).toContain('--world');
     const viaOnto = spawnSync(`${repo}/onto`, ['admin', 'schema-reconcile', '--help'], { encoding: 'utf8' });
     expect(viaOnto.status, viaOnto.stderr).toBe(EXIT.ok);
     expect(viaOnto.stdout).toContain('Usage: onto-admin schema-reconcile');
@@ -154,7 +154,12 @@ describe('onto-admin against the running stack', () => {
         EXIT.usage,
         /offset/,
       ],
-      [['merge-verify', '--merge-id', 'm-1'], EXIT.unsupported, /merges do not exist yet/],
+      [['merge-verify', '--world', W, '--merge-id', 'm-1'], EXIT.usage, /--merge-id must match/],
+      [
+        ['merge-verify', '--world', W, '--merge-id', '0190a0a0-0000-7000-8000-000000000000'],
+        EXIT.notFound,
+        /has no merge/,
+      ],
     ];
     for (const [args, code, message] of cases) {
       const res = await run(...args);

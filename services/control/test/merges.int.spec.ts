@@ -270,7 +270,7 @@ describe('merges of worlds through control', () => {
     const metrics = (await service.app.inject({ method: 'GET', url: '/metrics' })).body;
     expect(metrics).toMatch(/onto_merges_total\{status="MERGED"[^}]*\} [1-9]/);
     expect(metrics).toMatch(/onto_merge_conflicts_total\{type="MODIFY_MODIFY"[^}]*\} [1-9]/);
-    expect(metrics).toMatch(/onto_merge_conflict_rate\{[^}]*\} 0\.5/);
+    expect(metrics).toMatch(/onto_merge_conflict_rate\{world="sw-prod"[^}]*\} 0\.5/);
   });
 
   it('MANUAL: stops at CONFLICTS, resolves one by one with validation, then apply', async () => {

@@ -4,7 +4,8 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 /**
  * Merge metrics, counted from the database when scraped (like onto_version_vector_spread), so
  * every replica reports the same totals: merges by status, conflicts by type, and the conflict
- * rate (merges that found conflicts / merges whose plans were all in).
+ * rate per target world (merges that found conflicts / merges whose plans were all in), which
+ * the OntoMergeConflictRate alert reads.
  */
 export function mergeMetrics(registry: Registry, pool: pg.Pool): void {
   new Counter({
@@ -35,16 +36,17 @@ export function mergeMetrics(registry: Registry, pool: pg.Pool): void {
   });
   new Gauge({
     name: 'onto_merge_conflict_rate',
-    help: 'Merges that found at least one conflict / merges whose plans were all in (0 before the first)',
+    help: 'Per target world: merges that found at least one conflict / merges whose plans were all in',
+    labelNames: ['world'] as const,
     registers: [registry],
     async collect() {
-      const { rows } = await pool.query<{ planned: number; conflicted: number }>(
-        `SELECT count(*)::int AS planned,
+      const { rows } = await pool.query<{ world: string; planned: number; conflicted: number }>(
+        `SELECT target AS world, count(*)::int AS planned,
                 count(*) FILTER (WHERE EXISTS (SELECT 1 FROM merge_conflicts c WHERE c.merge_id = m.id))::int AS conflicted
-           FROM merges m WHERE planned_at IS NOT NULL`,
+           FROM merges m WHERE planned_at IS NOT NULL GROUP BY target`,
       );
-      const { planned, conflicted } = rows[0] ?? { planned: 0, conflicted: 0 };
-      this.set(planned === 0 ? 0 : conflicted / planned);
+      this.reset();
+      for (const r of rows) this.set({ world: r.world }, r.conflicted / r.planned);
     },
   });
 }
