@@ -42,7 +42,7 @@ describe('merges of worlds through control', () => {
 
   const call = (method: 'GET' | 'POST' | 'PUT', url: string, payload?: unknown) =>
     service.app.inject({ method, url, payload: payload as never, headers: { authorization: `Bearer ${admin}` } });
-  const wait = <T>(what: string, probe: () => Promise<T | undefined> | T | undefined) =>
+  const wait = <T>(what: string | (() => string), probe: () => Promise<T | undefined> | T | undefined) =>
     eventually(what, probe, { timeoutMs: 20_000, intervalMs: 50 });
   const merge = async (target: string, id: string): Promise<Merge> =>
     (await call('GET', `/v1/worlds/${target}/merges/${id}`)).json();
@@ -434,6 +434,53 @@ describe('merges of worlds through control', () => {
     expect(timedOut.failure).toMatchObject({ service: 'intelligence', phase: 'plan', status: 504 });
     expect(timedOut.failure?.reason).toMatch(/timed out .* waiting for the plan of intelligence/);
   }, 40_000);
+
+  it('two merges into one target at once: one wins; a target schema written since the merge read it fails the apply 409', async () => {
+    const { prod, stg } = await pair('race');
+    const results = await Promise.all(
+      [0, 1, 2].map(() => call('POST', `/v1/worlds/${prod}/merges`, { source: stg, strategy: 'MANUAL' })),
+    );
+    expect(results.map((r) => r.statusCode).sort()).toEqual([202, 409, 409]);
+    const id = results.find((r) => r.statusCode === 202)?.json().id as string;
+    const running = await service.app.pg.query(
+      "SELECT count(*)::int AS n FROM merges WHERE target = $1 AND status = 'RUNNING'",
+      [prod],
+    );
+    expect(running.rows[0].n).toBe(1);
+
+    // MANUAL with a data conflict: it waits at CONFLICTS, which does not hold the target.
+    await fake('data', prod, id).plan({
+      source: 20,
+      target: 11,
+      conflicts: [
+        {
+          id: 'd-1',
+          type: 'MODIFY_MODIFY',
+          entity: { kind: 'object', type: 'Order', pk: 'o1', property: 'amount' },
+          base: 1,
+          source: 2,
+          target: 3,
+        },
+      ],
+    });
+    await fake('intelligence', prod, id).plan({ source: 4, target: 3 });
+    await until(prod, id, 'CONFLICTS', 'conflicts');
+    expect((await call('PUT', `/v1/worlds/${prod}/merges/${id}/conflicts/d-1`, { take: 'target' })).statusCode).toBe(
+      200,
+    );
+    // Meanwhile the target's schema moves: control's part cannot apply on a schema it did not merge.
+    const customer = { displayName: 'Customer', primaryKey: 'id', properties: { id: { type: 'string' } } };
+    expect((await call('PUT', `/v1/worlds/${prod}/object-types/Customer`, customer)).statusCode).toBe(200);
+    const version = (await schema(prod)).version;
+    const applied = await call('POST', `/v1/worlds/${prod}/merges/${id}/apply`);
+    expect(applied.statusCode, applied.body).toBe(202);
+    expect(applied.json().status).toBe('FAILED');
+    const failed = await merge(prod, id);
+    expect(failed.failure).toMatchObject({ service: 'control', phase: 'apply', status: 409 });
+    expect(failed.applied.control).toBeNull();
+    expect(sent('world.merge.apply', id)).toEqual([]);
+    expect((await schema(prod)).version).toBe(version);
+  });
 
   it('merge-verify: control checks its schema, data and intelligence report theirs', async () => {
     const { prod, stg } = await pair('ver');

@@ -1,8 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { mergeMetrics } from './metrics.js';
+import { applyMergeReplies } from './replies.js';
 import routes from './routes.js';
-import { applyMergeReplies, failOverdueMerges, type SagaContext } from './saga.js';
+import { failOverdueMerges, type SagaContext } from './saga.js';
 import verify from './verify.js';
 
 /** Merges of worlds (issue 17, docs/adr/0037): routes, the replies' consumer, deadlines, metrics. */
