@@ -482,6 +482,47 @@ describe('merges of worlds through control', () => {
     expect((await schema(prod)).version).toBe(version);
   });
 
+  it('a dry run stops at CONFLICTS when an object fails the merged schema, whatever the strategy, and takes no resolution', async () => {
+    const { prod, stg } = await pair('dry');
+    const id = await start(prod, { source: stg, strategy: 'SOURCE_WINS', dryRun: true });
+    await fake('data', prod, id).plan({
+      source: 20,
+      target: 11,
+      conflicts: [
+        {
+          id: 'd-1',
+          type: 'MODIFY_MODIFY',
+          entity: { kind: 'object', type: 'Order', pk: 'o1', property: 'amount' },
+          base: 1,
+          source: 2,
+          target: 3,
+        },
+        {
+          id: 'd-2',
+          type: 'SCHEMA_CONFLICT',
+          entity: { kind: 'object', type: 'Order', pk: 'o9' },
+          base: null,
+          source: { id: 'o9', amount: 'x' },
+          target: null,
+          reason: '/amount must be an integer',
+        },
+      ],
+    });
+    await fake('intelligence', prod, id).plan({ source: 4, target: 3 });
+    const dry = await until(prod, id, 'CONFLICTS');
+    expect(dry).toMatchObject({ dryRun: true, counts: { conflicts: 2, unresolved: 1 }, applied: { control: null } });
+    expect(dry.conflicts.map((c) => [c.id, c.resolution?.by ?? null])).toEqual([
+      ['d-1', 'strategy:SOURCE_WINS'],
+      ['d-2', null],
+    ]);
+    expectProblem(await call('PUT', `/v1/worlds/${prod}/merges/${id}/conflicts/d-2`, { take: 'target' }), 409);
+    expectProblem(await call('POST', `/v1/worlds/${prod}/merges/${id}/apply`), 409);
+    expect(sent('world.merge.apply', id)).toEqual([]);
+    // Finished, it holds nothing: the next merge may start.
+    const next = await start(prod, { source: stg, strategy: 'SOURCE_WINS', dryRun: true });
+    expect(next).not.toBe(id);
+  });
+
   it('merge-verify: control checks its schema, data and intelligence report theirs', async () => {
     const { prod, stg } = await pair('ver');
     const id = await start(prod, { source: stg, strategy: 'SOURCE_WINS' });
