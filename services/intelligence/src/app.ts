@@ -8,6 +8,7 @@ import type { Config } from './config.js';
 import consistency from './consistency.js';
 import evaluation from './engine/plugin.js';
 import identity from './identity/plugin.js';
+import merges from './merges/plugin.js';
 import positions from './positions/announcer.js';
 import schema from './schema/plugin.js';
 import worlds from './worlds/plugin.js';
@@ -35,6 +36,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(consistency, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(evaluation);
+  await fastify.register(merges);
   await fastify.register(actions, {
     redisNamespace: `${fastify.topicPrefix}${new URL(config.DATABASE_URL).pathname.slice(1)}:`,
     keyTtlMs: config.IDEMPOTENCY_KEY_TTL_MS,

@@ -5,8 +5,17 @@
  * kind; each kind says what its body is, how it is checked and saved, and how it is shown.
  */
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { BODY_LIMITS, ifMatch, NotFound, type SchemaDocument, Unprocessable, WORLD_ID } from '@onto/shared';
+import {
+  BODY_LIMITS,
+  type FieldError,
+  ifMatch,
+  NotFound,
+  type SchemaDocument,
+  Unprocessable,
+  WORLD_ID,
+} from '@onto/shared';
 import { type Static, type TObject, type TProperties, type TSchema, Type } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
 import type { FastifyInstance, FastifySchema } from 'fastify';
 import type pg from 'pg';
 import type { Definition } from './definitions.js';
@@ -24,6 +33,7 @@ import {
   ReadHeaders,
   WriteHeaders,
 } from './http.js';
+import { bodyOf, type Body as DefinitionBody, type Kind, recordChange } from './merges/history.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -68,6 +78,8 @@ export const DefinitionBookkeeping = {
 };
 
 export interface DefinitionResource<D extends Definition, Body extends TObject, Input, Query extends TProperties> {
+  /** The kind, as the definition history and merges name it (docs/adr/0039). */
+  kind: Kind;
   /** The path segment after the world, e.g. `rules`. */
   path: string;
   /** How messages and the name parameter call one, e.g. `derived property`. */
@@ -77,7 +89,7 @@ export interface DefinitionResource<D extends Definition, Body extends TObject, 
   view: (def: D, progress?: RecomputeProgress | null) => unknown;
   table: {
     list: (db: pg.Pool | pg.PoolClient, world: string) => Promise<D[]>;
-    get: (db: pg.Pool, world: string, name: string) => Promise<D | undefined>;
+    get: (db: pg.Pool | pg.PoolClient, world: string, name: string) => Promise<D | undefined>;
   };
   /**
    * For kinds evaluated over every existing object: a PUT requests that (and wakes the worker),
@@ -89,6 +101,8 @@ export interface DefinitionResource<D extends Definition, Body extends TObject, 
     description: string;
     body: Body;
     input: (body: Static<Body>) => Input;
+    /** What the stored definition says, as a PUT body with its defaults filled in (the history's body). */
+    stored: (def: D) => Record<string, unknown>;
     /** A valid definition that a PUT would not change: it answers 200 and writes nothing. */
     same: (def: D, input: Input) => boolean;
     /** Checks the new version (422, 409) and stores it; runs in the world's transaction. */
@@ -113,12 +127,40 @@ export interface DefinitionResource<D extends Definition, Body extends TObject, 
   };
 }
 
-/** Registers the four routes of one kind of definition on `fastify`. */
+/**
+ * A kind's PUT and DELETE as the routes make them, in a caller's transaction that holds the
+ * world's lock: a merge applies its definitions through these (docs/adr/0039), so a merged
+ * definition is checked, versioned, recorded in the history and recomputed like any other.
+ */
+export interface DefinitionWriter {
+  kind: Kind;
+  what: string;
+  /** The faults of a body against the PUT's schema (none: it fits). */
+  check: (body: unknown) => FieldError[];
+  /** The stored definition's version (undefined: none). */
+  version: (tx: pg.PoolClient, world: string, name: string) => Promise<number | undefined>;
+  /**
+   * PUT of a body that passed `check`; answers the version stored. `document`: the schema to
+   * check it against instead of the replica's (a merge's schema, which the replica may not have yet).
+   */
+  put: (
+    tx: pg.PoolClient,
+    world: string,
+    name: string,
+    body: DefinitionBody,
+    opts?: { expected?: number | 'any'; document?: SchemaDocument },
+  ) => Promise<number>;
+  remove: (tx: pg.PoolClient, world: string, name: string, expected?: number | 'any') => Promise<void>;
+  /** What the route does once its transaction committed (wake the recompute worker, forget metrics). */
+  committed: (world: string, name: string, deleted: boolean) => void;
+}
+
+/** Registers the four routes of one kind of definition on `fastify`; answers its writer. */
 export function definitionResource<D extends Definition, Body extends TObject, Input, Query extends TProperties>(
   fastify: FastifyInstance,
   engine: Engine,
   r: DefinitionResource<D, Body, Input, Query>,
-) {
+): DefinitionWriter {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const url = `/v1/worlds/:world/${r.path}/:name`;
   const Params = Type.Object({
@@ -127,6 +169,53 @@ export function definitionResource<D extends Definition, Body extends TObject, I
   });
   const show = async (world: string, def: D) =>
     r.recompute ? r.view(def, await recomputeOf(app.pg, world, r.recompute.kind, def.name)) : r.view(def);
+  /** A PUT in the caller's transaction (the world's lock held): 200 or 201 and the definition stored. */
+  const write = async (
+    tx: pg.PoolClient,
+    world: string,
+    name: string,
+    input: Input,
+    expected: number | 'any' | undefined,
+    against?: SchemaDocument,
+  ): Promise<{ status: 200 | 201; def: D }> => {
+    const all = await r.table.list(tx, world);
+    const existing = all.find((d) => d.name === name);
+    checkIfMatch(expected, existing?.version, `${r.what} ${name}`);
+    if (!existing && all.length >= app.definitionQuota) {
+      throw new Unprocessable(`world ${world} already has ${all.length} ${r.path}, the most allowed`, [
+        { path: '/', message: `a world may have at most ${app.definitionQuota} (MAX_DEFINITIONS_PER_WORLD)` },
+      ]);
+    }
+    if (existing?.state === 'valid' && r.put.same(existing, input)) return { status: 200, def: existing };
+    const replica = await app.schemaReplica.current(tx, world);
+    const { version: schemaVersion } = replica;
+    const document = against ?? replica.document;
+    const version = (existing?.version ?? 0) + 1;
+    const next = { worldId: world, name, version, state: 'valid' as const, errors: [], schemaVersion };
+    const def = await r.put.save(tx, { world, name, all, existing, input, version, document, next });
+    if (r.recompute) {
+      const { kind, of } = r.recompute;
+      await requestRecompute(tx, { worldId: world, kind, name, definitionVersion: def.version, ...of(def) });
+    }
+    await recordChange(tx, world, r.kind, name, def.version, bodyOf(r.put.stored(def)));
+    await bumpRevision(tx, world);
+    return { status: existing ? 200 : 201, def };
+  };
+  /** A DELETE in the caller's transaction (the world's lock held). */
+  const remove = async (tx: pg.PoolClient, world: string, name: string, expected: number | 'any' | undefined) => {
+    const all = await r.table.list(tx, world);
+    const existing = all.find((d) => d.name === name);
+    if (!existing) throw new NotFound(`${r.what} ${name} is not defined in ${world}`);
+    checkIfMatch(expected, existing.version, `${r.what} ${name}`);
+    await r.delete.remove(tx, { world, name, all, existing });
+    if (r.recompute) await finishRecomputes(tx, world, r.recompute.kind, name);
+    await recordChange(tx, world, r.kind, name, existing.version, null);
+    await bumpRevision(tx, world);
+  };
+  const committed = (world: string, name: string, deleted: boolean) => {
+    if (deleted) r.delete.afterCommit?.(world, name);
+    else if (r.recompute) engine.worker.wake();
+  };
   const options = <S extends FastifySchema>(role: 'viewer' | 'editor', schema: S) => ({
     bodyLimit: BODY_LIMITS.definition,
     preHandler: app.authorize({ role }),
@@ -147,29 +236,10 @@ export function definitionResource<D extends Definition, Body extends TObject, I
       const { world, name } = request.params;
       const expected = ifMatch(request, DEFINITION_IF_MATCH);
       await app.awaitConsistency(request, world);
-      const input = r.put.input(request.body as Static<Body>);
-      const result = await inWorld(app.pg, world, async (tx): Promise<{ status: 200 | 201; def: D }> => {
-        const all = await r.table.list(tx, world);
-        const existing = all.find((d) => d.name === name);
-        checkIfMatch(expected, existing?.version, `${r.what} ${name}`);
-        if (!existing && all.length >= app.definitionQuota) {
-          throw new Unprocessable(`world ${world} already has ${all.length} ${r.path}, the most allowed`, [
-            { path: '/', message: `a world may have at most ${app.definitionQuota} (MAX_DEFINITIONS_PER_WORLD)` },
-          ]);
-        }
-        if (existing?.state === 'valid' && r.put.same(existing, input)) return { status: 200, def: existing };
-        const { version: schemaVersion, document } = await app.schemaReplica.current(tx, world);
-        const version = (existing?.version ?? 0) + 1;
-        const next = { worldId: world, name, version, state: 'valid' as const, errors: [], schemaVersion };
-        const def = await r.put.save(tx, { world, name, all, existing, input, version, document, next });
-        if (r.recompute) {
-          const { kind, of } = r.recompute;
-          await requestRecompute(tx, { worldId: world, kind, name, definitionVersion: def.version, ...of(def) });
-        }
-        await bumpRevision(tx, world);
-        return { status: existing ? 200 : 201, def };
-      });
-      if (r.recompute) engine.worker.wake();
+      const result = await inWorld(app.pg, world, (tx) =>
+        write(tx, world, name, r.put.input(request.body as Static<Body>), expected),
+      );
+      committed(world, name, false);
       await app.consistencyHeader(reply, world);
       reply.code(result.status).header('etag', `"${result.def.version}"`);
       if (result.status === 201) reply.header('location', `/v1/worlds/${world}/${r.path}/${name}`);
@@ -231,19 +301,22 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     async (request, reply) => {
       const { world, name } = request.params;
       const expected = ifMatch(request, DEFINITION_IF_MATCH);
-      await inWorld(app.pg, world, async (tx) => {
-        const all = await r.table.list(tx, world);
-        const existing = all.find((d) => d.name === name);
-        if (!existing) throw new NotFound(`${r.what} ${name} is not defined in ${world}`);
-        checkIfMatch(expected, existing.version, `${r.what} ${name}`);
-        await r.delete.remove(tx, { world, name, all, existing });
-        if (r.recompute) await finishRecomputes(tx, world, r.recompute.kind, name);
-        await bumpRevision(tx, world);
-      });
-      r.delete.afterCommit?.(world, name);
+      await inWorld(app.pg, world, (tx) => remove(tx, world, name, expected));
+      committed(world, name, true);
       await app.consistencyHeader(reply, world);
       reply.code(204);
       return null;
     },
   );
+
+  return {
+    kind: r.kind,
+    what: r.what,
+    check: (body) => [...Value.Errors(r.put.body, body)].map((e) => ({ path: e.path || '/', message: e.message })),
+    version: async (tx, world, name) => (await r.table.get(tx, world, name))?.version,
+    put: async (tx, world, name, body, opts = {}) =>
+      (await write(tx, world, name, r.put.input(body as Static<Body>), opts.expected, opts.document)).def.version,
+    remove,
+    committed,
+  } satisfies DefinitionWriter;
 }

@@ -97,7 +97,8 @@ const same = (d: DecisionDefinition, input: DecisionInput) =>
 export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
-  definitionResource(fastify, engine, {
+  const writer = definitionResource(fastify, engine, {
+    kind: 'decision',
     path: 'decision-definitions',
     what: 'decision definition',
     tag: 'decisions',
@@ -110,6 +111,14 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
         'On a rule (or every rule of an alert type): an action type of the replicated schema and a CEL expression per parameter. Every alert raised afterwards makes one decision (decision.made); automatic approval starts the action at once (decision.executed), manual waits for approve or reject. Unknown references are a 422 naming the path.',
       body: Body,
       input: (body): DecisionInput => ({ ...body }),
+      stored: (d) => ({
+        rule: d.rule,
+        alertType: d.alertType,
+        actionType: d.actionType,
+        parameters: d.parameters,
+        approval: d.approval,
+        description: d.description,
+      }),
       same,
       save: async (tx, { world, name, all, input, version, document, next }) => {
         const { derived, rules } = await definitionsOf(tx, world, { decisions: all });
@@ -255,4 +264,5 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
       },
     );
   }
+  return writer;
 }

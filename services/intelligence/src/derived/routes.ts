@@ -125,7 +125,8 @@ function view(d: DerivedDefinition, recompute?: RecomputeProgress | null) {
 
 /** `PUT|GET|DELETE /v1/worlds/{world}/derived-properties/{name}` and the list. */
 export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
-  definitionResource(fastify, engine, {
+  return definitionResource(fastify, engine, {
+    kind: 'derived',
     path: 'derived-properties',
     what: 'derived property',
     tag: 'derived properties',
@@ -144,6 +145,13 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
         aggregates: body.aggregates ?? {},
         maxStalenessMs: body.maxStalenessMs ?? DEFAULT_MAX_STALENESS_MS,
         description: body.description,
+      }),
+      stored: (d) => ({
+        objectType: d.objectType,
+        expression: d.expression,
+        aggregates: d.aggregates,
+        maxStalenessMs: d.maxStalenessMs,
+        description: d.description,
       }),
       same: sameInput,
       save: async (tx, { world, name, all, existing, input, document, next }) => {

@@ -3,7 +3,9 @@ import fp from 'fastify-plugin';
 import { adminRoutes } from '../admin/routes.js';
 import type { ActionStarter } from '../decisions/make.js';
 import { decisionRoutes } from '../decisions/routes.js';
+import type { DefinitionWriter } from '../definition-routes.js';
 import { derivedRoutes } from '../derived/routes.js';
+import type { Kind } from '../merges/history.js';
 import { readModelRoutes } from '../readmodel/routes.js';
 import { alertRoutes } from '../rules/alert-routes.js';
 import { ruleRoutes } from '../rules/routes.js';
@@ -13,6 +15,13 @@ import { EvaluationMetrics } from './metrics.js';
 import { RecomputeWorker } from './recompute-jobs.js';
 import { applySchemaChanges } from './schema-changes.js';
 import { ModelCache } from './world-model.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Each kind's PUT and DELETE in a caller's transaction: how a merge writes definitions (docs/adr/0039). */
+    definitionWriters: Record<Kind, DefinitionWriter>;
+  }
+}
 
 /**
  * intelligence's evaluation: the read model of data's objects and links, derived properties,
@@ -63,11 +72,12 @@ export default fp(
     app.addHook('onClose', async () => worker.stop());
 
     await readModelRoutes(app);
-    await derivedRoutes(app, engine);
+    const derived = await derivedRoutes(app, engine);
     await adminRoutes(app, engine);
-    await ruleRoutes(app, engine);
+    const rule = await ruleRoutes(app, engine);
     await alertRoutes(app);
-    await decisionRoutes(app, engine);
+    const decision = await decisionRoutes(app, engine);
+    app.decorate('definitionWriters', { derived, rule, decision });
   },
   {
     name: 'onto-intelligence-evaluation',

@@ -137,6 +137,7 @@ const WORLD_TABLES = [
   'decisions',
   'decision_definitions',
   'definition_revisions',
+  'definition_history',
 ];
 
 /** Forgets a dropped world: its read model, definitions, values, alerts and decisions. */

@@ -75,7 +75,8 @@ async function clearRuleAlerts(tx: pg.PoolClient, world: string, rule: string, r
 
 /** `PUT|GET|DELETE /v1/worlds/{world}/rules/{name}` and the list. */
 export async function ruleRoutes(fastify: FastifyInstance, engine: Engine) {
-  definitionResource(fastify, engine, {
+  return definitionResource(fastify, engine, {
+    kind: 'rule',
     path: 'rules',
     what: 'rule',
     tag: 'rules',
@@ -89,6 +90,13 @@ export async function ruleRoutes(fastify: FastifyInstance, engine: Engine) {
         'Evaluated whenever an object’s properties or derived values that the condition reads change; edge-triggered: alert.raised when it becomes true, alert.cleared when it becomes false, at most one open alert per object. A new or changed rule is evaluated for every existing object (see evaluation). Changing the object type, alert type or severity clears the rule’s open alerts first. ETag: the rule version.',
       body: Body,
       input: (body): RuleInput => ({ ...body }),
+      stored: (r) => ({
+        objectType: r.objectType,
+        condition: r.condition,
+        alertType: r.alertType,
+        severity: r.severity,
+        description: r.description,
+      }),
       same: (existing, input) =>
         existing.objectType === input.objectType &&
         existing.condition === input.condition &&

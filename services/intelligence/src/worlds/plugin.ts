@@ -21,8 +21,10 @@ export default fp(
   async (app: FastifyInstance) => {
     const provisioning = worldProvisioning('intelligence', app.topicPrefix, {
       provision: async (tx, worldId, from) => {
-        if (from) await copyDefinitions(tx, app.schemaReplica, worldId, from);
-        return undefined;
+        if (!from) return undefined;
+        const { position } = await copyDefinitions(tx, app.schemaReplica, worldId, from);
+        // Where the fork starts in intelligence: control records it as the fork's merge base (docs/adr/0037).
+        return { reply: { base: { world: from.world, definitions: position } } };
       },
       position: tagPosition,
     });
