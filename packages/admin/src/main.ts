@@ -31,6 +31,17 @@ at a newer version, upsertIfNewer), so state never moves back, but side effects 
 versioned (an alert raised again, a decision made again) can repeat.`;
 
 const WORLD = /^[a-z][a-z0-9-]{0,62}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** control's answer to merge-verify: its own report, and data's and intelligence's once in. */
+interface MergeVerification {
+  complete: boolean;
+  differences: number;
+  services: Record<
+    'control' | 'data' | 'intelligence',
+    { checked: number; differences: number; sample: unknown[] } | null
+  >;
+}
 const NAME = /^[A-Za-z][A-Za-z0-9_]{0,63}$/;
 
 const offset = (value: string): bigint => {
@@ -596,10 +607,40 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
   exitHelp(
     program
       .command('merge-verify')
-      .description('verify a merge of a branch world (merges do not exist yet: always exit 6)')
-      .requiredOption('--merge-id <id>', 'the merge')
-      .action(async (opts: { mergeId: string }) => {
-        throw new AdminError(`merges do not exist yet: there is no merge ${opts.mergeId} to verify`, EXIT.unsupported);
+      .description(
+        'recompute a MERGED merge from its base, source and target and compare it with the target: control checks ' +
+          'the schema, data the objects and links, intelligence the definitions. Waits for their reports ' +
+          '(--timeout); exit 9 when any differs.',
+      )
+      .requiredOption('--world <world>', 'the target world of the merge', matching(WORLD, '--world'))
+      .requiredOption('--merge-id <id>', 'the merge (a uuid)', matching(UUID, '--merge-id'))
+      .action(async (opts: { world: string; mergeId: string }, cmd: Command) => {
+        const { o, services } = setup(cmd);
+        const api = services();
+        const path = `/v1/admin/worlds/${opts.world}/merges/${opts.mergeId}/verify`;
+        let verification = (await api.call('control', 'POST', path)) as MergeVerification;
+        const deadline = Date.now() + o.timeout * 1000;
+        while (!verification.complete && Date.now() < deadline) {
+          await sleep(250);
+          verification = (await api.call('control', 'GET', path)) as MergeVerification;
+        }
+        const rows = (['control', 'data', 'intelligence'] as const).map((s) => {
+          const r = verification.services[s];
+          return [s, r?.checked ?? 'no report', r?.differences ?? '-', r?.sample[0] ? JSON.stringify(r.sample[0]) : ''];
+        });
+        print(io, o.json, verification, { head: ['service', 'checked', 'differences', 'first difference'], rows });
+        if (!verification.complete) {
+          throw new AdminError(
+            `not every service reported on merge ${opts.mergeId} within ${o.timeout} s`,
+            EXIT.timeout,
+          );
+        }
+        if (verification.differences > 0) {
+          throw new AdminError(
+            `merge ${opts.mergeId}: ${verification.differences} difference(s) between the recomputed merge and ${opts.world}`,
+            EXIT.differences,
+          );
+        }
       }),
   );
 

@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { uuidv7 } from '@onto/shared';
 import { testEndpoints } from '@onto/shared/testing';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -126,8 +127,8 @@ describe('onto-admin against the running stack', () => {
       cwd: repo,
       encoding: 'utf8',
     });
-    expect(viaPnpm.status, viaPnpm.stderr).toBe(EXIT.unsupported);
-    expect(viaPnpm.stderr).toContain('merges do not exist yet');
+    expect(viaPnpm.status, viaPnpm.stderr).toBe(EXIT.usage);
+    expect(viaPnpm.stderr).toContain('--world');
     const viaOnto = spawnSync(`${repo}/onto`, ['admin', 'schema-reconcile', '--help'], { encoding: 'utf8' });
     expect(viaOnto.status, viaOnto.stderr).toBe(EXIT.ok);
     expect(viaOnto.stdout).toContain('Usage: onto-admin schema-reconcile');
@@ -163,7 +164,12 @@ describe('onto-admin against the running stack', () => {
         EXIT.usage,
         /offset/,
       ],
-      [['merge-verify', '--merge-id', 'm-1'], EXIT.unsupported, /merges do not exist yet/],
+      [['merge-verify', '--world', W, '--merge-id', 'm-1'], EXIT.usage, /--merge-id must match/],
+      [
+        ['merge-verify', '--world', W, '--merge-id', '0190a0a0-0000-7000-8000-000000000000'],
+        EXIT.notFound,
+        /has no merge/,
+      ],
     ];
     for (const [args, code, message] of cases) {
       const res = await run(...args);
@@ -223,6 +229,31 @@ describe('onto-admin against the running stack', () => {
       { to_pk: 'o-2', version: '1' },
       { to_pk: 'o-3', version: '1' },
     ]);
+  });
+
+  it("merge-verify prints control's check and waits for data's and intelligence's (--timeout)", async () => {
+    // A MERGED merge of ops into itself, written straight into control's table: the stack's data
+    // and intelligence of this branch do not run merges, so they never report and the run times out.
+    const pg = s.control.app.pg;
+    const id = uuidv7();
+    await pg.query(
+      `INSERT INTO merges (id, target, source, strategy, status, phase, source_schema_version, target_schema_version,
+                           merged_schema, actor, result)
+       SELECT $1, $2, $2, 'SOURCE_WINS', 'MERGED', 'done', version, version, document, 'admin',
+              json_build_object('schemaVersion', version, 'dataSeq', 1, 'definitions', 1)
+         FROM schema_versions WHERE world_id = $2 ORDER BY version DESC LIMIT 1`,
+      [id, W],
+    );
+    const quick = [...globals.slice(0, -2), '--timeout', '1'];
+    const res = await runCli(quick, 'merge-verify', '--world', W, '--merge-id', id);
+    expect(res.code, res.err).toBe(EXIT.timeout);
+    expect(res.json()).toMatchObject({
+      merge: id,
+      complete: false,
+      services: { control: { differences: 0 }, data: null },
+    });
+    expect(res.json().services.control.checked).toBeGreaterThan(0);
+    expect(res.err).toMatch(/not every service reported/);
   });
 
   it('derived-recalc recomputes a value made wrong', async () => {

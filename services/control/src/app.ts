@@ -7,6 +7,7 @@ import adminRoutes from './admin/routes.js';
 import checker from './checker/plugin.js';
 import type { Config } from './config.js';
 import identity from './identity/plugin.js';
+import merges from './merges/plugin.js';
 import schemaRoutes from './schema/routes.js';
 import worldConsistency from './worlds/consistency.js';
 import worldRoutes from './worlds/routes.js';
@@ -38,6 +39,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worldTags);
   await fastify.register(worldSaga);
   await fastify.register(worldConsistency);
+  await fastify.register(merges, { timeoutMs: config.MERGE_TIMEOUT_MS });
   await fastify.register(adminRoutes);
   await fastify.register(checker, {
     intervalMs: config.CHECKER_INTERVAL_MS,

@@ -82,6 +82,13 @@ export const ConfigSchema = Type.Composite([
       default: 30_000,
       description: 'How long data and intelligence have to provision a new world before it is FAILED',
     }),
+    MERGE_TIMEOUT_MS: Type.Integer({
+      minimum: 500,
+      maximum: 3_600_000,
+      default: 60_000,
+      description:
+        'How long each phase of a merge (planning, applying, compensating) may wait for data and intelligence before the merge fails',
+    }),
   }),
 ]);
 export type Config = Static<typeof ConfigSchema>;

@@ -42,6 +42,11 @@ export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[], t
     if (event.type === 'world.provisioned' && base) {
       await tx.query('UPDATE worlds SET parent_commit = $2 WHERE id = $1', [event.world_id, base.commit]);
     }
+    // intelligence's fork position: the merge base's definitions (docs/adr/0037).
+    const definitions = (event.payload as { base?: { definitions?: number } }).base?.definitions;
+    if (event.type === 'intelligence.world.provisioned' && definitions !== undefined) {
+      await tx.query('UPDATE worlds SET parent_definitions = $2 WHERE id = $1', [event.world_id, definitions]);
+    }
     await tx.query(
       `UPDATE worlds SET status = CASE WHEN status = 'PROVISIONING' THEN 'READY' ELSE 'DELETED' END,
               deadline_at = NULL, updated_at = now()

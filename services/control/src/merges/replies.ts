@@ -1,0 +1,192 @@
+/**
+ * data's and intelligence's replies to a merge (docs/adr/0037, steps 2 to 5), applied by the
+ * control-merges consumer under the merge's row lock: plans and conflicts, applies, failures,
+ * compensations and verifications.
+ */
+import type { ReceivedEvent } from '@onto/shared';
+import type pg from 'pg';
+import {
+  deadline,
+  emit,
+  type Failure,
+  lockMerge,
+  type MergeRow,
+  type PartRow,
+  parts,
+  SERVICES,
+  type Service,
+  updateMerge,
+} from './repository.js';
+import { afterPlans, compensate, endCompensation, type SagaContext } from './saga.js';
+
+type Reply = { kind: string; service: Service; payload: Record<string, unknown> };
+
+/** A merge reply from data (onto.storage) or intelligence (onto.intelligence), or undefined. */
+function replyOf(event: ReceivedEvent['event']): Reply | undefined {
+  const m = /^(?:intelligence\.)?merge\.(planned|conflicts\.found|applied|failed|compensated|verified)$/.exec(
+    event.type,
+  );
+  if (!m) return undefined;
+  const payload = event.payload as Record<string, unknown>;
+  return { kind: m[1] ?? '', service: payload.service as Service, payload };
+}
+
+/** Applies data's and intelligence's merge replies (steps 2 to 5), each under the merge's lock. */
+export async function applyMergeReplies(tx: pg.ClientBase, events: ReceivedEvent[], ctx: SagaContext): Promise<void> {
+  for (const { event } of events) {
+    const reply = replyOf(event);
+    if (!reply) continue;
+    if (reply.kind === 'verified') {
+      await recordVerification(tx, reply);
+      continue;
+    }
+    const merge = await lockMerge(tx, reply.payload.merge as string);
+    if (!merge) continue;
+    await onReply(tx, ctx, merge, reply);
+  }
+}
+
+async function onReply(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, reply: Reply): Promise<void> {
+  const { service, payload } = reply;
+  const set = (state: PartRow['state'], from: PartRow['state'][], columns: Record<string, unknown>) =>
+    tx.query(
+      `UPDATE merge_parts SET state = $3, updated_at = now(), ${Object.keys(columns)
+        .map((c, i) => `${c} = $${i + 5}`)
+        .join(', ')}
+        WHERE merge_id = $1 AND service = $2 AND state = ANY($4::text[])`,
+      [merge.id, service, state, from, ...Object.values(columns)],
+    );
+  switch (reply.kind) {
+    case 'conflicts.found':
+      await recordConflicts(tx, merge, payload.conflicts as Record<string, unknown>[]);
+      return;
+    case 'planned': {
+      await tx.query(
+        `INSERT INTO merge_parts (merge_id, service, state, source_pos, target_pos, changes, conflicts)
+         VALUES ($1, $2, 'planned', $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+        [merge.id, service, payload.source, payload.target, payload.changes, payload.conflicts],
+      );
+      await updateMerge(tx, merge.id, {
+        [service === 'data' ? 'source_data_seq' : 'source_definitions']: payload.source,
+      });
+      if (merge.phase === 'planning') await afterPlans(tx, ctx, merge);
+      return;
+    }
+    case 'applied': {
+      const moved = (await set('applied', ['planned'], { target_pos: payload.target, applied: payload.applied }))
+        .rowCount;
+      if (merge.phase === 'applying') {
+        const ps = await parts(tx, merge.id);
+        if (SERVICES.every((s) => ps.some((p) => p.service === s && p.state === 'applied'))) {
+          const pos = (s: Service) => Number(ps.find((p) => p.service === s)?.target_pos);
+          await updateMerge(tx, merge.id, {
+            status: 'MERGED',
+            phase: 'done',
+            deadline_at: null,
+            result: {
+              schemaVersion: merge.applied_schema_version ?? merge.target_schema_version,
+              dataSeq: pos('data'),
+              definitions: pos('intelligence'),
+            },
+          });
+        }
+      } else if (moved && merge.status !== 'MERGED' && (merge.phase === 'compensating' || merge.phase === 'done')) {
+        // Applied after the compensation was asked (or after the merge ended without it): undone too.
+        await updateMerge(tx, merge.id, { phase: 'compensating', deadline_at: deadline(ctx.timeoutMs) });
+        await emit(tx, ctx.topicPrefix, 'world.merge.compensate', merge.target, {
+          merge: merge.id,
+          reason: `${service} applied its part after the merge had failed`,
+        });
+      }
+      return;
+    }
+    case 'failed': {
+      // A verification that could not run says nothing about the merge's parts.
+      if (payload.phase === 'verify') return;
+      const failure: Failure = {
+        service,
+        phase: payload.phase as string,
+        status: payload.status as number,
+        reason: payload.reason as string,
+        ...(payload.field ? { field: payload.field as string } : {}),
+      };
+      await tx.query(
+        `INSERT INTO merge_parts (merge_id, service, state, failure) VALUES ($1, $2, 'failed', $3)
+         ON CONFLICT (merge_id, service) DO UPDATE SET state = 'failed', failure = $3, updated_at = now()
+          WHERE merge_parts.state IN ('planned', 'applied')`,
+        [merge.id, service, failure],
+      );
+      const withFailure = { ...merge, failure: merge.failure ?? failure };
+      if (!merge.failure) await updateMerge(tx, merge.id, { failure });
+      if (merge.phase === 'planning' || merge.phase === 'conflicts') {
+        await updateMerge(tx, merge.id, { status: 'FAILED', phase: 'done', deadline_at: null });
+      } else if (merge.phase === 'applying') {
+        await compensate(tx, ctx, withFailure, `${service} failed to apply: ${failure.reason}`);
+      } else if (merge.phase === 'compensating') {
+        await endCompensation(tx, withFailure);
+      }
+      return;
+    }
+    case 'compensated':
+      await set('compensated', ['planned', 'applied', 'failed'], {
+        reverted: payload.reverted,
+        not_reverted: JSON.stringify(payload.notReverted ?? []),
+      });
+      if (merge.phase === 'compensating') await endCompensation(tx, merge);
+      return;
+  }
+}
+
+/**
+ * Conflicts data and intelligence found. A strategy other than MANUAL settles them (the service
+ * applies it); an object that fails the merged schema needs a person whatever the strategy.
+ */
+async function recordConflicts(tx: pg.ClientBase, merge: MergeRow, conflicts: Record<string, unknown>[]) {
+  for (const c of conflicts) {
+    const needsPerson = c.type === 'SCHEMA_CONFLICT';
+    const settled = merge.strategy !== 'MANUAL' && !needsPerson;
+    const take = !settled
+      ? null
+      : merge.strategy === 'SOURCE_WINS'
+        ? 'source'
+        : merge.strategy === 'TARGET_WINS'
+          ? 'target'
+          : timestampTake(c.sourceAt as string | null, c.targetAt as string | null);
+    await tx.query(
+      `INSERT INTO merge_conflicts (merge_id, id, type, entity, base, source, target, source_at, target_at, reason,
+                                    needs_person, resolution_take, resolved_by, resolved_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, CASE WHEN $13::text IS NULL THEN NULL ELSE now() END)
+       ON CONFLICT (merge_id, id) DO NOTHING`,
+      [
+        merge.id,
+        c.id,
+        c.type,
+        c.entity,
+        JSON.stringify(c.base ?? null),
+        JSON.stringify(c.source ?? null),
+        JSON.stringify(c.target ?? null),
+        c.sourceAt ?? null,
+        c.targetAt ?? null,
+        c.reason ?? null,
+        needsPerson,
+        take,
+        settled ? `strategy:${merge.strategy}` : null,
+      ],
+    );
+  }
+}
+
+/** The side TIMESTAMP_WINS takes when the instants say; null when they tie (the service breaks it by sequence). */
+function timestampTake(sourceAt: string | null, targetAt: string | null) {
+  if (!sourceAt || !targetAt) return null;
+  const [s, t] = [Date.parse(sourceAt), Date.parse(targetAt)];
+  return s === t ? null : s > t ? 'source' : 'target';
+}
+
+async function recordVerification(tx: pg.ClientBase, reply: Reply): Promise<void> {
+  const { verification, checked, differences, sample } = reply.payload;
+  await tx.query(`UPDATE merge_verifications SET ${reply.service} = $2 WHERE id = $1`, [
+    verification,
+    { checked, differences, sample },
+  ]);
+}

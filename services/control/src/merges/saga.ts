@@ -1,0 +1,384 @@
+/**
+ * The merge saga as control runs it (docs/adr/0037): start, collect the plans, stop at CONFLICTS
+ * or apply control's part and ask for the others', then MERGED, or compensate. Every step runs in
+ * the transaction of the request or of the consumed replies, with its events in the outbox.
+ */
+import { Conflict, HttpProblem, inTransaction, uuidv7 } from '@onto/shared';
+import type pg from 'pg';
+import { currentSchema, writeVersion } from '../schema/repository.js';
+import { mergeBase, type Point } from './base.js';
+import {
+  deadline,
+  emit,
+  lockMerge,
+  type MergeRow,
+  type PartRow,
+  parts,
+  readLineage,
+  SERVICES,
+  schemaAt,
+  schemaHistory,
+  unresolvedCount,
+  updateMerge,
+} from './repository.js';
+import { describeErrors, invalidTypes, mergeSchemas, type Strategy } from './schema-merge.js';
+
+export interface SagaContext {
+  topicPrefix: string;
+  /** How long each phase (planning, applying, compensating) may take before the merge fails. */
+  timeoutMs: number;
+}
+
+export interface StartMerge {
+  target: string;
+  source: string;
+  strategy: Strategy;
+  dryRun: boolean;
+  actor: string;
+  requestId: string;
+}
+
+const requestIdOf = (id: string) => `merge:${id}`;
+
+/** Refuses a second merge while one is RUNNING against the target (409 naming it). */
+async function refuseRunning(tx: pg.ClientBase, target: string, except?: string): Promise<void> {
+  const { rows } = await tx.query<{ id: string }>(
+    "SELECT id FROM merges WHERE target = $1 AND status = 'RUNNING' AND id IS DISTINCT FROM $2::uuid",
+    [target, except ?? null],
+  );
+  if (rows[0]) {
+    throw new Conflict(`merge ${rows[0].id} is running against ${target}: one merge at a time`, {
+      runningMerge: rows[0].id,
+    });
+  }
+}
+
+/** A unique violation of merges_one_running (two merges racing past refuseRunning) is the same 409. */
+async function guarded<T>(target: string, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    if ((error as { code?: string }).code === '23505')
+      throw new Conflict(`another merge is running against ${target}: one merge at a time`);
+    throw error;
+  }
+}
+
+/**
+ * Step 1: the base, control's schema merge, the merge stored RUNNING with its schema conflicts
+ * (settled by the strategy where one can), and `world.merge.requested`. Returns the merge id.
+ */
+export async function startMerge(tx: pg.ClientBase, ctx: SagaContext, req: StartMerge): Promise<string> {
+  await refuseRunning(tx, req.target);
+  const base = mergeBase(await readLineage(tx), req.source, req.target);
+  const [sourceHead, targetHead] = [await currentSchema(tx, req.source), await currentSchema(tx, req.target)];
+  const merged = await computeSchemaPart(tx, {
+    ...req,
+    base,
+    sourceVersion: sourceHead.version,
+    targetVersion: targetHead.version,
+  });
+  const id = uuidv7();
+  await guarded(req.target, () =>
+    tx.query(
+      `INSERT INTO merges (id, target, source, strategy, dry_run, status, phase, base, source_schema_version,
+                           target_schema_version, merged_schema, actor, deadline_at)
+       VALUES ($1, $2, $3, $4, $5, 'RUNNING', 'planning', $6, $7, $8, $9, $10, $11)`,
+      [
+        id,
+        req.target,
+        req.source,
+        req.strategy,
+        req.dryRun,
+        base ? JSON.stringify(base) : null,
+        sourceHead.version,
+        targetHead.version,
+        merged.document,
+        req.actor,
+        deadline(ctx.timeoutMs),
+      ],
+    ),
+  );
+  for (const c of merged.conflicts) {
+    await tx.query(
+      `INSERT INTO merge_conflicts (merge_id, id, type, entity, base, source, target, source_at, target_at, reason,
+                                    needs_person, resolution_take, resolved_by, resolved_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text, CASE WHEN $12::text IS NULL THEN NULL ELSE $13 END,
+               CASE WHEN $12::text IS NULL THEN NULL ELSE now() END)`,
+      [
+        id,
+        c.id,
+        c.type,
+        c.entity,
+        JSON.stringify(c.base),
+        JSON.stringify(c.source),
+        JSON.stringify(c.target),
+        c.sourceAt,
+        c.targetAt,
+        c.reason ?? null,
+        c.needsPerson,
+        c.take ?? null,
+        `strategy:${req.strategy}`,
+      ],
+    );
+  }
+  await emit(
+    tx,
+    ctx.topicPrefix,
+    'world.merge.requested',
+    req.target,
+    {
+      merge: id,
+      source: req.source,
+      target: req.target,
+      strategy: req.strategy,
+      dryRun: req.dryRun,
+      base: base ? toWire(base) : null,
+      schema: merged.document,
+      actor: req.actor,
+    },
+    req.requestId,
+  );
+  return id;
+}
+
+/**
+ * control's three-way merge of the schemas at the points given; the same inputs give the same
+ * result (merge-verify recomputes a finished merge with it).
+ */
+export async function computeSchemaPart(
+  db: pg.ClientBase | pg.Pool,
+  m: {
+    source: string;
+    target: string;
+    strategy: Strategy;
+    base: Point | null;
+    sourceVersion: number;
+    targetVersion: number;
+  },
+) {
+  const baseDoc = await schemaAt(db, m.base?.world ?? m.target, m.base ? m.base.schemaVersion : 0);
+  const since = (world: string) => (m.base?.world === world ? m.base.schemaVersion : 0);
+  const timestamps = m.strategy === 'TIMESTAMP_WINS';
+  return mergeSchemas({
+    base: baseDoc,
+    source: await schemaAt(db, m.source, m.sourceVersion),
+    target: await schemaAt(db, m.target, m.targetVersion),
+    strategy: m.strategy,
+    ...(timestamps
+      ? {
+          sourceHistory: await schemaHistory(db, m.source, since(m.source), m.sourceVersion),
+          targetHistory: await schemaHistory(db, m.target, since(m.target), m.targetVersion),
+        }
+      : {}),
+  });
+}
+
+const toWire = (p: Point) => ({
+  world: p.world,
+  schemaVersion: p.schemaVersion,
+  dataSeq: p.dataSeq,
+  definitions: p.definitions,
+});
+
+/**
+ * Step 3, with every plan in: a dry run ends; unresolved conflicts stop at CONFLICTS; otherwise
+ * control applies its part.
+ */
+export async function afterPlans(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
+  const ps = await parts(tx, merge.id);
+  if (!SERVICES.every((s) => ps.some((p) => p.service === s && p.state === 'planned'))) return;
+  await updateMerge(tx, merge.id, { planned_at: new Date().toISOString() });
+  const unresolved = await unresolvedCount(tx, merge.id);
+  if (merge.dry_run) {
+    await updateMerge(tx, merge.id, {
+      status: unresolved > 0 ? 'CONFLICTS' : 'MERGED',
+      phase: 'done',
+      deadline_at: null,
+    });
+    return;
+  }
+  if (unresolved > 0) {
+    await updateMerge(tx, merge.id, { status: 'CONFLICTS', phase: 'conflicts', deadline_at: null });
+    return;
+  }
+  await applyControlPart(tx, ctx, merge);
+}
+
+/**
+ * control's part: the merged schema as a new version of the target through the schema write path
+ * (schema.updated as usual), then `world.merge.apply`, in one transaction. The target's schema must
+ * be the one the merge read (optimistic concurrency): else the merge fails 409, nothing applied.
+ */
+export async function applyControlPart(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
+  const head = await currentSchema(tx, merge.target);
+  const fail = (status: number, reason: string, field?: string) =>
+    updateMerge(tx, merge.id, {
+      status: 'FAILED',
+      phase: 'done',
+      deadline_at: null,
+      failure: { service: 'control', phase: 'apply', status, reason, ...(field ? { field } : {}) },
+    });
+  if (head.version !== merge.target_schema_version) {
+    return fail(
+      409,
+      `the schema of ${merge.target} moved from version ${merge.target_schema_version} to ${head.version} since the merge read it`,
+    );
+  }
+  const invalid = invalidTypes(merge.merged_schema);
+  if (invalid.length > 0) {
+    const reasons = invalid.map((i) => `${i.apiName}: ${describeErrors(i.errors)}`).join('; ');
+    return fail(422, `the merged schema is invalid: ${reasons}`, '/schema');
+  }
+  const written = await writeVersion(tx, {
+    worldId: merge.target,
+    author: merge.actor,
+    requestId: requestIdOf(merge.id),
+    before: head,
+    after: merge.merged_schema,
+    topicPrefix: ctx.topicPrefix,
+  });
+  const schemaVersion = written?.version ?? head.version;
+  if (schemaVersion === 0) return fail(422, 'the merged schema is empty: there is nothing to merge into', '/schema');
+  await updateMerge(tx, merge.id, {
+    status: 'RUNNING',
+    phase: 'applying',
+    applied_schema_version: written?.version ?? null,
+    deadline_at: deadline(ctx.timeoutMs),
+  });
+  await emit(tx, ctx.topicPrefix, 'world.merge.apply', merge.target, {
+    merge: merge.id,
+    schemaVersion,
+    schema: merge.merged_schema,
+  });
+}
+
+/**
+ * Step 5, failure: control reverts its schema part (a new version with the document it replaced,
+ * unless the schema was written again since) and asks the others to undo theirs.
+ */
+export async function compensate(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, reason: string): Promise<void> {
+  let reverted = merge.compensated_schema_version;
+  if (merge.applied_schema_version !== null && reverted === null) {
+    const head = await currentSchema(tx, merge.target);
+    if (head.version === merge.applied_schema_version) {
+      const written = await writeVersion(tx, {
+        worldId: merge.target,
+        author: merge.actor,
+        requestId: requestIdOf(merge.id),
+        before: head,
+        after: await schemaAt(tx, merge.target, merge.target_schema_version),
+        topicPrefix: ctx.topicPrefix,
+      });
+      reverted = written?.version ?? head.version;
+    }
+  }
+  await updateMerge(tx, merge.id, {
+    phase: 'compensating',
+    compensated_schema_version: reverted,
+    deadline_at: deadline(ctx.timeoutMs),
+  });
+  await emit(tx, ctx.topicPrefix, 'world.merge.compensate', merge.target, { merge: merge.id, reason });
+  await endCompensation(tx, { ...merge, phase: 'compensating' });
+}
+
+/**
+ * A compensation ends when no part is still planned (it may yet apply) or applied (not undone):
+ * COMPENSATED if anything had been applied, FAILED if nothing was, or if a part could not undo.
+ */
+export async function endCompensation(tx: pg.ClientBase, merge: MergeRow, timedOut?: string): Promise<void> {
+  const ps = await parts(tx, merge.id);
+  const waiting = ps.filter((p) => p.state === 'planned' || p.state === 'applied');
+  if (waiting.length > 0 && !timedOut) return;
+  const undoFailed = ps.find((p) => p.state === 'failed' && p.failure?.phase === 'compensate');
+  const anyApplied = merge.applied_schema_version !== null || ps.some((p) => p.applied !== null);
+  const status = timedOut || undoFailed || !anyApplied ? 'FAILED' : 'COMPENSATED';
+  await updateMerge(tx, merge.id, {
+    status,
+    phase: 'done',
+    deadline_at: null,
+    ...(timedOut || undoFailed
+      ? {
+          failure: {
+            ...(merge.failure ?? {}),
+            reason: `${merge.failure?.reason ?? 'the merge failed'}; ${
+              timedOut ?? `${undoFailed?.service} could not undo its part: ${undoFailed?.failure?.reason}`
+            }`,
+          },
+        }
+      : {}),
+  });
+}
+
+/**
+ * Merges stuck past their deadline: planning → FAILED (nothing applied); applying → compensated
+ * like a failure; compensating → FAILED, naming who did not answer. Like provisioning deadlines.
+ */
+export async function failOverdueMerges(pool: pg.Pool, ctx: SagaContext): Promise<string[]> {
+  const { rows } = await pool.query<{ id: string }>(
+    'SELECT id FROM merges WHERE deadline_at < now() ORDER BY deadline_at LIMIT 100',
+  );
+  const failed: string[] = [];
+  for (const { id } of rows) {
+    await inTransaction(pool, async (tx) => {
+      const merge = await lockMerge(tx, id);
+      if (!merge?.deadline_at || Date.parse(String(merge.deadline_at)) >= Date.now()) return;
+      const ps = await parts(tx, id);
+      const silent = (states: PartRow['state'][]) =>
+        SERVICES.filter((s) => !ps.some((p) => p.service === s && states.includes(p.state))).join(', ');
+      const seconds = ctx.timeoutMs / 1000;
+      if (merge.phase === 'planning') {
+        await updateMerge(tx, id, {
+          status: 'FAILED',
+          phase: 'done',
+          deadline_at: null,
+          failure: merge.failure ?? {
+            service: silent(['planned']),
+            phase: 'plan',
+            status: 504,
+            reason: `timed out after ${seconds} s waiting for the plan of ${silent(['planned'])}`,
+          },
+        });
+      } else if (merge.phase === 'applying') {
+        const failure = merge.failure ?? {
+          service: silent(['applied']),
+          phase: 'apply',
+          status: 504,
+          reason: `timed out after ${seconds} s waiting for ${silent(['applied'])} to apply`,
+        };
+        await updateMerge(tx, id, { failure });
+        await compensate(tx, ctx, { ...merge, failure }, failure.reason);
+      } else if (merge.phase === 'compensating') {
+        await endCompensation(
+          tx,
+          merge,
+          `timed out after ${seconds} s waiting for ${silent(['compensated', 'failed'])} to undo its part`,
+        );
+      }
+      failed.push(id);
+    });
+  }
+  return failed;
+}
+
+/** Whether an HTTP caller may apply the merge now (step 3 re-entered by `POST …/apply`). */
+export async function applyNow(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
+  if (merge.dry_run) throw new Conflict(`merge ${merge.id} is a dry run: it applies nothing`, { status: merge.status });
+  if (merge.status !== 'CONFLICTS')
+    throw new Conflict(`merge ${merge.id} is ${merge.status}, not CONFLICTS: there is nothing to apply`, {
+      mergeStatus: merge.status,
+    });
+  const unresolved = await unresolvedCount(tx, merge.id);
+  if (unresolved > 0) throw new Conflict(`merge ${merge.id} has ${unresolved} unresolved conflicts`, { unresolved });
+  await refuseRunning(tx, merge.target, merge.id);
+  const invalid = invalidTypes(merge.merged_schema);
+  if (invalid.length > 0) {
+    throw new HttpProblem(422, 'unprocessable', 'Unprocessable Content', 'the merged schema is invalid', {
+      errors: invalid.map((i) => ({ path: `/schema/${i.kind.kind}/${i.apiName}`, message: describeErrors(i.errors) })),
+    });
+  }
+  await guarded(merge.target, async () => {
+    await updateMerge(tx, merge.id, { status: 'RUNNING', deadline_at: deadline(ctx.timeoutMs) });
+    await applyControlPart(tx, ctx, merge);
+  });
+}
