@@ -94,7 +94,7 @@ describe('schema compatibility with the previous release', () => {
 
   it('holds: the current schemas break nothing of docs/events/schemas.lock.json', () => {
     const report = compatibilityReport(previous, currentSchemaLock());
-    expect(report.text).toMatch(/^compatible: 31 event types/m);
+    expect(report.text).toMatch(new RegExp(`^compatible: ${Object.keys(previous.events).length} event types`, 'm'));
     expect(report.ok).toBe(true);
   });
 
