@@ -1,0 +1,86 @@
+/**
+ * Lint: no input used as a key of a plain object (issue 19). `record[key]` with a key that is any
+ * string reaches the prototype: `constructor`, `valueOf` or `__proto__` read a function or
+ * pollute, where a Map or an own-property check would answer "absent". Biome has no rule for it
+ * (it needs types), so this script asks the TypeScript checker about every element access in the
+ * services' and packages' src:
+ *
+ *   flagged: `o[k]` where `k` is of type string (not a union of literals) and `o` is a plain object
+ *   with a string index signature (`Record<string, T>`, `{ [k: string]: T }`), not an array, Map or
+ *   typed array;
+ *   allowed: the access guarded by `Object.hasOwn(o, k)` (or `Object.prototype.hasOwnProperty`)
+ *   in the enclosing condition or an earlier statement of the function, an object made with
+ *   `Object.create(null)` (named in the comment below), or a line marked
+ *   `// own-key: <why the key cannot be a prototype member>`.
+ *
+ * Run by `pnpm run lint`; exits 1 listing each finding as file:line.
+ */
+import { relative, resolve } from 'node:path';
+import ts from 'typescript';
+
+const root = resolve(import.meta.dirname, '..');
+const config = ts.getParsedCommandLineOfConfigFile(resolve(root, 'tsconfig.test.json'), {}, {
+  ...ts.sys,
+  onUnRecoverableConfigFileDiagnostic: (d) => {
+    throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+  },
+});
+if (!config) throw new Error('cannot read tsconfig.test.json');
+const program = ts.createProgram({ rootNames: config.fileNames, options: { ...config.options, noEmit: true } });
+const checker = program.getTypeChecker();
+const inScope = (file: string) => /\/(services|packages)\/[^/]+\/src\//.test(file) && !file.includes('node_modules');
+
+function isStringKey(type: ts.Type): boolean {
+  if (type.isUnion()) return type.types.some(isStringKey);
+  return (type.flags & (ts.TypeFlags.String | ts.TypeFlags.TemplateLiteral | ts.TypeFlags.StringMapping)) !== 0;
+}
+
+function isPlainRecord(type: ts.Type): boolean {
+  const nonNullable = checker.getNonNullableType(type);
+  if (nonNullable.isUnion()) return nonNullable.types.some(isPlainRecord);
+  if (checker.isArrayType(nonNullable) || checker.isTupleType(nonNullable)) return false;
+  if (!checker.getIndexInfoOfType(nonNullable, ts.IndexKind.String)) return false;
+  const name = nonNullable.getSymbol()?.getName() ?? '';
+  return !/^(Map|Set|WeakMap|.*Array|Buffer|Headers|URLSearchParams|ProcessEnv)$/.test(name);
+}
+
+/** Whether the source text from the function's start up to the access checks own keys. */
+function guarded(node: ts.Node, source: ts.SourceFile): boolean {
+  const line = source.getLineAndCharacterOfPosition(node.getStart(source)).line;
+  const lines = source.text.split('\n');
+  if (/\/\/ own-key: \S/.test(lines[line] ?? '') || /\/\/ own-key: \S/.test(lines[line - 1] ?? '')) return true;
+  let scope: ts.Node = node;
+  while (scope.parent && !ts.isFunctionLike(scope) && !ts.isSourceFile(scope)) scope = scope.parent;
+  const before = source.text.slice(scope.getStart(source), node.getStart(source));
+  return /Object\.hasOwn\(|hasOwnProperty\.call\(|Object\.create\(null\)/.test(before);
+}
+
+const findings: string[] = [];
+for (const source of program.getSourceFiles()) {
+  if (!inScope(source.fileName)) continue;
+  const visit = (node: ts.Node) => {
+    if (ts.isElementAccessExpression(node)) {
+      const keyType = checker.getTypeAtLocation(node.argumentExpression);
+      if (
+        !ts.isStringLiteralLike(node.argumentExpression) &&
+        isStringKey(keyType) &&
+        isPlainRecord(checker.getTypeAtLocation(node.expression)) &&
+        !guarded(node, source)
+      ) {
+        const { line } = source.getLineAndCharacterOfPosition(node.getStart(source));
+        findings.push(`${relative(root, source.fileName)}:${line + 1}: ${node.getText(source)}`);
+      }
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+}
+
+if (findings.length > 0) {
+  console.error(
+    `${findings.length} plain object(s) indexed by a string that may be input (use a Map, Object.hasOwn, or say why with // own-key: …):`,
+  );
+  for (const f of findings) console.error(`  ${f}`);
+  process.exit(1);
+}
+console.log('object keys: no plain object indexed by unchecked input');
