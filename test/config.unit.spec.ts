@@ -1,4 +1,5 @@
 import { ConfigError, kafkaSaslOf, loadConfig } from '@onto/shared';
+import { testIdentityEnv } from '@onto/shared/testing';
 import { describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
@@ -6,6 +7,14 @@ const valid = {
   DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/onto_x',
   REDIS_URL: 'redis://127.0.0.1:6379',
   KAFKA_BROKERS: '127.0.0.1:9092,127.0.0.2:9092',
+  ...testIdentityEnv(),
+};
+
+/** The keys each service cannot start without (ADR 35, ADR 42): no unsigned or unsealed mode. */
+const REQUIRED_KEYS: Record<string, string[]> = {
+  control: ['ONTO_IDENTITY_PRIVATE_KEY', 'ONTO_KEY_ENCRYPTION_KEY'],
+  data: ['ONTO_IDENTITY_PUBLIC_KEY'],
+  intelligence: ['ONTO_IDENTITY_PUBLIC_KEY'],
 };
 
 describe.each(SERVICES)('$name configuration', (service) => {
@@ -58,7 +67,7 @@ describe.each(SERVICES)('$name configuration', (service) => {
       loadConfig(service.schema, { PORT: 'x' });
     } catch (error) {
       expect(new Set((error as ConfigError).problems.map((p) => p.variable))).toEqual(
-        new Set(['DATABASE_URL', 'REDIS_URL', 'KAFKA_BROKERS', 'PORT']),
+        new Set(['DATABASE_URL', 'REDIS_URL', 'KAFKA_BROKERS', 'PORT', ...(REQUIRED_KEYS[service.name] ?? [])]),
       );
     }
   });

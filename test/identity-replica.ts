@@ -41,7 +41,7 @@ interface ReplicaService {
 }
 
 /** The service as server.ts builds it, plus probe routes that need a role in a world or admin. */
-async function buildWithProbes(service: ReplicaService, prefix: string) {
+export async function buildWithProbes(service: ReplicaService, prefix: string) {
   const endpoints = testEndpoints();
   const db = await createTestDatabase(endpoints.postgresUrl, service.migrations);
   const config = loadConfig(service.schema, {

@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { createTestDatabase, eventually, testEndpoints } from '@onto/shared/testing';
+import { createTestDatabase, eventually, testEndpoints, testIdentityEnv } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
@@ -50,6 +50,7 @@ describe.runIf(SERVICES.every((s) => existsSync(serverJs(s.name))))('service pro
     KAFKA_BROKERS: endpoints.kafkaBrokers,
     HOST: '127.0.0.1',
     LOG_LEVEL: 'info',
+    ...testIdentityEnv(),
   });
 
   beforeAll(async () => {

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
+import { testIdentityEnv } from '@onto/shared/testing';
 import { repo } from './harness.js';
 
 export function freePort(): Promise<number> {
@@ -12,13 +13,16 @@ export function freePort(): Promise<number> {
   });
 }
 
-/** A service from its compiled server, as deployed: its own process, its own event loop. */
+/**
+ * A service from its compiled server, as deployed: its own process, its own event loop. It gets this
+ * process's identity and key-encryption keys (required, ADR 35 and 42) unless `env` names others.
+ */
 export async function startService(name: 'control' | 'data' | 'intelligence', env: Record<string, string>) {
   const port = await freePort();
   // BENCH_NODE_ARGS, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof", to look inside a service.
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
   const child: ChildProcess = spawn(process.execPath, [...nodeArgs, `${repo}/services/${name}/dist/server.js`], {
-    env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn', ...env },
+    env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn', ...testIdentityEnv(), ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const url = `http://127.0.0.1:${port}`;

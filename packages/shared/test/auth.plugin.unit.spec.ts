@@ -203,6 +203,10 @@ describe('auth plugin', () => {
     expect(refusal(p, { role: 'editor' }, 'w')).toBeNull();
     expect(refusal(p, { role: 'owner' }, 'w')).toMatch(/owner/);
     expect(refusal(p, { role: 'viewer' }, 'v')).toMatch(/no role/);
+    // A world named like a prototype member is one the principal holds no role in.
+    for (const world of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
+      expect(refusal(p, { role: 'viewer' }, world)).toBe(`you hold no role in world ${world}`);
+    }
     expect(refusal(p, { admin: true })).toMatch(/administrator/);
     expect(refusal({ ...p, admin: true }, { role: 'owner' }, 'v')).toBeNull();
     expect(refusal(p, { authenticated: true })).toBeNull();

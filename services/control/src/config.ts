@@ -5,13 +5,37 @@ import { type Static, Type } from '@sinclair/typebox';
 export const ConfigSchema = Type.Composite([
   serviceConfigSchema(4001),
   Type.Object({
-    ONTO_IDENTITY_PRIVATE_KEY: Type.Optional(
-      Type.String({
-        minLength: 1,
+    ONTO_IDENTITY_PRIVATE_KEY: Type.String({
+      minLength: 1,
+      description:
+        'Required. The private half of the identity key (Ed25519, PEM or base64 of PEM/DER) that signs signing keys and heartbeats on onto.identity; data and intelligence hold the public half (ADR 35)',
+    }),
+    ONTO_KEY_ENCRYPTION_KEY: Type.String({
+      minLength: 1,
+      description:
+        "Required. 32 random bytes, base64 (openssl rand -base64 32) or hex, that seal the token-signing keys' private halves in control's database (AES-256-GCM, ADR 42); control refuses to boot when it does not open the stored keys",
+    }),
+    SIGNING_KEY_MAX_AGE_SECONDS: Type.Integer({
+      minimum: 0,
+      maximum: 31_536_000,
+      default: 2_592_000,
+      description:
+        'The token-signing key is rotated once it is this old (checked every SIGNING_KEY_CHECK_INTERVAL_MS, one replica at a time); 0 rotates only on POST /v1/admin/signing-keys/rotate',
+    }),
+    SIGNING_KEY_GRACE_SECONDS: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 604_800,
         description:
-          'The private half of the identity key (Ed25519, PEM or base64 of PEM/DER) that signs signing keys and heartbeats on onto.identity; data and intelligence hold the public half (ADR 35). Unset: they go unsigned, with a warning at boot',
+          'How long tokens signed by a retired key still verify, in control and in every replica; default ACCESS_TOKEN_TTL_SECONDS (no token outlives its key)',
       }),
     ),
+    SIGNING_KEY_CHECK_INTERVAL_MS: Type.Integer({
+      minimum: 100,
+      maximum: 86_400_000,
+      default: 60_000,
+      description: "How often control checks the signing key's age",
+    }),
     ONTO_BOOTSTRAP_TOKEN: Type.Optional(
       Type.String({
         minLength: 32,

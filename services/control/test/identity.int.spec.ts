@@ -3,16 +3,23 @@ import {
   type EventEnvelope,
   fastifyOptions,
   type IncomingMessage,
-  importSigningKey,
   loadConfig,
   parseEvent,
   signAccessToken,
 } from '@onto/shared';
-import { createTestDatabase, createTestTopics, eventually, testBroker, testEndpoints } from '@onto/shared/testing';
+import {
+  createTestDatabase,
+  createTestTopics,
+  eventually,
+  testBroker,
+  testEndpoints,
+  testIdentityEnv,
+} from '@onto/shared/testing';
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import control, { migrations } from '../src/app.js';
 import { ConfigSchema } from '../src/config.js';
+import { activeSigningKey } from './signing-keys.js';
 
 const BOOTSTRAP = 'test-bootstrap-token-0123456789abcdef';
 
@@ -27,6 +34,7 @@ async function buildControl(prefix: string) {
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     ONTO_TOPIC_PREFIX: prefix,
     ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP,
+    ...testIdentityEnv(),
   });
   const app = Fastify(fastifyOptions(config));
   await app.register(control, { config });
@@ -255,8 +263,7 @@ describe('control identity', () => {
   });
 
   it('refuses expired, tampered and unsigned access tokens', async () => {
-    const { rows } = await app.pg.query('SELECT kid, private_jwk FROM signing_keys');
-    const key = { kid: rows[0].kid, privateKey: await importSigningKey(rows[0].private_jwk) };
+    const key = await activeSigningKey(app);
     const { apiTokenId } = await userWithToken('frank');
     const grant = { userId: 'frank', apiTokenId, generation: 0, admin: false, roles: {}, ttlSeconds: 60 };
     const valid = await signAccessToken(key, grant);
@@ -389,7 +396,10 @@ describe('control identity', () => {
           ?.keys.map((k) => k.kid),
       ).toEqual([rows[0]?.kid]);
       const published = seen.map((m) => parseEvent(m.value)).find((e) => e.type === 'identity.keys.published');
-      expect(published?.payload).toEqual({ keys: [expect.objectContaining({ kid: rows[0]?.kid, crv: 'Ed25519' })] });
+      expect(published?.payload).toEqual({
+        keys: [expect.objectContaining({ kid: rows[0]?.kid, crv: 'Ed25519' })],
+        signature: expect.any(String),
+      });
 
       // With the relay stopped, a revocation stays pending and holds the watermark back.
       await app.relay.stop();

@@ -52,6 +52,26 @@ describe('the fuzzer’s findings', () => {
     expect(expectProblem(missing, 422).errors).toEqual([{ path: '/actionTypes/valueOf', message: 'does not exist' }]);
   });
 
+  it('takes an action parameter named like a prototype member for absent when the request leaves it out', async () => {
+    // Found by the lint of plain-object keys: the natural key read parameters.constructor, the
+    // Object function, and failed to write it as JSON (a 500).
+    await s.world('keyed', {
+      objectTypes: { O },
+      actionTypes: {
+        make: {
+          parameters: { id: { type: 'string', required: true }, constructor: { type: 'string' } },
+          edits: [{ op: 'createObject', objectType: 'O', pk: { param: 'id' }, values: {} }],
+          idempotencyKey: ['constructor'],
+        },
+      },
+    });
+    const res = await s.intelCall('POST', '/v1/worlds/keyed/actions/make', {
+      body: { parameters: { id: 'o-1' } },
+      headers: { 'idempotency-key': 'k-constructor' },
+    });
+    expect(res.statusCode, res.body).toBe(202);
+  });
+
   it('holds each world to its quotas of definitions, object types and indexed properties', async () => {
     const Q = 'quotas';
     await s.world(Q, { objectTypes: { O } });

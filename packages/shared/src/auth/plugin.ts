@@ -26,7 +26,8 @@ export function refusal(principal: Principal, requirement: Requirement, worldId?
   if (principal.admin || 'authenticated' in requirement) return null;
   if ('admin' in requirement) return 'this needs a platform administrator';
   if (worldId === undefined) return `this needs the ${requirement.role} role in a world`;
-  const held = principal.roles[worldId];
+  // A world named like a prototype member (`constructor`) is one the principal holds no role in.
+  const held = Object.hasOwn(principal.roles, worldId) ? principal.roles[worldId] : undefined;
   if (held === undefined) return `you hold no role in world ${worldId}`;
   if (rank(held) < rank(requirement.role)) {
     return `this needs the ${requirement.role} role in world ${worldId}; you are ${held}`;

@@ -6,7 +6,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { CheckFailed } from '../http/health.js';
-import { Unavailable } from '../http/problem.js';
+import { Unauthorized, Unavailable } from '../http/problem.js';
 import type { IncomingMessage } from '../kafka/broker.js';
 import type { ApplyEffects, InboxConsumer } from '../messaging/consumer.js';
 import type { ConsumerStatus, ServiceConsumerOptions } from '../messaging/consumers-plugin.js';
@@ -33,8 +33,8 @@ export interface IdentityReplicaOptions {
   registry?: Registry;
   /** How the replica's consumer (see consumerOptions) fares, for `describe`. */
   consumerStatus?: () => ConsumerStatus | undefined;
-  /** control's identity key: keys and heartbeats not signed by it are refused (unset: not checked). */
-  identityPublicKey?: KeyObject;
+  /** control's identity key: keys and heartbeats not signed by it are refused. */
+  identityPublicKey: KeyObject;
   /** A heartbeat whose watermark is further ahead of this clock is refused. */
   maxClockAheadMs?: number;
 }
@@ -65,6 +65,8 @@ export class IdentityReplica implements KeyRing, RevocationView {
   private watermark: number | undefined;
   private revision = 0;
   private readonly keys = new Map<string, CryptoKey>();
+  /** Retired keys (ADR 42): when tokens they signed stop verifying here, ms since the epoch. */
+  private readonly refusedAfter = new Map<string, number>();
   private readonly revokedApiTokens = new Set<string>();
   private readonly revokedAccessTokens = new Map<string, number>();
   private readonly minGenerations = new Map<string, number>();
@@ -167,7 +169,13 @@ export class IdentityReplica implements KeyRing, RevocationView {
 
   async key(kid: string, issuedAtSeconds: number): Promise<CryptoKey | undefined> {
     const known = this.keys.get(kid);
-    if (known) return known;
+    if (known) {
+      const refusedAfter = this.refusedAfter.get(kid);
+      if (refusedAfter !== undefined && refusedAfter <= Date.now()) {
+        throw new Unauthorized('the access token is signed by a retired key');
+      }
+      return known;
+    }
     // Control publishes a key before it signs with it: once the watermark is past the token's
     // issue time, a key still unknown is not control's.
     if (this.watermark !== undefined && this.watermark >= (issuedAtSeconds + 1) * 1000) return undefined;
@@ -228,10 +236,13 @@ export class IdentityReplica implements KeyRing, RevocationView {
     const snapshot = rows[0];
     if (!snapshot) throw new Error('identity_replica has no row: is migration 001.do.identity-replica applied?');
     const imported = await Promise.all(
-      snapshot.keys.map(async (jwk) => [jwk.kid, await importVerificationKey(jwk)] as const),
+      snapshot.keys.map(async (jwk) => [jwk, this.keys.get(jwk.kid) ?? (await importVerificationKey(jwk))] as const),
     );
     // From here on nothing awaits: a request sees the whole snapshot or none of it.
-    for (const [kid, key] of imported) this.keys.set(kid, key);
+    for (const [jwk, key] of imported) {
+      this.keys.set(jwk.kid, key);
+      if (jwk.refusedAfter !== undefined) this.refusedAfter.set(jwk.kid, jwk.refusedAfter);
+    }
     const now = Date.now();
     for (const r of snapshot.revocations) {
       if (r.kind === 'api_token') this.revokedApiTokens.add(r.tokenId);
@@ -299,7 +310,7 @@ export class IdentityReplica implements KeyRing, RevocationView {
 
   /** Whether a key set or heartbeat is signed by control's identity key; counts it when not. */
   private accepts(payload: Record<string, unknown>, eventId: string): boolean {
-    if (!this.opts.identityPublicKey || identityPayloadSigned(this.opts.identityPublicKey, payload)) return true;
+    if (identityPayloadSigned(this.opts.identityPublicKey, payload)) return true;
     this.refuse('signature', eventId, {});
     return false;
   }
@@ -329,7 +340,12 @@ export class IdentityReplica implements KeyRing, RevocationView {
       }
     }
     if (watermark < 0) return;
-    const unknown = keys.filter((k) => !this.keys.has(k.kid));
+    // Keys new here, and retirements this replica has not recorded yet.
+    const unknown = keys.filter(
+      (k) =>
+        !this.keys.has(k.kid) ||
+        (k.refusedAfter !== undefined && k.refusedAfter < (this.refusedAfter.get(k.kid) ?? Number.POSITIVE_INFINITY)),
+    );
     await this.opts.pool.query(
       `WITH bump AS (
          UPDATE identity_replica
@@ -337,21 +353,29 @@ export class IdentityReplica implements KeyRing, RevocationView {
                 revision = revision + CASE WHEN jsonb_array_length($2::jsonb) > 0 THEN 1 ELSE 0 END
          RETURNING revision
        )
-       INSERT INTO identity_keys (kid, jwk, revision)
+       INSERT INTO identity_keys AS known (kid, jwk, revision)
        SELECT k->>'kid', k, bump.revision FROM bump, jsonb_array_elements($2::jsonb) AS k
-       ON CONFLICT (kid) DO NOTHING`,
+       ${RETIRE_ON_CONFLICT}`,
       [watermark, JSON.stringify(unknown)],
     );
     this.kick();
   }
 }
 
+/**
+ * A key already known is updated only to record its retirement, or an earlier one: a replayed
+ * older key set never makes a retired key verify again.
+ */
+const RETIRE_ON_CONFLICT = `ON CONFLICT (kid) DO UPDATE SET jwk = EXCLUDED.jwk, revision = EXCLUDED.revision
+  WHERE EXCLUDED.jwk ? 'refusedAfter' AND (NOT known.jwk ? 'refusedAfter'
+    OR (EXCLUDED.jwk->>'refusedAfter')::int8 < (known.jwk->>'refusedAfter')::int8)`;
+
 async function insertKeys(tx: pg.ClientBase, keys: PublicSigningKey[], revision: number) {
   if (keys.length === 0) return;
   await tx.query(
-    `INSERT INTO identity_keys (kid, jwk, revision)
+    `INSERT INTO identity_keys AS known (kid, jwk, revision)
      SELECT k->>'kid', k, $2 FROM jsonb_array_elements($1::jsonb) AS k
-     ON CONFLICT (kid) DO NOTHING`,
+     ${RETIRE_ON_CONFLICT}`,
     [JSON.stringify(keys), revision],
   );
 }
@@ -378,8 +402,8 @@ export interface IdentityReplicaPluginOptions {
   consumer: string;
   maxLagMs: number;
   pollIntervalMs?: number;
-  /** ONTO_IDENTITY_PUBLIC_KEY: PEM or base64; unset, keys and heartbeats are not checked. */
-  identityPublicKey?: string;
+  /** ONTO_IDENTITY_PUBLIC_KEY: PEM or base64. */
+  identityPublicKey: string;
   maxClockAheadMs?: number;
 }
 
@@ -394,12 +418,9 @@ export const identityReplicaPlugin = fp(
       logger: app.log as never,
       registry: app.metrics,
       consumerStatus: () => (consumer ? app.consumerStatus(consumer) : undefined),
-      ...(opts.identityPublicKey ? { identityPublicKey: parseIdentityPublicKey(opts.identityPublicKey) } : {}),
+      identityPublicKey: parseIdentityPublicKey(opts.identityPublicKey),
       ...(opts.maxClockAheadMs !== undefined ? { maxClockAheadMs: opts.maxClockAheadMs } : {}),
     });
-    if (!opts.identityPublicKey) {
-      app.log.warn('ONTO_IDENTITY_PUBLIC_KEY is unset: signing keys and heartbeats on onto.identity are not checked');
-    }
     // Started and stopped with the service's other consumers.
     consumer = app.addConsumer(replica.consumerOptions(opts.consumer));
     app.decorate('identityReplica', replica);

@@ -55,6 +55,11 @@ export const PublicSigningKeySchema = Type.Object({
   x: Type.String({ minLength: 1, maxLength: 128 }),
   alg: Type.Optional(Type.Literal(ACCESS_TOKEN_ALG)),
   use: Type.Optional(Type.Literal('sig')),
+  /**
+   * A retired key (ADR 42): tokens it signed are refused from this instant (ms since the epoch).
+   * Not part of the key's thumbprint; absent while the key is active.
+   */
+  refusedAfter: Type.Optional(Type.Integer({ minimum: 0 })),
 });
 export type PublicSigningKey = Static<typeof PublicSigningKeySchema>;
 

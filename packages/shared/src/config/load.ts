@@ -144,13 +144,11 @@ export function serviceConfigSchema(defaultPort: number) {
  */
 export function replicaConfigSchema() {
   return Type.Object({
-    ONTO_IDENTITY_PUBLIC_KEY: Type.Optional(
-      Type.String({
-        minLength: 1,
-        description:
-          "The public half of control's identity key (Ed25519, PEM or base64 of PEM/DER): signing keys and heartbeats on onto.identity that it does not verify are refused (ADR 35). Unset: they are accepted unsigned, with a warning at boot",
-      }),
-    ),
+    ONTO_IDENTITY_PUBLIC_KEY: Type.String({
+      minLength: 1,
+      description:
+        "Required. The public half of control's identity key (Ed25519, PEM or base64 of PEM/DER): signing keys and heartbeats on onto.identity that it does not verify are refused (ADR 35)",
+    }),
     IDENTITY_MAX_CLOCK_AHEAD_MS: Type.Integer({
       minimum: 0,
       maximum: 3_600_000,

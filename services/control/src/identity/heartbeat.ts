@@ -10,10 +10,10 @@ import {
   type Producer,
   type PublicSigningKey,
   physicalTopic,
+  signIdentityPayload,
 } from '@onto/shared';
 import type { FastifyBaseLogger } from 'fastify';
 import type pg from 'pg';
-import { signedByIdentity } from './keys.js';
 
 export interface IdentityHeartbeatOptions {
   pool: pg.Pool;
@@ -21,10 +21,8 @@ export interface IdentityHeartbeatOptions {
   topicPrefix: string;
   logger: FastifyBaseLogger;
   intervalMs?: number;
-  /** Keys retired less than this long ago still verify tokens, so heartbeats still carry them. */
-  keyGraceSeconds: number;
-  /** Signs every heartbeat (ADR 35); without it heartbeats go unsigned. */
-  identityKey?: KeyObject;
+  /** Signs every heartbeat (ADR 35). */
+  identityKey: KeyObject;
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -101,12 +99,15 @@ export class IdentityHeartbeat {
             WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`,
         );
         return tx.query<{ watermark: number; keys: PublicSigningKey[] }>(
-          `SELECT floor(extract(epoch FROM least(transaction_timestamp(), $3::timestamptz,
+          `SELECT floor(extract(epoch FROM least(transaction_timestamp(), $2::timestamptz,
                     (SELECT min(o.created_at) FROM outbox_pending p JOIN outbox o ON o.id = p.id WHERE o.topic = $1)
                   )) * 1000)::int8 AS watermark,
-                  (SELECT coalesce(json_agg(public_jwk ORDER BY created_at), '[]') FROM signing_keys
-                    WHERE retired_at IS NULL OR retired_at > now() - make_interval(secs => $2)) AS keys`,
-          [this.topic, this.opts.keyGraceSeconds, inFlight.rows[0]?.started ?? null],
+                  -- Retired keys still verifying carry when they stop (ADR 42).
+                  (SELECT coalesce(json_agg(public_jwk || CASE WHEN refused_after IS NULL THEN '{}'::jsonb
+                            ELSE jsonb_build_object('refusedAfter', floor(extract(epoch FROM refused_after) * 1000)::int8) END
+                            ORDER BY created_at), '[]')
+                     FROM signing_keys WHERE refused_after IS NULL OR refused_after > now()) AS keys`,
+          [this.topic, inFlight.rows[0]?.started ?? null],
         );
       });
       const row = rows[0];
@@ -118,7 +119,7 @@ export class IdentityHeartbeat {
         version: 0,
         producer: 'control',
         producerSeq: this.seq++,
-        payload: signedByIdentity(this.opts.identityKey, { watermark: row.watermark, keys: row.keys }),
+        payload: signIdentityPayload(this.opts.identityKey, { watermark: row.watermark, keys: row.keys }),
       });
       const value = encodeEvent(event);
       const headers = { 'onto-event-id': event.event_id, ...cloudEventHeaders(event.event_id, value) };

@@ -1,6 +1,7 @@
 import type { KeyObject } from 'node:crypto';
 import {
   type AccessTokenClaims,
+  advisoryLockKey,
   type CryptoKey,
   generateSigningKey,
   identityMessage,
@@ -8,14 +9,17 @@ import {
   importVerificationKey,
   type JWK,
   type KeyRing,
+  lockSpace,
   Outbox,
   type Principal,
   type PublicSigningKey,
   type RevocationView,
   signIdentityPayload,
+  Unauthorized,
   type WorldRole,
 } from '@onto/shared';
 import type pg from 'pg';
+import { openPrivateKey, sealPrivateKey } from './key-encryption.js';
 import { transaction } from './repository.js';
 
 export interface ActiveKey {
@@ -23,66 +27,201 @@ export interface ActiveKey {
   privateKey: CryptoKey;
 }
 
-async function activeKey(db: pg.Pool): Promise<ActiveKey | undefined> {
-  const { rows } = await db.query<{ kid: string; private_jwk: JWK }>(
-    'SELECT kid, private_jwk FROM signing_keys WHERE retired_at IS NULL',
-  );
-  const row = rows[0];
-  return row ? { kid: row.kid, privateKey: await importSigningKey(row.private_jwk) } : undefined;
+/** What one rotation did: the key that signs from now on, and the one retired. */
+export interface Rotation {
+  kid: string;
+  retiredKid: string | null;
+  /** Tokens signed by the retired key are refused from this instant (ms since the epoch). */
+  refusedAfter: number | null;
+}
+
+export interface SigningKeyInfo {
+  kid: string;
+  createdAt: string;
+  retiredAt: string | null;
+  refusedAfter: string | null;
 }
 
 /**
- * The key control signs access tokens with: the active one, or a new Ed25519 key when there is
- * none, created with `identity.keys.published` in the same transaction so that the other services
- * learn the public key before any token signed with it can reach them.
+ * The token-signing keys in control's database (ADR 6, ADR 42): one active key signs, retired ones
+ * still verify until their `refused_after`. Private halves are sealed with the key-encryption key;
+ * a retired key's is erased. Every new key and every retirement is published on onto.identity in
+ * the transaction that makes it, signed by the identity key (ADR 35), so the replicas learn a key
+ * before any token it signs can reach them, and refuse a retired one when control does.
  */
-export async function ensureSigningKey(
-  pool: pg.Pool,
-  topicPrefix: string,
-  identityKey: KeyObject | undefined,
-): Promise<ActiveKey> {
-  const existing = await activeKey(pool);
-  if (existing) return existing;
-  const fresh = await generateSigningKey();
-  await transaction(pool, async (tx) => {
-    // Two instances booting at once: the unique index keeps one key; the loser publishes nothing.
-    const { rowCount } = await tx.query(
-      'INSERT INTO signing_keys (kid, private_jwk, public_jwk) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING',
-      [fresh.kid, fresh.privateJwk, fresh.publicJwk],
-    );
-    if (rowCount) {
-      await new Outbox(tx, topicPrefix).add(
-        identityMessage('identity.keys.published', 'keys', signedByIdentity(identityKey, { keys: [fresh.publicJwk] })),
+export class SigningKeys {
+  /** Opened private keys by kid: a key never changes, and opening one costs a decryption. */
+  private readonly opened = new Map<string, CryptoKey>();
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly topicPrefix: string,
+    private readonly identityKey: KeyObject,
+    private readonly kek: Buffer,
+  ) {}
+
+  /**
+   * At boot: seals private keys an earlier version stored in the clear, refuses to go on when the
+   * KEK does not open the stored ones, and makes a key when there is none.
+   */
+  async prepare(): Promise<{ sealed: number }> {
+    const sealed = await transaction(this.pool, async (tx) => {
+      const { rows } = await tx.query<{ kid: string; private_jwk: JWK }>(
+        'SELECT kid, private_jwk FROM signing_keys WHERE private_jwk IS NOT NULL FOR UPDATE',
       );
-    }
-  });
-  const active = await activeKey(pool);
-  if (!active) throw new Error('no active signing key after creating one');
-  return active;
+      for (const row of rows) {
+        await tx.query('UPDATE signing_keys SET private_key_sealed = $2, private_jwk = NULL WHERE kid = $1', [
+          row.kid,
+          sealPrivateKey(this.kek, row.kid, row.private_jwk),
+        ]);
+      }
+      return rows.length;
+    });
+    const { rows } = await this.pool.query<{ kid: string; private_key_sealed: Buffer }>(
+      'SELECT kid, private_key_sealed FROM signing_keys WHERE private_key_sealed IS NOT NULL',
+    );
+    for (const row of rows) openPrivateKey(this.kek, row.kid, row.private_key_sealed); // throws: boot refused
+    await this.active();
+    return { sealed };
+  }
+
+  /** The key that signs now: read on every call, so a rotation by another replica takes effect at once. */
+  async active(): Promise<ActiveKey> {
+    const row = await this.activeRow(this.pool);
+    if (row) return { kid: row.kid, privateKey: await this.open(row.kid, row.private_key_sealed) };
+    await transaction(this.pool, async (tx) => {
+      // Two instances booting at once: the unique index keeps one key; the loser publishes nothing.
+      await this.insertKey(tx, []);
+    });
+    const created = await this.activeRow(this.pool);
+    if (!created) throw new Error('no active signing key after creating one');
+    return { kid: created.kid, privateKey: await this.open(created.kid, created.private_key_sealed) };
+  }
+
+  /**
+   * Retires the active key (tokens it signed verify for `graceSeconds` more, then nowhere) and
+   * makes a new one. `olderThanSeconds` rotates only a key at least that old: the periodic check,
+   * which also skips while another replica holds the rotation lock.
+   */
+  async rotate(opts: {
+    graceSeconds: number;
+    olderThanSeconds?: number;
+    /** Runs in the rotation's transaction (the audit record of an operator's rotation). */
+    also?: (tx: pg.ClientBase, rotation: Rotation) => Promise<void>;
+  }): Promise<Rotation | null> {
+    return transaction(this.pool, async (tx) => {
+      // One rotation at a time across replicas: an operator's waits its turn (and then rotates the
+      // key the other made), the periodic check skips.
+      const lock = [lockSpace('skey'), advisoryLockKey(this.topicPrefix)];
+      if (opts.olderThanSeconds === undefined) {
+        await tx.query('SELECT pg_advisory_xact_lock($1, $2)', lock);
+      } else {
+        const { rows } = await tx.query<{ locked: boolean }>(
+          'SELECT pg_try_advisory_xact_lock($1, $2) AS locked',
+          lock,
+        );
+        if (!rows[0]?.locked) return null;
+      }
+      const { rows } = await tx.query<{ kid: string; public_jwk: PublicSigningKey; refused_after: number }>(
+        `UPDATE signing_keys
+            SET retired_at = now(), refused_after = now() + make_interval(secs => $1),
+                private_key_sealed = NULL, private_jwk = NULL
+          WHERE retired_at IS NULL
+            AND ($2::float8 IS NULL OR created_at <= now() - make_interval(secs => $2))
+          RETURNING kid, public_jwk, floor(extract(epoch FROM refused_after) * 1000)::int8 AS refused_after`,
+        [opts.graceSeconds, opts.olderThanSeconds ?? null],
+      );
+      const retired = rows[0];
+      if (!retired && opts.olderThanSeconds !== undefined) return null;
+      const retiredKey = retired ? [{ ...retired.public_jwk, refusedAfter: Number(retired.refused_after) }] : [];
+      const kid = await this.insertKey(tx, retiredKey);
+      if (!kid) throw new Error('a signing key appeared while the active one was being retired');
+      const rotation = {
+        kid,
+        retiredKid: retired?.kid ?? null,
+        refusedAfter: retired ? Number(retired.refused_after) : null,
+      };
+      await opts.also?.(tx, rotation);
+      return rotation;
+    });
+  }
+
+  async list(): Promise<SigningKeyInfo[]> {
+    const { rows } = await this.pool.query<SigningKeyInfo>(
+      `SELECT kid, to_json(created_at)#>>'{}' AS "createdAt", to_json(retired_at)#>>'{}' AS "retiredAt",
+              to_json(refused_after)#>>'{}' AS "refusedAfter"
+         FROM signing_keys ORDER BY created_at DESC, kid`,
+    );
+    return rows;
+  }
+
+  /** Inserts a fresh active key and publishes it with `alsoPublish`; its kid, or null when one exists. */
+  private async insertKey(tx: pg.ClientBase, alsoPublish: PublicSigningKey[]): Promise<string | null> {
+    const fresh = await generateSigningKey();
+    const { rowCount } = await tx.query(
+      'INSERT INTO signing_keys (kid, private_key_sealed, public_jwk) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING',
+      [fresh.kid, sealPrivateKey(this.kek, fresh.kid, fresh.privateJwk), fresh.publicJwk],
+    );
+    if (!rowCount) return null;
+    await new Outbox(tx, this.topicPrefix).add(
+      identityMessage(
+        'identity.keys.published',
+        'keys',
+        signIdentityPayload(this.identityKey, { keys: [fresh.publicJwk, ...alsoPublish] }),
+      ),
+    );
+    return fresh.kid;
+  }
+
+  private async activeRow(db: pg.Pool | pg.ClientBase) {
+    const { rows } = await db.query<{ kid: string; private_key_sealed: Buffer }>(
+      'SELECT kid, private_key_sealed FROM signing_keys WHERE retired_at IS NULL',
+    );
+    return rows[0];
+  }
+
+  private async open(kid: string, sealed: Buffer): Promise<CryptoKey> {
+    const known = this.opened.get(kid);
+    if (known) return known;
+    const key = await importSigningKey(openPrivateKey(this.kek, kid, sealed));
+    this.opened.set(kid, key);
+    return key;
+  }
 }
 
-/** `payload` signed by the identity key (ADR 35), or as it is when control has none. */
-export function signedByIdentity<P extends Record<string, unknown>>(identityKey: KeyObject | undefined, payload: P): P {
-  return identityKey ? signIdentityPayload(identityKey, payload) : payload;
-}
+/** How long control's replicas may use a cached answer that a key is still active. */
+const ACTIVE_RECHECK_MS = 1000;
 
-/** Control's own keys, read from its database and kept in memory (a key never changes). */
+/**
+ * Control's own keys, read from its database. A retired key's refusal time never changes, so it
+ * is kept; that a key is still active is re-read after a second, when another replica may have
+ * retired it.
+ */
 export class ControlKeyRing implements KeyRing {
-  private readonly cache = new Map<string, CryptoKey>();
+  private readonly cache = new Map<string, { key: CryptoKey; refusedAfter: number | null; readAt: number }>();
   constructor(private readonly pool: pg.Pool) {}
 
   async key(kid: string): Promise<CryptoKey | undefined> {
-    const cached = this.cache.get(kid);
-    if (cached) return cached;
-    const { rows } = await this.pool.query<{ public_jwk: PublicSigningKey }>(
-      'SELECT public_jwk FROM signing_keys WHERE kid = $1',
-      [kid],
-    );
-    const jwk = rows[0]?.public_jwk;
-    if (!jwk) return undefined;
-    const key = await importVerificationKey(jwk);
-    this.cache.set(kid, key);
-    return key;
+    let entry = this.cache.get(kid);
+    if (!entry || (entry.refusedAfter === null && Date.now() - entry.readAt > ACTIVE_RECHECK_MS)) {
+      const { rows } = await this.pool.query<{ public_jwk: PublicSigningKey; refused_after: string | null }>(
+        `SELECT public_jwk, floor(extract(epoch FROM refused_after) * 1000)::int8 AS refused_after
+           FROM signing_keys WHERE kid = $1`,
+        [kid],
+      );
+      const row = rows[0];
+      if (!row) return undefined;
+      entry = {
+        key: entry?.key ?? (await importVerificationKey(row.public_jwk)),
+        refusedAfter: row.refused_after === null ? null : Number(row.refused_after),
+        readAt: Date.now(),
+      };
+      this.cache.set(kid, entry);
+    }
+    if (entry.refusedAfter !== null && entry.refusedAfter <= Date.now()) {
+      throw new Unauthorized('the access token is signed by a retired key');
+    }
+    return entry.key;
   }
 }
 

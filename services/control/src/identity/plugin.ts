@@ -3,13 +3,16 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { bootstrapTokenFault, type Config } from '../config.js';
 import { IdentityHeartbeat } from './heartbeat.js';
-import { ControlKeyRing, ControlRevocations, ensureSigningKey } from './keys.js';
+import { parseKeyEncryptionKey } from './key-encryption.js';
+import keyRoutes from './key-routes.js';
+import { ControlKeyRing, ControlRevocations, SigningKeys } from './keys.js';
 import identityRoutes from './routes.js';
 
 /**
- * Identity in control: the signing key (created and published at first boot), verification from
- * control's own tables (strongly consistent), the identity routes, and the heartbeat that lets
- * data and intelligence bound how far behind their replica of revocations is.
+ * Identity in control: the signing keys (sealed at rest, created and published at first boot,
+ * rotated by age and on request), verification from control's own tables (strongly consistent),
+ * the identity routes, and the heartbeat that lets data and intelligence bound how far behind
+ * their replica of revocations is.
  */
 export default fp(
   async (app: FastifyInstance, { config }: { config: Config }) => {
@@ -17,16 +20,20 @@ export default fp(
     const fault =
       config.ONTO_BOOTSTRAP_TOKEN === undefined ? undefined : bootstrapTokenFault(config.ONTO_BOOTSTRAP_TOKEN);
     if (fault) throw new Error(fault);
-    const identityKey = config.ONTO_IDENTITY_PRIVATE_KEY
-      ? parseIdentityPrivateKey(config.ONTO_IDENTITY_PRIVATE_KEY)
-      : undefined;
-    if (!identityKey) {
-      app.log.warn('ONTO_IDENTITY_PRIVATE_KEY is unset: signing keys and heartbeats on onto.identity go unsigned');
-    }
-    const signingKey = await ensureSigningKey(app.pg, app.topicPrefix, identityKey);
+    const identityKey = parseIdentityPrivateKey(config.ONTO_IDENTITY_PRIVATE_KEY);
+    const signingKeys = new SigningKeys(
+      app.pg,
+      app.topicPrefix,
+      identityKey,
+      parseKeyEncryptionKey(config.ONTO_KEY_ENCRYPTION_KEY),
+    );
+    // Refused at boot as well: stored keys the KEK does not open (a wrong or a new KEK).
+    const { sealed } = await signingKeys.prepare();
+    if (sealed > 0) app.log.info({ sealed }, 'sealed signing keys stored in the clear by an earlier version');
+    const graceSeconds = config.SIGNING_KEY_GRACE_SECONDS ?? config.ACCESS_TOKEN_TTL_SECONDS;
     await app.register(authPlugin, { keys: new ControlKeyRing(app.pg), revocations: new ControlRevocations(app.pg) });
     await app.register(identityRoutes, {
-      signingKey,
+      signingKeys,
       accessTokenTtlSeconds: config.ACCESS_TOKEN_TTL_SECONDS,
       bootstrapToken: config.ONTO_BOOTSTRAP_TOKEN,
       // Shared by the replicas of one deployment (one database), apart from any other's.
@@ -36,16 +43,36 @@ export default fp(
         perToken: config.TOKEN_EXCHANGES_PER_MINUTE_PER_TOKEN,
       },
     });
+    await app.register(keyRoutes, { keys: signingKeys, defaultGraceSeconds: graceSeconds });
     const heartbeat = new IdentityHeartbeat({
       pool: app.pg,
       broker: app.broker,
       topicPrefix: app.topicPrefix,
       logger: app.log.child({ component: 'identity-heartbeat' }),
-      keyGraceSeconds: config.ACCESS_TOKEN_TTL_SECONDS,
-      ...(identityKey ? { identityKey } : {}),
+      identityKey,
     });
-    app.addHook('onReady', async () => heartbeat.start());
-    app.addHook('onClose', () => heartbeat.stop());
+    // Rotation by age: every replica checks, the first to take the lock rotates, the others skip.
+    let ageCheck: NodeJS.Timeout | undefined;
+    const maxAge = config.SIGNING_KEY_MAX_AGE_SECONDS;
+    const checkAge = async () => {
+      try {
+        const rotated = await signingKeys.rotate({ graceSeconds, olderThanSeconds: maxAge });
+        if (rotated) app.log.info({ ...rotated, maxAgeSeconds: maxAge }, 'rotated the signing key: it reached its age');
+      } catch (err) {
+        app.log.warn({ err }, 'could not check the signing key’s age');
+      }
+    };
+    app.addHook('onReady', async () => {
+      heartbeat.start();
+      if (maxAge > 0) {
+        ageCheck = setInterval(checkAge, config.SIGNING_KEY_CHECK_INTERVAL_MS);
+        ageCheck.unref();
+      }
+    });
+    app.addHook('onClose', () => {
+      clearInterval(ageCheck);
+      return heartbeat.stop();
+    });
   },
   { name: 'onto-identity', dependencies: ['onto-postgres', 'onto-kafka', 'onto-outbox', 'onto-redis'] },
 );

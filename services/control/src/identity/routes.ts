@@ -21,7 +21,7 @@ import {
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { lockWorld } from '../worlds/repository.js';
-import type { ActiveKey } from './keys.js';
+import type { SigningKeys } from './keys.js';
 import {
   ensureBootstrapAdmin,
   findUser,
@@ -37,7 +37,8 @@ import {
 import { grantRole, revokeRole } from './roles.js';
 
 export interface IdentityRoutesOptions {
-  signingKey: ActiveKey;
+  /** The active key is read per exchange: a rotation by any replica takes effect at once. */
+  signingKeys: SigningKeys;
   accessTokenTtlSeconds: number;
   bootstrapToken?: string | undefined;
   /** Token exchanges allowed per minute, per client address and per API token presented. */
@@ -165,7 +166,10 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         return found;
       });
       if (!redeemed) throw new Unauthorized('the API token is unknown or revoked');
-      const signed = await signAccessToken(opts.signingKey, { ...redeemed, ttlSeconds: opts.accessTokenTtlSeconds });
+      const signed = await signAccessToken(await opts.signingKeys.active(), {
+        ...redeemed,
+        ttlSeconds: opts.accessTokenTtlSeconds,
+      });
       return {
         accessToken: signed.token,
         tokenType: 'Bearer' as const,

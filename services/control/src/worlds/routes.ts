@@ -270,7 +270,8 @@ async function checkFork(
     });
   }
   const roles = request.principal?.roles ?? {};
-  if (!request.principal?.admin && !roles[from.world]) throw new Forbidden(`no role in world ${from.world}`);
+  if (!request.principal?.admin && !Object.hasOwn(roles, from.world))
+    throw new Forbidden(`no role in world ${from.world}`);
   // Ids are never reused, so a new world cannot be its own ancestor; checked all the same.
   const { rows: cycle } = await tx.query(
     `WITH RECURSIVE chain (id, parent_world) AS (

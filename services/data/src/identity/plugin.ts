@@ -14,7 +14,7 @@ export default fp(
       consumer: 'data-identity',
       maxLagMs: config.IDENTITY_MAX_LAG_MS,
       maxClockAheadMs: config.IDENTITY_MAX_CLOCK_AHEAD_MS,
-      ...(config.ONTO_IDENTITY_PUBLIC_KEY ? { identityPublicKey: config.ONTO_IDENTITY_PUBLIC_KEY } : {}),
+      identityPublicKey: config.ONTO_IDENTITY_PUBLIC_KEY,
     });
   },
   { name: 'onto-identity' },

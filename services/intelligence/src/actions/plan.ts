@@ -59,7 +59,8 @@ const sourcePath = (source: ValueSource, editPath: string) =>
   'param' in source ? `/parameters/${pointer(source.param)}` : editPath;
 
 const sourceValue = (source: ValueSource, parameters: Record<string, unknown>): unknown =>
-  'param' in source ? parameters[source.param] : source.value;
+  // A parameter the request left out is absent, not a prototype member named like it (`constructor`).
+  'param' in source ? (Object.hasOwn(parameters, source.param) ? parameters[source.param] : undefined) : source.value;
 
 /** A value that names an object: a non-empty string or a safe integer, as text. */
 function keyOf(
@@ -128,7 +129,11 @@ export const fingerprint = (worldId: string, actionType: string, parameters: unk
  */
 export function naturalKey(action: ActionType, parameters: Record<string, unknown>): string | null {
   if (!action.idempotencyKey || action.idempotencyKey.length === 0) return null;
-  return sha256(canonicalJson(action.idempotencyKey.map((name) => [name, parameters[name] ?? null])));
+  return sha256(
+    canonicalJson(
+      action.idempotencyKey.map((name) => [name, Object.hasOwn(parameters, name) ? (parameters[name] ?? null) : null]),
+    ),
+  );
 }
 
 /** The object or link a command writes. */

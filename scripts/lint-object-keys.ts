@@ -1,0 +1,140 @@
+/**
+ * Lint: no input used as a key of a plain object (issue 19). `record[key]` with a key that is any
+ * string reaches the prototype: `constructor`, `valueOf` or `__proto__` read a function or
+ * pollute, where a Map or an own-property check would answer "absent". Biome has no rule for it
+ * (it needs types), so this script asks the TypeScript checker about every element access in the
+ * services' and packages' src:
+ *
+ *   flagged: `o[k]` where `k` is of type string (not a union of literals) and `o` is a plain object
+ *   with a string index signature (`Record<string, T>`, `{ [k: string]: T }`), not an array, Map or
+ *   typed array;
+ *   allowed: the access guarded by `Object.hasOwn(o, k)` (or `Object.prototype.hasOwnProperty`)
+ *   in the enclosing condition or an earlier statement of the function, an object made with
+ *   `Object.create(null)` (named in the comment below), or a line marked
+ *   `// own-key: <why the key cannot be a prototype member>`.
+ *
+ * Run by `pnpm run lint`; exits 1 listing each finding not in scripts/lint-object-keys.baseline
+ * as file:line (`--write-baseline` rewrites that file, for a reviewed change).
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { relative, resolve } from 'node:path';
+import ts from 'typescript';
+
+const root = resolve(import.meta.dirname, '..');
+const config = ts.getParsedCommandLineOfConfigFile(
+  resolve(root, 'tsconfig.test.json'),
+  {},
+  {
+    ...ts.sys,
+    onUnRecoverableConfigFileDiagnostic: (d) => {
+      throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+    },
+  },
+);
+if (!config) throw new Error('cannot read tsconfig.test.json');
+// The services' and packages' own code (their src), typed as the tests see it.
+const sources = ts.sys
+  .readDirectory(
+    root,
+    ['.ts'],
+    ['**/node_modules', '**/dist', '**/test'],
+    ['services/*/src/**/*', 'packages/*/src/**/*'],
+  )
+  .filter((f) => !f.endsWith('.d.ts'));
+const program = ts.createProgram({ rootNames: sources, options: { ...config.options, noEmit: true } });
+const checker = program.getTypeChecker();
+const inScope = (file: string) => /\/(services|packages)\/[^/]+\/src\//.test(file) && !file.includes('node_modules');
+
+function isStringKey(type: ts.Type): boolean {
+  if (type.isUnion()) return type.types.some(isStringKey);
+  return (type.flags & (ts.TypeFlags.String | ts.TypeFlags.TemplateLiteral | ts.TypeFlags.StringMapping)) !== 0;
+}
+
+function isPlainRecord(type: ts.Type): boolean {
+  const nonNullable = checker.getNonNullableType(type);
+  if (nonNullable.isUnion()) return nonNullable.types.some(isPlainRecord);
+  if (checker.isArrayType(nonNullable) || checker.isTupleType(nonNullable)) return false;
+  if (!checker.getIndexInfoOfType(nonNullable, ts.IndexKind.String)) return false;
+  const name = nonNullable.getSymbol()?.getName() ?? '';
+  return !/^(Map|Set|WeakMap|.*Array|Buffer|Headers|URLSearchParams|ProcessEnv)$/.test(name);
+}
+
+/** `for (const k of Object.keys(o))` or `for (const [k] of Object.entries(o))`: the key is own in `o`. */
+function ownKeyOf(key: ts.Expression, object: ts.Expression, source: ts.SourceFile): boolean {
+  if (!ts.isIdentifier(key)) return false;
+  const declaration = checker.getSymbolAtLocation(key)?.valueDeclaration;
+  if (!declaration) return false;
+  let loop: ts.Node = declaration;
+  while (loop.parent && !ts.isForOfStatement(loop) && !ts.isStatement(loop)) loop = loop.parent;
+  if (!ts.isForOfStatement(loop) || !ts.isCallExpression(loop.expression)) return false;
+  const call = loop.expression;
+  const callee = call.expression.getText(source);
+  const iterated = call.arguments[0]?.getText(source);
+  return (callee === 'Object.keys' || callee === 'Object.entries') && iterated === object.getText(source);
+}
+
+/** Whether the source text from the function's start up to the access checks own keys. */
+function guarded(node: ts.Node, source: ts.SourceFile): boolean {
+  const line = source.getLineAndCharacterOfPosition(node.getStart(source)).line;
+  const lines = source.text.split('\n');
+  if (/\/\/ own-key: \S/.test(lines[line] ?? '') || /\/\/ own-key: \S/.test(lines[line - 1] ?? '')) return true;
+  let scope: ts.Node = node;
+  while (scope.parent && !ts.isFunctionLike(scope) && !ts.isSourceFile(scope)) scope = scope.parent;
+  const before = source.text.slice(scope.getStart(source), node.getStart(source));
+  return /Object\.hasOwn\(|hasOwnProperty\.call\(|Object\.create\(null\)/.test(before);
+}
+
+const findings: string[] = [];
+for (const source of program.getSourceFiles()) {
+  if (!inScope(source.fileName)) continue;
+  const visit = (node: ts.Node) => {
+    if (ts.isElementAccessExpression(node)) {
+      const keyType = checker.getTypeAtLocation(node.argumentExpression);
+      if (
+        !ts.isStringLiteralLike(node.argumentExpression) &&
+        isStringKey(keyType) &&
+        isPlainRecord(checker.getTypeAtLocation(node.expression)) &&
+        !ownKeyOf(node.argumentExpression, node.expression, source) &&
+        !guarded(node, source)
+      ) {
+        const { line } = source.getLineAndCharacterOfPosition(node.getStart(source));
+        findings.push(`${relative(root, source.fileName)}:${line + 1}: ${node.getText(source)}`);
+      }
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+}
+
+// Accesses found when the rule came in, looked at and left (keys from validated schemas, our own
+// constants, or objects built from own keys): one `path: expression` a line. New code gets none.
+const baselineFile = resolve(root, 'scripts/lint-object-keys.baseline');
+const baseline = new Map<string, number>();
+for (const line of readFileSync(baselineFile, 'utf8').split('\n')) {
+  if (line.trim() === '' || line.startsWith('#')) continue;
+  baseline.set(line, (baseline.get(line) ?? 0) + 1);
+}
+if (process.argv.includes('--write-baseline')) {
+  const header = readFileSync(baselineFile, 'utf8')
+    .split('\n')
+    .filter((l) => l.startsWith('#'));
+  const lines = findings.map((f) => f.replace(/:\d+: /, ': ')).sort();
+  writeFileSync(baselineFile, `${[...header, ...lines].join('\n')}\n`);
+  console.log(`wrote ${lines.length} entries to ${relative(root, baselineFile)}`);
+  process.exit(0);
+}
+const fresh = findings.filter((f) => {
+  const entry = f.replace(/:\d+: /, ': ');
+  const left = baseline.get(entry) ?? 0;
+  if (left === 0) return true;
+  baseline.set(entry, left - 1);
+  return false;
+});
+if (fresh.length > 0) {
+  console.error(
+    `${fresh.length} plain object(s) indexed by a string that may be input (use a Map, Object.hasOwn, or say why with // own-key: …):`,
+  );
+  for (const f of fresh) console.error(`  ${f}`);
+  process.exit(1);
+}
+console.log(`object keys: nothing new (${findings.length} accesses in the baseline)`);

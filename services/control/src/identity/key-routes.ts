@@ -1,0 +1,91 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { BODY_LIMITS, problemResponses, recordAudit } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import type { SigningKeys } from './keys.js';
+
+export interface KeyRoutesOptions {
+  keys: SigningKeys;
+  /** A rotation's grace when the request names none. */
+  defaultGraceSeconds: number;
+}
+
+const MAX_GRACE_SECONDS = 604_800;
+const Timestamp = Type.Union([Type.String({ format: 'date-time' }), Type.Null()]);
+
+/**
+ * The token-signing keys for platform administrators (ADR 42): which exist, and a rotation now —
+ * after a suspected leak with `graceSeconds: 0`, which refuses every token the old key signed at
+ * once, everywhere.
+ */
+export default async function keyRoutes(fastify: FastifyInstance, opts: KeyRoutesOptions) {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.get(
+    '/v1/admin/signing-keys',
+    {
+      preHandler: app.authorize({ admin: true }),
+      schema: {
+        tags: ['admin'],
+        summary: 'The token-signing keys: the active one and the retired ones, newest first (no private halves)',
+        response: {
+          200: Type.Object({
+            keys: Type.Array(
+              Type.Object({
+                kid: Type.String(),
+                createdAt: Type.String({ format: 'date-time' }),
+                retiredAt: Timestamp,
+                refusedAfter: Timestamp,
+              }),
+            ),
+          }),
+          ...problemResponses(401, 403, 503),
+        },
+      },
+    },
+    async () => ({ keys: await opts.keys.list() }),
+  );
+
+  app.post(
+    '/v1/admin/signing-keys/rotate',
+    {
+      bodyLimit: BODY_LIMITS.small,
+      preHandler: app.authorize({ admin: true }),
+      schema: {
+        tags: ['admin'],
+        summary: 'Retire the active token-signing key and sign with a new one from now on',
+        description: `Tokens signed by the retired key still verify for graceSeconds (default SIGNING_KEY_GRACE_SECONDS), in control and in data and intelligence, then nowhere. 0 refuses them at once (a leaked key). At most ${MAX_GRACE_SECONDS}.`,
+        body: Type.Object(
+          { graceSeconds: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_GRACE_SECONDS })) },
+          { additionalProperties: false },
+        ),
+        response: {
+          201: Type.Object({
+            kid: Type.String({ description: 'the key that signs from now on' }),
+            retiredKid: Type.Union([Type.String(), Type.Null()]),
+            refusedAfter: Timestamp,
+          }),
+          ...problemResponses(400, 401, 403, 503),
+        },
+      },
+    },
+    async (request, reply) => {
+      const graceSeconds = request.body.graceSeconds ?? opts.defaultGraceSeconds;
+      const rotation = await opts.keys.rotate({
+        graceSeconds,
+        also: (tx, r) =>
+          recordAudit(tx, request, {
+            action: 'admin.signing-key.rotated',
+            subject: r.kid,
+            detail: { retiredKid: r.retiredKid, graceSeconds },
+          }),
+      });
+      if (!rotation) throw new Error('an unconditional rotation rotated nothing');
+      return reply.code(201).send({
+        kid: rotation.kid,
+        retiredKid: rotation.retiredKid,
+        refusedAfter: rotation.refusedAfter === null ? null : new Date(rotation.refusedAfter).toISOString(),
+      });
+    },
+  );
+}
