@@ -1,9 +1,10 @@
+import { canonicalJson } from '@onto/shared';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
 import { lockWorldShared } from '../http.js';
 import { checkObject } from '../objects/model.js';
 import { type State, sameState } from './classify.js';
-import { finalState, loadItems, loadMerge, type MergeRow, type StoredItem } from './items.js';
+import { finalState, loadItems, loadMerge, type MergeRow, personChose, type StoredItem } from './items.js';
 import { schemaDocument } from './plan.js';
 import { failed, reply } from './reply.js';
 import { type LinkPut, Moved, type ObjectPut, writeLinks, writeObjects } from './write.js';
@@ -56,6 +57,9 @@ export async function applyMerge(
   }
   if (m.dry_run) return fail(409, 'a dry run is never applied');
   const schema = schemaDocument(a.schema);
+  // The plan checked strategy-settled objects against the same document: checked again only
+  // when the schema applied differs, or a person chose.
+  const sameSchema = canonicalJson(a.schema) === canonicalJson(m.schema);
   const objects: ObjectPut[] = [];
   const links: LinkPut[] = [];
   for (const item of items) {
@@ -65,7 +69,7 @@ export async function applyMerge(
       const after = final.state as State;
       const before = item.target as State;
       if (sameState(after, before)) continue;
-      if (after !== null) {
+      if (after !== null && (!sameSchema || personChose(item))) {
         // Checked again against the schema the merge applies with (a person's value, a schema resolved since).
         const def = Object.hasOwn(schema.objectTypes, item.type) ? schema.objectTypes[item.type] : undefined;
         const errors = def ? checkObject(def, after, item.pk).errors : [{ path: '/', message: 'no such type' }];

@@ -36,20 +36,33 @@ export type StoredItem = {
   base: State | true;
   source: State | true;
   target: State | true;
+  merged: State | true;
   target_seq: string | null;
   target_version: string;
   written_version: string | null;
   written_seq: string | null;
-  conflicts: { id: string; type: string; property: string | null; take: string | null; value: unknown }[];
+  conflicts: {
+    id: string;
+    type: string;
+    property: string | null;
+    take: string | null;
+    value: unknown;
+    by: string | null;
+  }[];
 };
 
 export async function loadItems(db: Queryable, merge: string): Promise<StoredItem[]> {
+  // The conflicts aggregated once and joined: a subquery per item cost seconds at 100,000 items.
   const { rows } = await db.query<StoredItem>(
     `SELECT i.n, i.kind, i.type, i.pk, i.to_pk, i.from_type, i.to_type, i.base, i.source, i.target, i.target_seq,
-            i.target_version, i.written_version, i.written_seq,
-            coalesce((SELECT json_agg(json_build_object('id', c.id, 'type', c.type, 'property', c.property, 'take', c.take, 'value', c.value) ORDER BY c.id)
-                        FROM merge_conflicts c WHERE c.merge_id = i.merge_id AND c.item = i.n), '[]') AS conflicts
-       FROM merge_items i WHERE i.merge_id = $1 ORDER BY i.n`,
+            i.target_version, i.merged, i.written_version, i.written_seq, coalesce(c.conflicts, '[]') AS conflicts
+       FROM merge_items i
+       LEFT JOIN (
+         SELECT item, json_agg(json_build_object('id', id, 'type', type, 'property', property, 'take', take,
+                                                 'value', value, 'by', resolved_by) ORDER BY id) AS conflicts
+           FROM merge_conflicts WHERE merge_id = $1 GROUP BY item
+       ) c ON c.item = i.n
+      WHERE i.merge_id = $1 ORDER BY i.n`,
     [merge],
   );
   return rows;
@@ -69,6 +82,8 @@ export const choiceOf = (c: { take: string | null; value: unknown }): Choice | n
 export function finalState(item: StoredItem): { state: State | true } | { open: string } {
   const open = item.conflicts.find((c) => c.take === null);
   if (open) return { open: open.id };
+  // Settled by the strategy alone: the plan stored the result.
+  if (!personChose(item)) return { state: item.merged };
   if (item.kind === 'link') {
     let live = classifyLink(item.base === true, item.source === true, item.target === true);
     for (const c of item.conflicts) {
@@ -98,3 +113,6 @@ export function finalState(item: StoredItem): { state: State | true } | { open: 
     ),
   };
 }
+
+/** Whether a person resolved one of the item's conflicts (its stored merged state is then not final). */
+export const personChose = (item: StoredItem) => item.conflicts.some((c) => c.by === 'person');

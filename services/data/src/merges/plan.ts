@@ -105,6 +105,8 @@ export async function planMerge(
     targetSeq: seq,
     schema: schemaDocument(r.schema),
   };
+  // The states of every candidate are sorted and hashed in memory, not spilled (for this transaction).
+  await tx.query(`SET LOCAL work_mem = '64MB'`);
   const computed = await computeMerge(tx, spec);
   await tx.query(
     `INSERT INTO merges (id, target, source, strategy, dry_run, actor, base_world, base_seq, source_seq, target_seq, status, schema)
