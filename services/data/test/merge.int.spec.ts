@@ -461,5 +461,11 @@ describe('merges in data', () => {
     await send(w.target, 'world.merge.apply', { merge: early.merge, schemaVersion: version, schema: document });
     await new Promise((done) => setTimeout(done, 1500));
     expect(await get(w.target, 'o1')).toEqual({ id: 'o1', amount: 1 });
+
+    // A merge data never planned (its plan failed): nothing to undo, answered all the same.
+    const unknown = uuidv7();
+    await send(w.target, 'world.merge.compensate', { merge: unknown, reason: 'the plan failed' });
+    const none = await replies(unknown, ended(['merge.compensated']));
+    expect(none[0]?.payload).toMatchObject({ reverted: { objects: 0, links: 0 }, notReverted: [] });
   });
 });

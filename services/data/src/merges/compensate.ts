@@ -19,15 +19,15 @@ export async function compensateMerge(
   tx: pg.ClientBase,
   topicPrefix: string,
   causedBy: string,
-  c: { merge: string },
+  c: { merge: string; target: string },
 ): Promise<void> {
   const m = await loadMerge(tx, c.merge, true);
   const none = { objects: 0, links: 0 };
-  if (!m || m.status !== 'applied') {
+  if (m?.status !== 'applied') {
+    // Not applied (or never planned here, its plan having failed): nothing of data's to undo,
+    // and a late apply finds the merge compensated and does nothing.
     if (m?.status === 'planned') await tx.query(`UPDATE merges SET status = 'compensated' WHERE id = $1`, [m.id]);
-    const target = m?.target ?? null;
-    if (target === null) return; // a merge data never planned: nothing of data's to undo
-    return reply(tx, topicPrefix, target, causedBy, 'merge.compensated', {
+    return reply(tx, topicPrefix, m?.target ?? c.target, causedBy, 'merge.compensated', {
       merge: c.merge,
       reverted: none,
       notReverted: [],

@@ -35,7 +35,10 @@ export function mergeEvents(app: FastifyInstance) {
           wrote = true;
           break;
         case 'world.merge.compensate':
-          await compensateMerge(tx, app.topicPrefix, event.event_id, p as { merge: string });
+          await compensateMerge(tx, app.topicPrefix, event.event_id, {
+            merge: p.merge as string,
+            target: event.world_id,
+          });
           wrote = true;
           break;
         case 'world.merge.verify.requested':
