@@ -10,6 +10,7 @@ import type { Config } from './config.js';
 import identity from './identity/plugin.js';
 import bulk from './ingest/routes.js';
 import links from './links/routes.js';
+import merges from './merges/consumer.js';
 import objects from './objects/routes.js';
 import positions from './positions/plugin.js';
 import schema from './schema/plugin.js';
@@ -46,6 +47,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(series);
   await fastify.register(cdc, { mappings: config.CDC_MAPPINGS });
   await fastify.register(actions);
+  await fastify.register(merges);
   await fastify.register(positions, { intervalMs: config.POSITION_ANNOUNCE_MS });
   await fastify.register(adminRoutes);
 };

@@ -25,21 +25,21 @@ import { chainOf, resolveRef, type Segment } from './refs.js';
  */
 
 /** A world read at a commit for a diff (numbers throughout: "now" is pinned to data's head). */
-interface Point {
+export interface Point {
   world: string;
   commit: number;
   chain: Segment[];
 }
 
 /** Where the writes that can differ between two points are, and which point sees them. */
-interface Interval {
+export interface Interval {
   world: string;
   lo: number;
   hi: number;
   side: 'from' | 'to';
 }
 
-function intervals(a: Point, b: Point): Interval[] {
+export function intervals(a: Point, b: Point): Interval[] {
   const upTo = (p: Point, world: string) => p.chain.find((s) => s.world === world)?.upTo ?? null;
   const worlds = [...new Set([...a.chain, ...b.chain].map((s) => s.world))];
   const out: Interval[] = [];

@@ -1,0 +1,57 @@
+import type { ReceivedEvent } from '@onto/shared';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import type pg from 'pg';
+import { cutCommit, cutCommitIn } from '../storage/commit.js';
+import { applyMerge } from './apply.js';
+import { compensateMerge } from './compensate.js';
+import { type MergeRequested, planMerge, resolveConflict } from './plan.js';
+import { verifyMerge } from './verify.js';
+
+/*
+ * data's side of the merge saga (docs/adr/0037, 0038): consumer `data-merges` on onto.worlds,
+ * each event handled in the inbox transaction (a redelivered event is a duplicate there), each
+ * reply on onto.storage enqueued in the same transaction.
+ */
+
+export function mergeEvents(app: FastifyInstance) {
+  return async (tx: pg.PoolClient, events: ReceivedEvent[]): Promise<void> => {
+    // Whether this transaction wrote objects or links yet: a cut on another connection would
+    // then wait for this transaction's own locks, so it is cut in this one (and holds writers
+    // off until it commits) — otherwise the cut commits at once and writers go on during the plan.
+    let wrote = false;
+    const cut = () => (wrote ? cutCommitIn(tx) : cutCommit(app.pg));
+    for (const { event } of events) {
+      const p = event.payload as Record<string, unknown>;
+      switch (event.type) {
+        case 'world.merge.requested':
+          await planMerge(tx, app.topicPrefix, event.event_id, p as unknown as MergeRequested, cut);
+          break;
+        case 'world.merge.conflict.resolved':
+          await resolveConflict(tx, p as unknown as Parameters<typeof resolveConflict>[1]);
+          break;
+        case 'world.merge.apply':
+          await applyMerge(tx, app.topicPrefix, event.event_id, p as unknown as Parameters<typeof applyMerge>[3]);
+          wrote = true;
+          break;
+        case 'world.merge.compensate':
+          await compensateMerge(tx, app.topicPrefix, event.event_id, {
+            merge: p.merge as string,
+            target: event.world_id,
+          });
+          wrote = true;
+          break;
+        case 'world.merge.verify.requested':
+          await verifyMerge(tx, app.topicPrefix, event.event_id, p as { merge: string; verification: string });
+          break;
+      }
+    }
+  };
+}
+
+export default fp(
+  async (app: FastifyInstance) => {
+    app.addConsumer({ name: 'data-merges', topics: ['onto.worlds'], apply: mergeEvents(app) });
+  },
+  { name: 'onto-data-merges', dependencies: ['onto-consumers', 'onto-data-schema'] },
+);
