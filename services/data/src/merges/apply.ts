@@ -16,10 +16,15 @@ import { type LinkPut, Moved, type ObjectPut, writeLinks, writeObjects } from '.
  * back: merge.failed {phase: apply, status: 409} naming it. Writes are set-based (write.ts).
  */
 
-export const originOf = (m: MergeRow, causedBy: string): Origin => ({
+/**
+ * Whose the merged changes are: the merge's actor, `requestId merge:<id>`. They carry no
+ * `caused_by`: their cause (control's world.merge.apply) is on a topic intelligence's change
+ * consumer does not read, so it would park them waiting for a cause it can never see.
+ */
+export const originOf = (m: MergeRow): Origin => ({
   actor: m.actor,
   requestId: `merge:${m.id}`,
-  causedBy,
+  causedBy: null,
 });
 
 /** The counts of an applied merge, from what its items recorded. */
@@ -109,7 +114,7 @@ export async function applyMerge(
       });
     }
   }
-  const origin = originOf(m, causedBy);
+  const origin = originOf(m);
   await tx.query('SAVEPOINT merge_apply');
   let written: Map<number, { seq: number; version: number }>;
   try {

@@ -101,7 +101,7 @@ export async function compensateMerge(
       toOne: type !== undefined && type.cardinality !== 'MANY_TO_MANY',
     });
   }
-  const origin = originOf(m, causedBy);
+  const origin = originOf(m);
   const schemaVersion = m.schema_version ?? 0;
   const o = await writeObjects(tx, m.target, objects, schemaVersion, origin, topicPrefix);
   const l = await writeLinks(tx, m.target, links, origin, topicPrefix);

@@ -1,0 +1,251 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type IntelligenceStack, intelligenceStack } from '../services/intelligence/test/stack.js';
+
+/**
+ * Merges end to end (issue 17, docs/adr/0037): control orchestrates, data and intelligence each
+ * plan and apply their part over Kafka. Every check reads the services' own APIs.
+ */
+
+const Customer = {
+  displayName: 'Customer',
+  primaryKey: 'id',
+  properties: {
+    id: { type: 'string', required: true },
+    name: { type: 'string' },
+    tier: { type: 'string' },
+    creditLimit: { type: 'integer' },
+  },
+};
+
+interface Conflict {
+  id: string;
+  type: string;
+  entity: Record<string, unknown>;
+  base: unknown;
+  source: unknown;
+  target: unknown;
+  resolution: unknown;
+}
+interface Merge {
+  id: string;
+  status: string;
+  source: string;
+  target: string;
+  strategy: string;
+  conflicts: Conflict[];
+  failure?: { status: number; reason: string } | null;
+}
+
+describe('merges across the three services', () => {
+  let s: IntelligenceStack;
+
+  beforeAll(async () => {
+    s = await intelligenceStack({
+      intelligenceEnv: { CONSISTENCY_WAIT_MS: '20000' },
+      controlEnv: { MERGE_TIMEOUT_MS: '60000' },
+    });
+  }, 120_000);
+  afterAll(async () => s?.close());
+
+  const put = async (world: string, pk: string, properties: Record<string, unknown>) => {
+    const res = await s.dataCall('PUT', `/v1/worlds/${world}/objects/Customer/${pk}`, { body: { properties } });
+    expect(res.statusCode, res.body).toBeLessThan(300);
+  };
+  const patch = async (world: string, pk: string, properties: Record<string, unknown>) => {
+    const res = await s.dataCall('PATCH', `/v1/worlds/${world}/objects/Customer/${pk}`, { body: { properties } });
+    expect(res.statusCode, res.body).toBe(200);
+  };
+  const remove = async (world: string, pk: string) => {
+    const res = await s.dataCall('DELETE', `/v1/worlds/${world}/objects/Customer/${pk}`);
+    expect(res.statusCode, res.body).toBeLessThan(300);
+  };
+  const get = async (world: string, pk: string) => {
+    const res = await s.dataCall('GET', `/v1/worlds/${world}/objects/Customer/${pk}`);
+    return res.statusCode === 200 ? (res.json().properties as Record<string, unknown>) : null;
+  };
+  const fork = async (id: string, from: string) => {
+    const res = await s.controlCall('POST', '/v1/worlds', { body: { id, from: { world: from } } });
+    expect(res.statusCode, res.body).toBe(202);
+    await s.until(`${id} READY`, async () =>
+      (await s.controlCall('GET', `/v1/worlds/${id}`)).json().status === 'READY' ? true : undefined,
+    );
+  };
+  const merge = async (target: string, body: Record<string, unknown>) => {
+    const res = await s.controlCall('POST', `/v1/worlds/${target}/merges`, { body });
+    expect(res.statusCode, res.body).toBe(202);
+    return res.json().id as string;
+  };
+  const settled = (target: string, id: string, statuses = ['MERGED', 'CONFLICTS', 'FAILED', 'COMPENSATED']) =>
+    s.until(
+      `merge ${id} settled`,
+      async () => {
+        const m = (await s.controlCall('GET', `/v1/worlds/${target}/merges/${id}`)).json() as Merge;
+        return statuses.includes(m.status) ? m : undefined;
+      },
+      60_000,
+    );
+  /** Data has caught up with everything written so far in a world (its writes answer in order). */
+  const snapshot = async (world: string, pks: string[]) =>
+    Object.fromEntries(await Promise.all(pks.map(async (pk) => [pk, await get(world, pk)] as const)));
+
+  it('MANUAL: the seven cases, conflicts resolved one by one, applied to the target only', async () => {
+    await s.world('m1', { objectTypes: { Customer } });
+    for (const pk of ['same', 'src', 'tgt', 'both', 'alike', 'del', 'moddel', 'delmod'])
+      await put('m1', pk, { id: pk, name: pk, tier: 'bronze', creditLimit: 100 });
+    await fork('m1-staging', 'm1');
+
+    await patch('m1-staging', 'src', { tier: 'gold' }); // taken from the source
+    await patch('m1', 'tgt', { tier: 'silver' }); // kept from the target
+    await patch('m1-staging', 'both', { creditLimit: 500 }); // MODIFY_MODIFY
+    await patch('m1', 'both', { creditLimit: 900, name: 'renamed' }); // and an independent property
+    await patch('m1-staging', 'alike', { tier: 'gold' });
+    await patch('m1', 'alike', { tier: 'gold' }); // the same change: no conflict
+    await put('m1-staging', 'added', { id: 'added', name: 'new', tier: 'bronze', creditLimit: 1 });
+    await remove('m1-staging', 'del'); // deleted in the source
+    await patch('m1-staging', 'moddel', { tier: 'gold' });
+    await remove('m1', 'moddel'); // MODIFY_DELETE
+    await remove('m1-staging', 'delmod');
+    await patch('m1', 'delmod', { tier: 'gold' }); // MODIFY_DELETE, the other way round
+
+    const id = await merge('m1', { source: 'm1-staging', strategy: 'MANUAL' });
+    const planned = await settled('m1', id);
+    expect(planned.status).toBe('CONFLICTS');
+    const byType = planned.conflicts.map(
+      (c) => `${c.type} ${c.entity.pk}${c.entity.property ? `.${c.entity.property}` : ''}`,
+    );
+    expect(byType.sort()).toEqual(['MODIFY_DELETE delmod', 'MODIFY_DELETE moddel', 'MODIFY_MODIFY both.creditLimit']);
+
+    // Applying with a conflict open is refused, naming how many are left.
+    const early = await s.controlCall('POST', `/v1/worlds/m1/merges/${id}/apply`);
+    expect(early.statusCode, early.body).toBe(409);
+
+    const conflict = (pk: string) => planned.conflicts.find((c) => c.entity.pk === pk) as Conflict;
+    const resolve = (c: Conflict, body: Record<string, unknown>) =>
+      s.controlCall('PUT', `/v1/worlds/m1/merges/${id}/conflicts/${c.id}`, { body });
+    // A value that fails the schema is refused, naming the field, and resolves nothing.
+    const bad = await resolve(conflict('both'), { take: 'value', value: 'lots' });
+    expect(bad.statusCode, bad.body).toBe(422);
+    expect((await resolve(conflict('both'), { take: 'value', value: 700 })).statusCode).toBe(200);
+    expect((await resolve(conflict('both'), { take: 'source' })).statusCode).toBe(409); // resolved already
+    expect((await resolve(conflict('moddel'), { take: 'source' })).statusCode).toBe(200);
+    expect((await resolve(conflict('delmod'), { take: 'target' })).statusCode).toBe(200);
+
+    const applied = await s.controlCall('POST', `/v1/worlds/m1/merges/${id}/apply`);
+    expect(applied.statusCode, applied.body).toBe(202);
+    const done = await settled('m1', id, ['MERGED', 'FAILED', 'COMPENSATED']);
+    expect(done.status, JSON.stringify(done)).toBe('MERGED');
+
+    const after = await s.until('the merge in data', async () => {
+      const o = await get('m1', 'both');
+      return o?.creditLimit === 700 ? o : undefined;
+    });
+    expect(after).toMatchObject({ creditLimit: 700, name: 'renamed' });
+    expect(await snapshot('m1', ['same', 'src', 'tgt', 'alike', 'added', 'del', 'moddel', 'delmod'])).toEqual({
+      same: { id: 'same', name: 'same', tier: 'bronze', creditLimit: 100 },
+      src: { id: 'src', name: 'src', tier: 'gold', creditLimit: 100 },
+      tgt: { id: 'tgt', name: 'tgt', tier: 'silver', creditLimit: 100 },
+      alike: { id: 'alike', name: 'alike', tier: 'gold', creditLimit: 100 },
+      added: { id: 'added', name: 'new', tier: 'bronze', creditLimit: 1 },
+      del: null,
+      moddel: { id: 'moddel', name: 'moddel', tier: 'gold', creditLimit: 100 },
+      delmod: { id: 'delmod', name: 'delmod', tier: 'gold', creditLimit: 100 },
+    });
+    // The source is untouched.
+    expect(await get('m1-staging', 'tgt')).toMatchObject({ tier: 'bronze' });
+    expect(await get('m1-staging', 'delmod')).toBeNull();
+
+    // The history lists it; merging again raises nothing settled the first time.
+    const history = (await s.controlCall('GET', '/v1/worlds/m1/merges')).json();
+    expect(JSON.stringify(history)).toContain(id);
+    const again = await settled('m1', await merge('m1', { source: 'm1-staging', strategy: 'MANUAL' }));
+    expect(again.status, JSON.stringify(again)).toBe('MERGED');
+    expect(again.conflicts).toEqual([]);
+    // Back the other way: the target's changes go to the source with no conflict either.
+    const back = await settled('m1-staging', await merge('m1-staging', { source: 'm1', strategy: 'MANUAL' }));
+    expect(back.status, JSON.stringify(back)).toBe('MERGED');
+    await s.until('the back-merge in data', async () =>
+      (await get('m1-staging', 'tgt'))?.tier === 'silver' ? true : undefined,
+    );
+    expect(await get('m1-staging', 'both')).toMatchObject({ creditLimit: 700, name: 'renamed' });
+  }, 180_000);
+
+  it('derived values and alerts follow a merge into the target', async () => {
+    await s.world('m2', { objectTypes: { Customer } });
+    const define = async (world: string, path: string, body: Record<string, unknown>) => {
+      const res = await s.intelCall('PUT', `/v1/worlds/${world}/${path}`, { body });
+      expect(res.statusCode, res.body).toBeLessThan(300);
+    };
+    await define('m2', 'derived-properties/doubled', { objectType: 'Customer', expression: 'self.creditLimit * 2' });
+    await define('m2', 'rules/risky', {
+      objectType: 'Customer',
+      condition: 'self.creditLimit > 1000',
+      alertType: 'credit.high',
+      severity: 'warning',
+    });
+    await put('m2', 'c1', { id: 'c1', creditLimit: 10 });
+    await fork('m2-staging', 'm2');
+    await patch('m2-staging', 'c1', { creditLimit: 5000 });
+    const done = await settled('m2', await merge('m2', { source: 'm2-staging', strategy: 'SOURCE_WINS' }));
+    expect(done.status, JSON.stringify(done)).toBe('MERGED');
+    await s.until('the derived value recomputed in the target', async () => {
+      const res = await s.intelCall('GET', '/v1/worlds/m2/objects/Customer/c1/derived');
+      return res.statusCode === 200 && JSON.stringify(res.json()).includes('10000') ? true : undefined;
+    });
+    await s.until('the alert raised in the target', async () => {
+      const res = await s.intelCall('GET', '/v1/worlds/m2/alerts');
+      return res.statusCode === 200 && JSON.stringify(res.json()).includes('credit.high') ? true : undefined;
+    });
+  }, 180_000);
+
+  it('a target written after the plan fails the apply with 409 and is left exactly as it was', async () => {
+    await s.world('m3', { objectTypes: { Customer } });
+    for (const pk of ['a', 'b', 'c']) await put('m3', pk, { id: pk, tier: 'bronze', creditLimit: 1 });
+    await fork('m3-staging', 'm3');
+    await patch('m3-staging', 'a', { tier: 'gold' });
+    await patch('m3-staging', 'b', { creditLimit: 2 });
+    await patch('m3-staging', 'c', { creditLimit: 3 });
+    await patch('m3', 'c', { creditLimit: 4 }); // a conflict keeps the merge waiting in CONFLICTS
+    const id = await merge('m3', { source: 'm3-staging', strategy: 'MANUAL' });
+    const planned = await settled('m3', id);
+    expect(planned.status).toBe('CONFLICTS');
+    await s.controlCall('PUT', `/v1/worlds/m3/merges/${id}/conflicts/${planned.conflicts[0]?.id}`, {
+      body: { take: 'source' },
+    });
+    await patch('m3', 'b', { tier: 'platinum' }); // the target moves on a key the merge writes
+    const before = await snapshot('m3', ['a', 'b', 'c']);
+    expect((await s.controlCall('POST', `/v1/worlds/m3/merges/${id}/apply`)).statusCode).toBe(202);
+    const done = await settled('m3', id, ['MERGED', 'FAILED', 'COMPENSATED']);
+    expect(['FAILED', 'COMPENSATED']).toContain(done.status);
+    expect(done.failure?.status).toBe(409);
+    expect(await snapshot('m3', ['a', 'b', 'c'])).toEqual(before);
+  }, 180_000);
+
+  it('two merges into one target at once: one runs, the other is refused', async () => {
+    await s.world('m4', { objectTypes: { Customer } });
+    await put('m4', 'x', { id: 'x', tier: 'bronze' });
+    await fork('m4-a', 'm4');
+    await fork('m4-b', 'm4');
+    await patch('m4-a', 'x', { tier: 'gold' });
+    await patch('m4-b', 'x', { tier: 'silver' });
+    const [a, b] = await Promise.all(
+      ['m4-a', 'm4-b'].map((source) =>
+        s.controlCall('POST', '/v1/worlds/m4/merges', { body: { source, strategy: 'SOURCE_WINS' } }),
+      ),
+    );
+    expect([a?.statusCode, b?.statusCode].sort()).toEqual([202, 409]);
+  }, 180_000);
+
+  it('bad input names the field and applies nothing', async () => {
+    await s.world('m5', { objectTypes: { Customer } });
+    const post = (body: Record<string, unknown>, target = 'm5') =>
+      s.controlCall('POST', `/v1/worlds/${target}/merges`, { body });
+    expect((await post({ source: 'nope', strategy: 'SOURCE_WINS' })).statusCode).toBe(404);
+    expect((await post({ source: 'm5', strategy: 'SOURCE_WINS' }, 'nope')).statusCode).toBe(404);
+    const self = await post({ source: 'm5', strategy: 'SOURCE_WINS' });
+    expect(self.statusCode, self.body).toBe(422);
+    expect(self.body).toContain('source');
+    const strategy = await post({ source: 'm5', strategy: 'LOUDEST_WINS' });
+    expect(strategy.statusCode, strategy.body).toBe(400);
+    expect(strategy.headers['content-type']).toContain('application/problem+json');
+  }, 60_000);
+});
