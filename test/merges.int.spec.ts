@@ -235,6 +235,156 @@ describe('merges across the three services', () => {
     expect([a?.statusCode, b?.statusCode].sort()).toEqual([202, 409]);
   }, 180_000);
 
+  const define = async (world: string, path: string, body: Record<string, unknown>) => {
+    const res = await s.intelCall('PUT', `/v1/worlds/${world}/${path}`, { body });
+    expect(res.statusCode, res.body).toBeLessThan(300);
+  };
+  const rule = (condition: string) => ({
+    objectType: 'Customer',
+    condition,
+    alertType: 'credit.high',
+    severity: 'warning',
+  });
+  const schemaOf = async (world: string) => (await s.controlCall('GET', `/v1/worlds/${world}/schema`)).json();
+  const putType = async (world: string, type: Record<string, unknown>) => {
+    const { version } = await schemaOf(world);
+    const res = await s.controlCall('PUT', `/v1/worlds/${world}/object-types/Customer`, {
+      body: type,
+      headers: { 'if-match': `"${version}"` },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+  };
+
+  it('a failure in intelligence during the apply compensates data and control: the target as before, object by object', async () => {
+    await s.world('m6', { objectTypes: { Customer } });
+    await define('m6', 'rules/risky', rule('self.creditLimit > 1000'));
+    const pks = ['a', 'b', 'c', 'd'];
+    for (const pk of pks) await put('m6', pk, { id: pk, tier: 'bronze', creditLimit: 1 });
+    await fork('m6-staging', 'm6');
+    await patch('m6-staging', 'a', { tier: 'gold' });
+    await put('m6-staging', 'e', { id: 'e', tier: 'new' });
+    await remove('m6-staging', 'b');
+    await patch('m6-staging', 'c', { creditLimit: 2 });
+    await patch('m6', 'c', { creditLimit: 3 }); // a conflict holds the merge at CONFLICTS
+    await putType('m6-staging', {
+      ...Customer,
+      properties: { ...Customer.properties, segment: { type: 'string' } },
+    });
+    await define('m6-staging', 'rules/risky', rule('self.creditLimit > 500'));
+    const id = await merge('m6', { source: 'm6-staging', strategy: 'MANUAL' });
+    const planned = await settled('m6', id);
+    expect(planned.status, JSON.stringify(planned)).toBe('CONFLICTS');
+    for (const c of planned.conflicts)
+      expect(
+        (await s.controlCall('PUT', `/v1/worlds/m6/merges/${id}/conflicts/${c.id}`, { body: { take: 'source' } }))
+          .statusCode,
+      ).toBe(200);
+    // The target's rule moves after intelligence planned: its part fails 409 at the apply.
+    await define('m6', 'rules/risky', rule('self.creditLimit > 2000'));
+    const objectsBefore = await snapshot('m6', [...pks, 'e']);
+    const schemaBefore = await schemaOf('m6');
+    expect((await s.controlCall('POST', `/v1/worlds/m6/merges/${id}/apply`)).statusCode).toBe(202);
+    const done = await settled('m6', id, ['MERGED', 'FAILED', 'COMPENSATED']);
+    expect(done.status, JSON.stringify(done)).toBe('COMPENSATED');
+    expect(done.failure?.status).toBe(409);
+    expect(await snapshot('m6', [...pks, 'e'])).toEqual(objectsBefore);
+    const schemaAfter = await schemaOf('m6');
+    expect(schemaAfter.objectTypes).toEqual(schemaBefore.objectTypes);
+    const risky = (await s.intelCall('GET', '/v1/worlds/m6/rules/risky')).json();
+    expect(risky.condition).toBe('self.creditLimit > 2000');
+  }, 180_000);
+
+  it('SCHEMA_CONFLICT and RULE_CONFLICT under MANUAL, resolved one each way', async () => {
+    await s.world('m7', { objectTypes: { Customer } });
+    await define('m7', 'rules/risky', rule('self.creditLimit > 1000'));
+    await fork('m7-staging', 'm7');
+    const withTier = (tier: Record<string, unknown>) => ({ ...Customer, properties: { ...Customer.properties, tier } });
+    await putType('m7-staging', withTier({ type: 'string', indexed: true }));
+    await putType('m7', withTier({ type: 'string', required: false, description: 'the target says so' }));
+    await define('m7-staging', 'rules/risky', rule('self.creditLimit > 500'));
+    await define('m7', 'rules/risky', rule('self.creditLimit > 2000'));
+    const id = await merge('m7', { source: 'm7-staging', strategy: 'MANUAL' });
+    const planned = await settled('m7', id);
+    expect(planned.status, JSON.stringify(planned)).toBe('CONFLICTS');
+    expect(planned.conflicts.map((c) => c.type).sort()).toEqual(['RULE_CONFLICT', 'SCHEMA_CONFLICT']);
+    for (const c of planned.conflicts) {
+      const take = c.type === 'SCHEMA_CONFLICT' ? 'source' : 'target';
+      const res = await s.controlCall('PUT', `/v1/worlds/m7/merges/${id}/conflicts/${c.id}`, { body: { take } });
+      expect(res.statusCode, res.body).toBe(200);
+    }
+    expect((await s.controlCall('POST', `/v1/worlds/m7/merges/${id}/apply`)).statusCode).toBe(202);
+    const done = await settled('m7', id, ['MERGED', 'FAILED', 'COMPENSATED']);
+    expect(done.status, JSON.stringify(done)).toBe('MERGED');
+    expect((await schemaOf('m7')).objectTypes.Customer.properties.tier).toMatchObject({
+      type: 'string',
+      indexed: true,
+    });
+    expect((await s.intelCall('GET', '/v1/worlds/m7/rules/risky')).json().condition).toBe('self.creditLimit > 2000');
+  }, 180_000);
+
+  it('TIMESTAMP_WINS takes, per property, the side that changed it last', async () => {
+    await s.world('m8', { objectTypes: { Customer } });
+    await put('m8', 'x', { id: 'x', tier: 'bronze', creditLimit: 1, name: 'x' });
+    await fork('m8-staging', 'm8');
+    await patch('m8', 'x', { tier: 'silver' }); // the target first …
+    await patch('m8-staging', 'x', { creditLimit: 5 }); // … the source first
+    await patch('m8-staging', 'x', { tier: 'gold' }); // … then the source, later
+    await patch('m8', 'x', { creditLimit: 9 }); // … then the target, later
+    const done = await settled('m8', await merge('m8', { source: 'm8-staging', strategy: 'TIMESTAMP_WINS' }));
+    expect(done.status, JSON.stringify(done)).toBe('MERGED');
+    await s.until('the merge in data', async () => ((await get('m8', 'x'))?.tier === 'gold' ? true : undefined));
+    expect(await get('m8', 'x')).toEqual({ id: 'x', tier: 'gold', creditLimit: 9, name: 'x' });
+  }, 180_000);
+
+  it('writes racing a merge into its target are kept or fail the merge with 409, never lost; merge-verify agrees', async () => {
+    await s.world('m9', { objectTypes: { Customer } });
+    const keys = Array.from({ length: 60 }, (_, i) => `k${i}`);
+    for (const pk of keys) await put('m9', pk, { id: pk, creditLimit: 0 });
+    await fork('m9-staging', 'm9');
+    for (const pk of keys) await patch('m9-staging', pk, { tier: 'gold', creditLimit: 1 });
+    // A writer changes every other key of the target, three rounds, while merges run.
+    const written = new Map<string, number>();
+    const writer = (async () => {
+      for (let round = 1; round <= 3; round++)
+        for (const pk of keys.filter((_, i) => i % 2 === 0)) {
+          const res = await s.dataCall('PATCH', `/v1/worlds/m9/objects/Customer/${pk}`, {
+            body: { properties: { name: `w${round}` } },
+          });
+          expect(res.statusCode, res.body).toBe(200);
+          written.set(pk, round);
+        }
+    })();
+    const outcomes: string[] = [];
+    let merged: Merge | undefined;
+    for (let attempt = 0; attempt < 8 && !merged; attempt++) {
+      const m = await settled('m9', await merge('m9', { source: 'm9-staging', strategy: 'SOURCE_WINS' }), [
+        'MERGED',
+        'FAILED',
+        'COMPENSATED',
+      ]);
+      outcomes.push(m.status);
+      if (m.status === 'MERGED') merged = m;
+      else expect(m.failure?.status, JSON.stringify(m)).toBe(409);
+    }
+    await writer;
+    expect(merged, outcomes.join(', ')).toBeDefined();
+    // Every acknowledged write is there; every merged property too where the merge went through.
+    for (const pk of keys) {
+      const o = await get('m9', pk);
+      const round = written.get(pk);
+      expect(o?.name, `${pk} after ${outcomes.join(', ')}`).toBe(round === undefined ? undefined : `w${round}`);
+      expect(o, pk).toMatchObject({ tier: 'gold', creditLimit: 1 });
+    }
+    const verify = await s.controlCall('POST', `/v1/admin/worlds/m9/merges/${merged.id}/verify`);
+    expect(verify.statusCode, verify.body).toBe(202);
+    const report = await s.until('merge-verify complete', async () => {
+      const res = await s.controlCall('GET', `/v1/admin/worlds/m9/merges/${merged?.id}/verify`);
+      return res.statusCode === 200 && res.json().complete ? res.json() : undefined;
+    });
+    expect(report.differences, JSON.stringify(report)).toBe(0);
+    expect(report.services.data.checked).toBeGreaterThan(0);
+  }, 240_000);
+
   it('bad input names the field and applies nothing', async () => {
     await s.world('m5', { objectTypes: { Customer } });
     const post = (body: Record<string, unknown>, target = 'm5') =>
