@@ -91,7 +91,7 @@ function newestPerKey<T extends { version: number }>(changes: T[], key: (c: T) =
  * they go straight to history (docs/adr/0033), so that a fork point between two changes of one
  * batch reads the version it had. Usually none: a batch rarely holds a key twice.
  */
-function supersededInBatch<T extends { version: number; seq: number }>(
+export function supersededInBatch<T extends { version: number; seq: number }>(
   changes: T[],
   key: (c: T) => string,
 ): { change: T; supersededSeq: number }[] {

@@ -32,8 +32,9 @@ const inheritedView = ({ worldId, ...alert }: Alert) => ({ ...alert, inherited: 
 
 /**
  * A fork's alerts: its own, and its bases' that were open at the fork point (each base at its
- * point, docs/adr/0033) on objects no nearer world of the chain wrote by its point — shown as
- * they were then (OPEN). Ordered and paged by id like the world's own.
+ * point, docs/adr/0033) on objects no nearer world of the chain wrote by its point, and of
+ * rules the fork has no open alert of on them — shown as they were then (OPEN). Ordered and
+ * paged by id like the world's own.
  */
 const FORK_ALERTS = `SELECT * FROM (
     SELECT ${ALERT_COLUMNS}, false AS inherited FROM alerts
@@ -47,6 +48,9 @@ const FORK_ALERTS = `SELECT * FROM (
       JOIN alerts a ON a.world_id = c.world_id
      WHERE c.depth > 0 AND ($2::text IS NULL OR $2 = 'OPEN')
        AND a.raised_data_seq <= c.point AND (a.cleared_data_seq IS NULL OR a.cleared_data_seq > c.point)
+       AND NOT EXISTS (SELECT 1 FROM alerts o
+                        WHERE o.world_id = $1 AND o.rule = a.rule AND o.object_type = a.object_type AND o.pk = a.pk
+                          AND o.status = 'OPEN')
        AND NOT EXISTS (
          SELECT 1 FROM rm_chain($1) n
           WHERE n.depth < c.depth
