@@ -46,7 +46,8 @@ async function fork(id: string, from: string) {
 
 /** Median ms of each of two reads, interleaved so that the machine's load falls on both alike. */
 async function sideBySide(a: (i: number) => Promise<unknown>, b: (i: number) => Promise<unknown>) {
-  const [ta, tb]: number[][] = [[], []];
+  const ta: number[] = [];
+  const tb: number[] = [];
   for (let i = 0; i < samples; i++) {
     for (const [f, out] of [
       [a, ta],

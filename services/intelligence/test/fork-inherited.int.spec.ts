@@ -136,7 +136,7 @@ describe('inherited objects in a fork', () => {
     await write('DELETE', '/v1/worlds/child/objects/Customer/c2');
     await s.until('child c2 gone', async () => ((await derived('child', 'c2')) === 404 ? true : undefined));
     expect(await derived('base', 'c2')).toMatchObject({ doubled: 14 });
-  });
+  }, 120_000);
 
   it('a fork of a fork reads each base at its own fork point', async () => {
     await customer('base', 'g1', 1);
@@ -163,7 +163,7 @@ describe('inherited objects in a fork', () => {
     await customer('leaf', 'g2', 100);
     await until('leaf', 'g2', { doubled: 200 });
     expect(await derived('mid', 'g2')).toMatchObject({ doubled: 4 });
-  });
+  }, 120_000);
 
   it('lists the base’s alerts open at the fork point as inherited; a child write re-evaluates and shadows them', async () => {
     await customer('base', 'a1', 5000);
@@ -199,7 +199,7 @@ describe('inherited objects in a fork', () => {
     await until('alerting', 'a3', { doubled: 10 });
     expect(await alerts('alerting', 'pk=a3')).toEqual([]);
     expect(await alerts('base', 'pk=a3&status=OPEN')).toHaveLength(1);
-  });
+  }, 120_000);
 
   it('an aggregate over links counts inherited links and objects plus the child’s changes', async () => {
     await customer('base', 'l1', 1);
@@ -223,7 +223,7 @@ describe('inherited objects in a fork', () => {
     await until('links', 'l1', { orders: 2, total: 105 });
     // The base is untouched.
     expect(await derived('base', 'l1')).toMatchObject({ orders: 2, total: 30 });
-  });
+  }, 120_000);
 
   it('a definition changed in the child recomputes the inherited objects of its type', async () => {
     await customer('base', 'd1', 4);
@@ -235,5 +235,5 @@ describe('inherited objects in a fork', () => {
     });
     await until('redefined', 'd1', { doubled: 12 });
     expect(await derived('base', 'd1')).toMatchObject({ doubled: 8 });
-  });
+  }, 120_000);
 });

@@ -65,49 +65,39 @@ export interface ChainObject {
   properties: Record<string, unknown>;
 }
 
-/** One object through the chain; undefined when absent or deleted at the deciding world. */
-export async function objectThroughChain(
+/**
+ * One object through the chain with its derived values, in one statement; undefined when absent
+ * or deleted at the deciding world. Per name, a value is the nearest world's by its point, and is
+ * current when the fork's own definition of that name has the version it was computed by.
+ */
+export async function inheritedObject(
   db: Queryable,
   worldId: string,
   type: string,
   pk: string,
-): Promise<ChainObject | undefined> {
+): Promise<{ object: ChainObject; values: StoredValue[] } | undefined> {
   const { rows } = await db.query<{
     world: string;
     version: number;
     seq: number;
     deleted: boolean;
     properties: Record<string, unknown>;
+    values: StoredValue[];
   }>(
-    `SELECT world_id AS world, version::float8 AS version, seq::float8 AS seq, deleted, properties
-       FROM rm_object_at($1, $2, $3)`,
+    `SELECT o.world_id AS world, o.version::float8 AS version, o.seq::float8 AS seq, o.deleted, o.properties,
+            (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                      'name', v.name, 'value', v.value, 'kind', v.value_kind, 'error', v.error,
+                      'computedAt', to_json(v.computed_at)#>>'{}', 'definitionVersion', v.definition_version,
+                      'sourceVersion', v.source_version, 'sourceSeq', v.source_seq, 'sources', v.sources,
+                      'current', coalesce(d.state = 'valid' AND v.definition_version = d.version
+                                          AND v.computed_at >= d.valid_since, false)) ORDER BY v.name), '[]')
+               FROM rm_derived_at($1, $2, $3) v
+               LEFT JOIN derived_definitions d ON d.world_id = $1 AND d.name = v.name) AS values
+       FROM rm_object_at($1, $2, $3) o`,
     [worldId, type, pk],
   );
   const row = rows[0];
   if (!row || row.deleted) return undefined;
-  return { world: row.world, version: row.version, seq: row.seq, properties: row.properties };
-}
-
-/**
- * An object's derived values through the chain, per name the nearest world's by its point; each
- * is current when the fork's own definition of that name has the version it was computed by.
- */
-export async function valuesThroughChain(
-  db: Queryable,
-  worldId: string,
-  type: string,
-  pk: string,
-): Promise<StoredValue[]> {
-  const { rows } = await db.query<StoredValue>(
-    `SELECT v.name, v.value, v.value_kind AS kind, v.error, to_json(v.computed_at)#>>'{}' AS "computedAt",
-            v.definition_version AS "definitionVersion", v.source_version::float8 AS "sourceVersion",
-            v.source_seq::float8 AS "sourceSeq", v.sources,
-            coalesce(d.state = 'valid' AND v.definition_version = d.version AND v.computed_at >= d.valid_since, false)
-              AS current
-       FROM rm_derived_at($1, $2, $3) v
-       LEFT JOIN derived_definitions d ON d.world_id = $1 AND d.name = v.name
-      ORDER BY v.name`,
-    [worldId, type, pk],
-  );
-  return rows;
+  const { values, deleted: _, ...object } = row;
+  return { object, values };
 }

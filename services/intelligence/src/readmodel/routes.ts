@@ -4,7 +4,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listDerived, valuesOf } from '../derived/repository.js';
 import { errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
-import { objectThroughChain, valuesThroughChain } from './chain.js';
+import { inheritedObject } from './chain.js';
 
 const Params = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
@@ -45,21 +45,26 @@ export async function readModelRoutes(fastify: FastifyInstance) {
    */
   async function find(world: string, type: string, pk: string) {
     const { rows } = await app.pg.query<{
-      version: number;
+      version: number | null;
       seq: number;
       deleted: boolean;
       properties: Record<string, unknown>;
+      based: boolean;
     }>(
-      `SELECT version::float8 AS version, seq::float8 AS seq, deleted, properties FROM rm_objects
-        WHERE world_id = $1 AND type = $2 AND pk = $3`,
+      `SELECT o.version::float8 AS version, o.seq::float8 AS seq, o.deleted, o.properties,
+              EXISTS (SELECT 1 FROM world_bases WHERE world_id = $1) AS based
+         FROM (SELECT 1) one
+         LEFT JOIN rm_objects o ON o.world_id = $1 AND o.type = $2 AND o.pk = $3`,
       [world, type, pk],
     );
     const own = rows[0];
-    if (own) return own.deleted ? undefined : { object: own, values: await valuesOf(app.pg, world, type, pk) };
-    if ((await app.awaitBase(world)).kind === 'none') return undefined;
-    const inherited = await objectThroughChain(app.pg, world, type, pk);
-    if (!inherited) return undefined;
-    return { object: inherited, values: await valuesThroughChain(app.pg, world, type, pk) };
+    if (own && own.version !== null) {
+      if (own.deleted) return undefined;
+      return { object: { ...own, version: own.version }, values: await valuesOf(app.pg, world, type, pk) };
+    }
+    // A miss: in a fork (its commit recorded, or awaited), the chain decides.
+    if (!own?.based && (await app.awaitBase(world)).kind === 'none') return undefined;
+    return inheritedObject(app.pg, world, type, pk);
   }
 
   async function read(world: string, type: string, pk: string) {
