@@ -72,7 +72,7 @@ describe('inherited objects in a fork', () => {
       (await s.controlCall('GET', `/v1/worlds/${id}`)).json().status === 'READY' ? true : undefined,
     );
   };
-  const write = async (method: string, path: string, body?: Record<string, unknown>) => {
+  const write = async (method: 'PUT' | 'DELETE', path: string, body?: Record<string, unknown>) => {
     const res = await s.dataCall(method, path, body ? { body } : {});
     expect(res.statusCode, res.body).toBeLessThan(300);
     token = String(res.headers['x-consistency-token']);
