@@ -14,7 +14,8 @@
  * within 2 s of the step's end, and keep up within 10% of the offered rate).
  *
  *   ./onto bench intelligence-e2e [seconds] [rate]      (default 20 s at 1000 writes/s)
- *   BENCH_WORLDS=4 spreads the writes over four worlds; BENCH_WARMUP=0 skips the warm-up.
+ *   BENCH_WORLDS=4 spreads the writes over four worlds; BENCH_WARMUP=0 skips the warm-up;
+ *   BENCH_KEYS=200 updates 200 objects over and over instead of creating one per write.
  *   BENCH_RATES=50,100,200,400,1000 measures each rate in turn (each with its warm-up), beside one
  *   run of Kafka's tool, and ends with a table of them all: where the stack saturates, and the
  *   highest rate at which the goal holds on this machine (ADR 19).
@@ -40,7 +41,10 @@ const warmupSeconds = Number(process.env.BENCH_WARMUP ?? 5);
 const worlds = Array.from({ length: Number(process.env.BENCH_WORLDS ?? 1) }, (_, k) =>
   k === 0 ? 'bench' : `bench-${k + 1}`,
 );
-const objects = 1_000_000; // each measured write its own object: none is superseded
+// Each measured write its own object (none is superseded), or BENCH_KEYS=n: the writes cycle over
+// n objects, so that every write supersedes a version and a value (the read model's history,
+// ADR 33, pays its most).
+const objects = Number(process.env.BENCH_KEYS ?? 1_000_000);
 // BENCH_STEPS="" skips the search for the highest steady rate.
 const steps = (process.env.BENCH_STEPS ?? '1000,2000,3000,4000,6000,8000')
   .split(',')

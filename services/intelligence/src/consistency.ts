@@ -13,6 +13,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
+import { awaitBase, type Base, coveredThroughChain } from './readmodel/chain.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -24,6 +25,8 @@ declare module 'fastify' {
     awaitConsistency(request: FastifyRequest, worldId: string): Promise<number>;
     /** Sets `X-Consistency-Token: data=<watermark>` — what this answer reflects of data. */
     consistencyHeader(reply: FastifyReply, worldId: string, watermark?: number): Promise<void>;
+    /** The world's base (docs/adr/0033), waiting (bounded) while a fork's commit is not recorded yet. */
+    awaitBase(worldId: string): Promise<Base>;
   }
 }
 
@@ -79,14 +82,22 @@ export default fp(
       }
       if (token.control !== undefined) await app.schemaReplica.awaitVersion(worldId, token.control);
       if (token.data === undefined) return dataWatermark(pool, worldId);
+      const wanted = token.data;
       return awaitApplied(
-        () => dataWatermark(pool, worldId),
-        token.data,
+        async () => {
+          const own = await dataWatermark(pool, worldId);
+          // A write the fork inherits (a base's, at or before the fork point) is covered when
+          // that base has applied it; only asked while the world itself has not.
+          if (own >= wanted || !(await coveredThroughChain(pool, worldId, wanted))) return own;
+          return wanted;
+        },
+        wanted,
         { boundMs: opts.waitBoundMs, poll: { initialMs: 5, maxMs: 100 } },
         (have) =>
           `intelligence has applied data of ${worldId} up to write ${have}, not yet ${token.data}; retry shortly`,
       );
     });
+    app.decorate('awaitBase', (worldId: string) => awaitBase(pool, worldId, opts.waitBoundMs));
     app.decorate('consistencyHeader', async (reply: FastifyReply, worldId: string, watermark?: number) => {
       reply.header('x-consistency-token', `data=${watermark ?? (await dataWatermark(pool, worldId))}`);
     });

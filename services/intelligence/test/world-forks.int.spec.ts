@@ -92,7 +92,7 @@ describe('forks in intelligence', () => {
   const openAlerts = async (world: string, pk: string) => {
     const res = await s.intelCall('GET', `/v1/worlds/${world}/alerts?pk=${pk}&status=OPEN`);
     expect(res.statusCode, res.body).toBe(200);
-    return res.json().alerts as { rule: string }[];
+    return res.json().alerts as { rule: string; inherited: boolean; world?: string }[];
   };
 
   it('a fork has its base’s definitions when READY; they change apart and evaluate the child’s objects', async () => {
@@ -177,7 +177,10 @@ describe('forks in intelligence', () => {
     expect(await definition('grandchild', 'rules/risky')).toMatchObject({ condition: 'self.creditLimit > 1000' });
     await customer('grandchild', 'g1', 10);
     await doubled('grandchild', 'g1', 30);
-    // Alerts and decisions belong to their world: none of the child's came along.
-    expect(await openAlerts('grandchild', 'c1')).toEqual([]);
+    // Alerts and decisions belong to their world: the child's open alert on c1 is listed as
+    // inherited, read-only (docs/adr/0033), and the grandchild raised none of its own.
+    expect(await openAlerts('grandchild', 'c1')).toMatchObject([{ rule: 'risky', inherited: true, world: 'child' }]);
+    const decisions = await s.intelCall('GET', '/v1/worlds/grandchild/decisions');
+    expect(decisions.json().decisions).toEqual([]);
   }, 120_000);
 });

@@ -37,7 +37,7 @@ interface BatchPlan {
   /** The highest data write per world. */
   watermarks: Map<string, number>;
   /**
-   * The worlds' locks, then per world its definition versions and its read-model writes: each
+   * The worlds' locks, the watermarks, then per world its definition versions and its read-model writes: each
    * statement after the locks reads what committed before they were granted.
    */
   statements: Statement[];
@@ -79,6 +79,10 @@ function plan(events: ReceivedEvent[]): BatchPlan {
     });
   const lock = lockWorldsStatement(byWorld.keys());
   const statements: Statement[] = lock ? [lock] : [];
+  // The watermarks first (they commit with the rest): a value computed and an alert raised or
+  // cleared in this transaction are stamped with the data seq they reflect (rm_world_seq,
+  // docs/adr/0033), which is the batch's highest write, not the one before it.
+  if (lock) statements.push(advancingDataWatermarks(watermarks));
   for (const world of worlds) {
     statements.push(ModelCache.versions(world.worldId));
     if (world.objects) statements.push(world.objects.statement);
@@ -118,7 +122,7 @@ export function applyChanges(deps: {
     if (all.length !== batch.statements.length) {
       throw new Error(`expected ${batch.statements.length} answers to the batch's first statements, not ${all.length}`);
     }
-    const answers = all.slice(1); // after the locks
+    const answers = all.slice(2); // after the locks and the watermarks
     const sql = new WriteBehind(tx);
     for (const world of batch.worlds) {
       const versions = answers.shift()?.rows;
@@ -126,7 +130,11 @@ export function applyChanges(deps: {
       const links = world.links ? answers.shift()?.rows : undefined;
       const series = world.series ? answers.shift()?.rows : undefined;
       const model = await deps.models.get(sql, world.worldId, versions);
-      const evaluation = new Evaluation(sql, model, deps.ctx);
+      const chain = ModelCache.chainOf(versions);
+      // A fork's changes can arrive a moment before data's reply naming its fork point reaches
+      // intelligence's other consumer: the batch is retried until it has (docs/adr/0033).
+      if (chain === 'pending') throw new Error(`the fork point of ${world.worldId} is not recorded yet`);
+      const evaluation = new Evaluation(sql, model, deps.ctx, chain === 'known');
       if (world.objects && objects) world.objects.report(objects, evaluation);
       if (world.links && links) world.links.report(links, evaluation);
       if (world.series && series) world.series.report(series, evaluation);
@@ -143,7 +151,7 @@ export function applyChanges(deps: {
       // Counted before the commit: a batch that rolls back and is retried counts twice.
       deps.metrics.record(world.worldId, stats, world.oldest);
     }
-    return [...sql.take(), advancingDataWatermarks(batch.watermarks)];
+    return sql.take();
   };
 }
 

@@ -133,6 +133,12 @@ export class Evaluation {
     private readonly sql: WriteBehind,
     private readonly model: WorldModel,
     private readonly ctx: EvaluationContext,
+    /**
+     * The world is a fork with its base recorded: objects, links and values it has not written
+     * are read through the chain, its bases' as of the fork points (docs/adr/0033). Its writes
+     * are its own rows, as in any world.
+     */
+    private readonly forked = false,
   ) {}
 
   private get world() {
@@ -231,8 +237,17 @@ export class Evaluation {
     for (const [type, pks] of this.deleted) {
       const list = [...pks.keys()];
       this.sql.write(
-        `DELETE FROM derived_values d USING unnest($3::text[]) AS k(pk)
-          WHERE d.world_id = $1 AND d.object_type = $2 AND d.pk = k.pk`,
+        `WITH gone AS (
+           DELETE FROM derived_values d USING unnest($3::text[]) AS k(pk)
+            WHERE d.world_id = $1 AND d.object_type = $2 AND d.pk = k.pk
+           RETURNING d.*
+         )
+         INSERT INTO derived_values_history (world_id, object_type, pk, name, value, value_kind, error, computed_at,
+                                             definition_version, source_version, source_seq, sources, valid_seq,
+                                             superseded_seq)
+         SELECT world_id, object_type, pk, name, value, value_kind, error, computed_at, definition_version,
+                source_version, source_seq, sources, valid_seq, rm_world_seq($1)
+           FROM gone WHERE valid_seq < rm_world_seq($1)`,
         [this.world, type, list],
       );
       for (const open of await openAlerts(this.sql, this.world, type, list)) {
@@ -256,8 +271,13 @@ export class Evaluation {
     this.linked.delete(def.name);
     for (const [spec, farPks] of specs) {
       const [near, far] = spec.direction === 'out' ? ['from_pk', 'to_pk'] : ['to_pk', 'from_pk'];
+      // In a fork, the links at the far end through the chain (rm_links_in_at finds them by `to`).
+      const atFar = spec.direction === 'out' ? 'rm_links_in_at' : 'rm_links_out_at';
       const { rows } = await this.sql.query<{ near: string; far: string }>(
-        `SELECT l.near, k.pk AS far FROM unnest($3::text[]) AS k(pk)
+        this.forked
+          ? `SELECT l.${near} AS near, k.pk AS far FROM unnest($3::text[]) AS k(pk)
+               CROSS JOIN LATERAL (SELECT * FROM ${atFar}($1, $2, k.pk) WHERE NOT deleted) l`
+          : `SELECT l.near, k.pk AS far FROM unnest($3::text[]) AS k(pk)
            CROSS JOIN LATERAL (SELECT ${near} AS near FROM rm_links
                                 WHERE world_id = $1 AND link_type = $2 AND ${far} = k.pk AND NOT deleted OFFSET 0) l`,
         [this.world, spec.linkType, [...farPks]],
@@ -283,6 +303,16 @@ export class Evaluation {
   }
 
   private loadStatement(type: string, missing: string[]): Statement {
+    if (this.forked) {
+      return {
+        text: `SELECT k.pk, o.version, o.seq, o.properties,
+                (SELECT jsonb_agg(jsonb_build_array(d.name, d.value, d.value_kind, d.error, d.source_seq))
+                   FROM rm_derived_at($1, $2, k.pk) d) AS derived
+           FROM unnest($3::text[]) AS k(pk)
+          CROSS JOIN LATERAL (SELECT version, seq, properties FROM rm_object_at($1, $2, k.pk) WHERE NOT deleted) o`,
+        values: [this.world, type, missing],
+      };
+    }
     return {
       text: `SELECT o.pk, o.version, o.seq, o.properties,
               (SELECT jsonb_agg(jsonb_build_array(d.name, d.value, d.value_kind, d.error, d.source_seq))
@@ -355,6 +385,30 @@ export class Evaluation {
         : spec.function === 'avg'
           ? 'avg(x.input)::float8'
           : `${spec.function}(x.input)::text`;
+    if (this.forked) {
+      // The same through the chain: links at the near end, the far objects and their values
+      // each the nearest world's by its point.
+      const atNear = spec.direction === 'out' ? 'rm_links_out_at' : 'rm_links_in_at';
+      const derivedJoin =
+        spec.derived === undefined
+          ? ''
+          : `LEFT JOIN LATERAL (SELECT value, value_kind, error, source_seq FROM rm_derived_at($1, $3, l.${far})
+                                 WHERE name = $5) dv ON true`;
+      return {
+        text: `SELECT k.pk, count(*)::int AS n, max(x.seq)::text AS seq, ${fn} AS v,
+                coalesce(bool_and(x.kind = 'int') FILTER (WHERE x.input IS NOT NULL), true) AS ints
+           FROM unnest($4::text[]) AS k(pk)
+          CROSS JOIN LATERAL (
+            SELECT ${input} AS input, ${seq} AS seq, ${kind} AS kind
+              FROM ${atNear}($1, $2, k.pk) l
+             CROSS JOIN LATERAL (SELECT seq, properties FROM rm_object_at($1, $3, l.${far}) WHERE NOT deleted) o
+             ${derivedJoin}
+             WHERE NOT l.deleted
+          ) x
+          GROUP BY k.pk`,
+        values,
+      };
+    }
     return {
       text: `SELECT k.pk, count(*)::int AS n, max(x.seq)::text AS seq, ${fn} AS v,
               coalesce(bool_and(x.kind = 'int') FILTER (WHERE x.input IS NOT NULL), true) AS ints
@@ -480,16 +534,37 @@ export class Evaluation {
     // clock_timestamp, not now(): the value was computed after this transaction took the
     // world's lock, so after any definition change it could have waited for. Held back: it
     // travels with the next read, or with the caller's next statement (COMMIT for a batch).
+    // A value that changes keeps the one it replaces in history with its data-seq interval
+    // (docs/adr/0033): `valid_seq` is the world's watermark in this transaction, which a batch
+    // of changes advances first; a value recomputed unchanged keeps its `valid_seq`.
     this.sql.write(
-      `INSERT INTO derived_values AS d (world_id, object_type, pk, name, value, value_kind, error, computed_at,
-                                        definition_version, source_version, source_seq, sources)
-       SELECT $1, $2, u.pk, $3, u.value, u.kind, u.error, clock_timestamp(), $4, u.sv, u.ss, u.sources
-         FROM unnest($5::text[], $6::jsonb[], $7::text[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::jsonb[])
+      `WITH u AS (
+         SELECT * FROM unnest($5::text[], $6::jsonb[], $7::text[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::jsonb[])
            AS u(pk, value, kind, error, sv, ss, sources)
+       ), asof AS (SELECT rm_world_seq($1) AS seq), kept AS (
+         INSERT INTO derived_values_history (world_id, object_type, pk, name, value, value_kind, error, computed_at,
+                                             definition_version, source_version, source_seq, sources, valid_seq,
+                                             superseded_seq)
+         SELECT o.world_id, o.object_type, o.pk, o.name, o.value, o.value_kind, o.error, o.computed_at,
+                o.definition_version, o.source_version, o.source_seq, o.sources, o.valid_seq, asof.seq
+           FROM u CROSS JOIN asof
+           JOIN derived_values o ON o.world_id = $1 AND o.object_type = $2 AND o.pk = u.pk AND o.name = $3
+          WHERE o.valid_seq < asof.seq
+            AND (o.value IS DISTINCT FROM u.value OR o.value_kind IS DISTINCT FROM u.kind
+                 OR o.error IS DISTINCT FROM u.error OR o.definition_version <> $4)
+       )
+       INSERT INTO derived_values AS d (world_id, object_type, pk, name, value, value_kind, error, computed_at,
+                                        definition_version, source_version, source_seq, sources, valid_seq)
+       SELECT $1, $2, u.pk, $3, u.value, u.kind, u.error, clock_timestamp(), $4, u.sv, u.ss, u.sources, asof.seq
+         FROM u CROSS JOIN asof
        ON CONFLICT (world_id, object_type, pk, name) DO UPDATE
          SET value = EXCLUDED.value, value_kind = EXCLUDED.value_kind, error = EXCLUDED.error,
              computed_at = EXCLUDED.computed_at, definition_version = EXCLUDED.definition_version,
-             source_version = EXCLUDED.source_version, source_seq = EXCLUDED.source_seq, sources = EXCLUDED.sources`,
+             source_version = EXCLUDED.source_version, source_seq = EXCLUDED.source_seq, sources = EXCLUDED.sources,
+             valid_seq = CASE WHEN d.value IS DISTINCT FROM EXCLUDED.value OR d.value_kind IS DISTINCT FROM EXCLUDED.value_kind
+                                OR d.error IS DISTINCT FROM EXCLUDED.error
+                                OR d.definition_version <> EXCLUDED.definition_version
+                              THEN EXCLUDED.valid_seq ELSE d.valid_seq END`,
       [
         this.world,
         def.objectType,

@@ -76,6 +76,29 @@ interface Job {
 }
 
 /** Takes due jobs one batch at a time; polls, and is woken when a definition is written. */
+/**
+ * A batch of a fork's keys of a type in pk order (docs/adr/0033): its own and its bases' at their
+ * fork points, each level's next keys by index, merged; `live` through the chain (a key the fork
+ * deleted, or that a base had deleted by its point, is not computed, but the batch moves past it).
+ */
+const CHAIN_KEYS = `WITH cand AS (
+    SELECT DISTINCT x.pk FROM rm_chain($1) c
+     CROSS JOIN LATERAL (
+       (SELECT r.pk FROM rm_objects r
+         WHERE r.world_id = c.world_id AND r.type = $2 AND ($3::text IS NULL OR r.pk > $3)
+           AND (c.point IS NULL OR r.seq <= c.point)
+         ORDER BY r.pk LIMIT $4)
+       UNION ALL
+       (SELECT h.pk FROM rm_objects_history h
+         WHERE c.point IS NOT NULL AND h.world_id = c.world_id AND h.type = $2 AND ($3::text IS NULL OR h.pk > $3)
+           AND h.seq <= c.point AND h.superseded_seq > c.point
+         ORDER BY h.pk LIMIT $4)
+     ) x
+    ORDER BY x.pk LIMIT $4
+  )
+  SELECT cand.pk, EXISTS (SELECT 1 FROM rm_object_at($1, $2, cand.pk) o WHERE NOT o.deleted) AS live
+    FROM cand ORDER BY cand.pk`;
+
 export class RecomputeWorker {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -157,15 +180,21 @@ export class RecomputeWorker {
           last: [{ text: 'UPDATE recompute_jobs SET finished_at = now() WHERE id = $1', values: [job.id] }],
         };
       }
-      const batch = await tx.query<{ pk: string }>(
-        `SELECT pk FROM rm_objects
-          WHERE world_id = $1 AND type = $2 AND NOT deleted AND ($3::text IS NULL OR pk > $3)
-          ORDER BY pk LIMIT $4`,
+      const chain = ModelCache.chainOf(versions?.rows);
+      if (chain === 'pending') return { value: false }; // its fork point is not recorded yet: later
+      const forked = chain === 'known';
+      const batch = await tx.query<{ pk: string; live: boolean }>(
+        forked
+          ? CHAIN_KEYS
+          : `SELECT pk, true AS live FROM rm_objects
+              WHERE world_id = $1 AND type = $2 AND NOT deleted AND ($3::text IS NULL OR pk > $3)
+              ORDER BY pk LIMIT $4`,
         [job.world_id, job.object_type, job.after_pk, this.batchSize],
       );
-      const pks = batch.rows.map((r) => r.pk);
+      const seen = batch.rows.map((r) => r.pk);
+      const pks = batch.rows.filter((r) => r.live).map((r) => r.pk);
       const sql = new WriteBehind(tx);
-      const evaluation = new Evaluation(sql, model, this.ctx);
+      const evaluation = new Evaluation(sql, model, this.ctx, forked);
       if (job.kind === 'derived') evaluation.definitionNeeds(job.name, pks);
       else evaluation.ruleNeeds(job.name, pks);
       const stats = await evaluation.run();
@@ -174,7 +203,7 @@ export class RecomputeWorker {
         text: `UPDATE recompute_jobs SET after_pk = coalesce($2, after_pk), processed = processed + $3,
                       finished_at = CASE WHEN $4 THEN now() END
                 WHERE id = $1`,
-        values: [job.id, pks.at(-1) ?? null, pks.length, pks.length < this.batchSize],
+        values: [job.id, seen.at(-1) ?? null, pks.length, seen.length < this.batchSize],
       };
       return { value: true, last: [...sql.take(), progress] };
     });

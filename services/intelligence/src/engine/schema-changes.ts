@@ -51,6 +51,16 @@ export async function revalidateWorld(
   if (derived.length + rules.length + decisions.length === 0) return report;
   const resolution = resolveWorld(document, derived, rules, decisions);
   const documents = new Map<number, SchemaDocument>([[version, document]]);
+  // A fork's copies say schema version 0 until checked here; they were checked against their
+  // base's schema, which is what to compare with: a fork whose schema is its base's recomputes
+  // nothing (its inherited values stay the base's, docs/adr/0033) — else every fork would
+  // re-evaluate every inherited object of its base, O(base).
+  const { rows: parents } = await tx.query<{ parent: string | null }>(
+    'SELECT parent_world AS parent FROM worlds WHERE id = $1',
+    [worldId],
+  );
+  const parent = parents[0]?.parent;
+  if (parent) documents.set(0, (await replica.current(tx, parent)).document);
   const documentAt = async (v: number) => {
     let doc = documents.get(v);
     if (!doc) {
@@ -129,7 +139,11 @@ const WORLD_TABLES = [
   'rm_objects',
   'rm_links',
   'rm_series_points',
+  'rm_objects_history',
+  'rm_links_history',
   'derived_values',
+  'derived_values_history',
+  'world_bases',
   'derived_definitions',
   'recompute_jobs',
   'alerts',
@@ -146,6 +160,20 @@ export async function dropWorld(tx: Queryable, worldId: string): Promise<void> {
 }
 
 const DROPS = new Set(['world.deleted', 'world.drop.requested']);
+
+/**
+ * A fork's base and the commit data forked it at (`world.provisioned {base}`): from here on its
+ * reads and its evaluation read the base's read model as of that commit (docs/adr/0033). Data's
+ * reply is the one place the commit is decided (a ref "now" or an instant resolves in data's inbox
+ * transaction), so intelligence takes it from there rather than resolve it itself.
+ */
+async function recordBase(tx: Queryable, worldId: string, base: { world: string; commit: number } | undefined) {
+  if (!base) return;
+  await tx.query(
+    `INSERT INTO world_bases (world_id, base_world, base_seq) VALUES ($1, $2, $3) ON CONFLICT (world_id) DO NOTHING`,
+    [worldId, base.world, base.commit],
+  );
+}
 
 /**
  * Consumer `intelligence-definitions` on onto.schema, onto.storage and onto.worlds: schema
@@ -178,6 +206,8 @@ export function applySchemaChanges(
         if (report.invalidated.length + report.revalidated.length + report.recomputed.length > 0) {
           log.info({ worldId: event.world_id, ...report }, 'definitions checked against the new schema');
         }
+      } else if (event.type === 'world.provisioned') {
+        await recordBase(tx, event.world_id, event.payload.base as { world: string; commit: number } | undefined);
       } else if (DROPS.has(event.type)) {
         await dropWorld(tx, event.world_id);
         hooks.dropped(event.world_id);

@@ -196,9 +196,22 @@ export class ModelCache {
   static versions(worldId: string): Statement {
     return {
       text: `SELECT coalesce((SELECT revision FROM definition_revisions WHERE world_id = $1), 0) AS revision,
-                    coalesce((SELECT max(version) FROM schema_versions WHERE world_id = $1), 0) AS schema_version`,
+                    coalesce((SELECT max(version) FROM schema_versions WHERE world_id = $1), 0) AS schema_version,
+                    EXISTS (SELECT 1 FROM world_bases WHERE world_id = $1) AS based,
+                    EXISTS (SELECT 1 FROM worlds WHERE id = $1 AND reads_through AND parent_world IS NOT NULL)
+                      AS forked`,
       values: [worldId],
     };
+  }
+
+  /**
+   * Whether the world reads through a chain (`versions`' answer): `pending` while it is a fork
+   * whose commit intelligence has not recorded yet (docs/adr/0033).
+   */
+  static chainOf(read: Record<string, unknown>[] | undefined): 'none' | 'known' | 'pending' {
+    const row = read?.[0] as { based?: boolean; forked?: boolean } | undefined;
+    if (row?.based) return 'known';
+    return row?.forked ? 'pending' : 'none';
   }
 
   /**

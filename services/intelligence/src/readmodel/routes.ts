@@ -4,6 +4,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listDerived, valuesOf } from '../derived/repository.js';
 import { errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
+import { inheritedObject } from './chain.js';
 
 const Params = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
@@ -38,18 +39,41 @@ const Derived = Type.Record(Type.String(), DerivedValue);
 export async function readModelRoutes(fastify: FastifyInstance) {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
-  async function read(world: string, type: string, pk: string) {
-    const { rows } = await app.pg.query<{ version: number; seq: number; properties: Record<string, unknown> }>(
-      `SELECT version::float8 AS version, seq::float8 AS seq, properties FROM rm_objects
-        WHERE world_id = $1 AND type = $2 AND pk = $3 AND NOT deleted`,
+  /**
+   * The world's own row and values; in a fork, for an object it has not written, its base's as
+   * of the fork point, recursively (docs/adr/0033). The fork's own row, a tombstone too, decides.
+   */
+  async function find(world: string, type: string, pk: string) {
+    const { rows } = await app.pg.query<{
+      version: number | null;
+      seq: number;
+      deleted: boolean;
+      properties: Record<string, unknown>;
+      based: boolean;
+    }>(
+      `SELECT o.version::float8 AS version, o.seq::float8 AS seq, o.deleted, o.properties,
+              EXISTS (SELECT 1 FROM world_bases WHERE world_id = $1) AS based
+         FROM (SELECT 1) one
+         LEFT JOIN rm_objects o ON o.world_id = $1 AND o.type = $2 AND o.pk = $3`,
       [world, type, pk],
     );
-    const object = rows[0];
-    if (!object) {
+    const own = rows[0];
+    if (own && own.version !== null) {
+      if (own.deleted) return undefined;
+      return { object: { ...own, version: own.version }, values: await valuesOf(app.pg, world, type, pk) };
+    }
+    // A miss: in a fork (its commit recorded, or awaited), the chain decides.
+    if (!own?.based && (await app.awaitBase(world)).kind === 'none') return undefined;
+    return inheritedObject(app.pg, world, type, pk);
+  }
+
+  async function read(world: string, type: string, pk: string) {
+    const [found, definitions] = await Promise.all([find(world, type, pk), listDerived(app.pg, world)]);
+    if (!found) {
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
       throw new NotFound(`${type} ${pk} is not in the read model of ${world}`);
     }
-    const [definitions, values] = await Promise.all([listDerived(app.pg, world), valuesOf(app.pg, world, type, pk)]);
+    const { object, values } = found;
     const byName = new Map(values.map((v) => [v.name, v]));
     const derived: Record<string, unknown> = {};
     for (const def of definitions.filter((d) => d.objectType === type)) {

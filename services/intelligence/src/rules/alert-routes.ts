@@ -20,9 +20,51 @@ const AlertView = Type.Object({
   clearedAt: Type.Union([Type.String(), Type.Null()]),
   clearedObjectVersion: Type.Union([Type.Integer(), Type.Null()]),
   clearReason: Type.Union([Type.String(), Type.Null()]),
+  inherited: Type.Boolean({
+    description:
+      "true for a base's alert that was open at the fork point, on an object this fork has not written since (read-only: nothing here acts on it)",
+  }),
+  world: Type.Optional(Type.String({ description: 'the base world an inherited alert is of' })),
 });
 
-const view = ({ worldId: _, ...alert }: Alert) => alert;
+const view = ({ worldId: _, ...alert }: Alert) => ({ ...alert, inherited: false });
+const inheritedView = ({ worldId, ...alert }: Alert) => ({ ...alert, inherited: true, world: worldId });
+
+/**
+ * A fork's alerts: its own, and its bases' that were open at the fork point (each base at its
+ * point, docs/adr/0033) on objects no nearer world of the chain wrote by its point, and of
+ * rules the fork has no open alert of on them — shown as they were then (OPEN). Ordered and
+ * paged by id like the world's own.
+ */
+const FORK_ALERTS = `SELECT * FROM (
+    SELECT ${ALERT_COLUMNS}, false AS inherited FROM alerts
+     WHERE world_id = $1 AND ($2::text IS NULL OR status = $2)
+    UNION ALL
+    SELECT a.id::text, a.world_id AS "worldId", a.rule, a.rule_version AS "ruleVersion", a.alert_type AS "alertType",
+           a.severity, a.object_type AS "objectType", a.pk, 'OPEN' AS status,
+           to_json(a.raised_at)#>>'{}' AS "raisedAt", a.raised_object_version::float8 AS "raisedObjectVersion",
+           NULL AS "clearedAt", NULL::float8 AS "clearedObjectVersion", NULL AS "clearReason", true AS inherited
+      FROM rm_chain($1) c
+      JOIN alerts a ON a.world_id = c.world_id
+     WHERE c.depth > 0 AND ($2::text IS NULL OR $2 = 'OPEN')
+       AND a.raised_data_seq <= c.point AND (a.cleared_data_seq IS NULL OR a.cleared_data_seq > c.point)
+       AND NOT EXISTS (SELECT 1 FROM alerts o
+                        WHERE o.world_id = $1 AND o.rule = a.rule AND o.object_type = a.object_type AND o.pk = a.pk
+                          AND o.status = 'OPEN')
+       AND NOT EXISTS (
+         SELECT 1 FROM rm_chain($1) n
+          WHERE n.depth < c.depth
+            AND (EXISTS (SELECT 1 FROM rm_objects r
+                          WHERE r.world_id = n.world_id AND r.type = a.object_type AND r.pk = a.pk
+                            AND (n.point IS NULL OR r.seq <= n.point))
+              OR EXISTS (SELECT 1 FROM rm_objects_history h
+                          WHERE h.world_id = n.world_id AND h.type = a.object_type AND h.pk = a.pk
+                            AND h.seq <= n.point)))
+  ) x
+  WHERE ($3::text IS NULL OR rule = $3) AND ($4::text IS NULL OR "alertType" = $4)
+    AND ($5::text IS NULL OR severity = $5) AND ($6::text IS NULL OR "objectType" = $6)
+    AND ($7::text IS NULL OR pk = $7) AND ($8::uuid IS NULL OR id::uuid < $8)
+  ORDER BY id::uuid DESC LIMIT $9`;
 
 /** `GET /v1/worlds/{world}/alerts` (filters, newest first, cursor) and `GET …/alerts/{id}`. */
 export async function alertRoutes(fastify: FastifyInstance) {
@@ -74,8 +116,11 @@ export async function alertRoutes(fastify: FastifyInstance) {
       const listing = JSON.stringify(filters);
       const keyset = idKeyset(q.cursor, listing, q.limit);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
-      const { rows } = await app.pg.query<Alert>(
-        `SELECT ${ALERT_COLUMNS} FROM alerts
+      const forked = (await app.awaitBase(world)).kind !== 'none';
+      const { rows } = await app.pg.query<Alert & { inherited?: boolean }>(
+        forked
+          ? FORK_ALERTS
+          : `SELECT ${ALERT_COLUMNS} FROM alerts
           WHERE world_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR rule = $3)
             AND ($4::text IS NULL OR alert_type = $4) AND ($5::text IS NULL OR severity = $5)
             AND ($6::text IS NULL OR object_type = $6) AND ($7::text IS NULL OR pk = $7)
@@ -95,7 +140,7 @@ export async function alertRoutes(fastify: FastifyInstance) {
       );
       const { page, next } = keyset.page(rows);
       await app.consistencyHeader(reply, world, watermark);
-      return { alerts: page.map(view), next };
+      return { alerts: page.map(({ inherited, ...a }) => (inherited ? inheritedView(a) : view(a))), next };
     },
   );
 

@@ -78,9 +78,9 @@ export async function raiseAlerts(
   if (alerts.length === 0) return [];
   const { rows } = await tx.query<Alert & { seq: string }>(
     `INSERT INTO alerts (id, world_id, rule, rule_version, alert_type, severity, object_type, pk, status,
-                         raised_object_version, raised_seq)
+                         raised_object_version, raised_seq, raised_data_seq)
      SELECT id, world_id, rule, rule_version, alert_type, severity, object_type, pk, 'OPEN', ov,
-            nextval('intelligence_seq')
+            nextval('intelligence_seq'), rm_world_seq(world_id)
        FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[],
                    $9::bigint[]) AS u(id, world_id, rule, rule_version, alert_type, severity, object_type, pk, ov)
      ON CONFLICT (world_id, rule, object_type, pk) WHERE status = 'OPEN' DO NOTHING
@@ -119,7 +119,7 @@ export async function clearAlerts(
   if (clears.length === 0) return [];
   const { rows } = await tx.query<Alert & { seq: string }>(
     `UPDATE alerts SET status = 'CLEARED', cleared_at = now(), cleared_object_version = u.ov, clear_reason = $3,
-                       cleared_seq = nextval('intelligence_seq')
+                       cleared_seq = nextval('intelligence_seq'), cleared_data_seq = rm_world_seq(alerts.world_id)
        FROM unnest($1::uuid[], $2::bigint[]) AS u(alert_id, ov)
       WHERE alerts.id = u.alert_id AND alerts.status = 'OPEN'
      RETURNING ${ALERT_COLUMNS}, cleared_seq AS seq`,
