@@ -27,10 +27,7 @@ import { type IntelligenceStack, intelligenceStack } from '../services/intellige
 
 const W = 'contract';
 /** Declared in the catalogue, produced by nothing yet: the only types the flow cannot show. */
-// The merge saga's types (docs/adr/0037) until the merge flow below produces them (issue 17).
-const RESERVED: EventType[] = (Object.keys(EVENT_TYPES) as EventType[]).filter(
-  (t) => t.startsWith('world.merge.') || /^(intelligence\.)?merge\./.test(t),
-);
+const RESERVED: EventType[] = [];
 /** The checker's repair requests, produced only on drift: services/control/test/checker.int.spec.ts makes them. */
 const ON_DRIFT: EventType[] = ['objects.recount.requested', 'links.recount.requested', 'derived.recompute.requested'];
 
@@ -202,6 +199,76 @@ describe('every event the services produce matches the published contract', () =
     await s.until('the tag complete', async () =>
       (await s.controlCall('GET', `/v1/worlds/${W}/tags/contract-1`)).json().status === 'COMPLETE' ? true : undefined,
     );
+
+    // Merges (docs/adr/0037): a fork and W both change an order and the rule; a MANUAL merge finds a
+    // conflict in data and one in intelligence, resolved, applied and verified. Then a merge whose
+    // data part fails (the target moved after the plan) and one whose intelligence part fails: each
+    // compensates the other.
+    const F = 'contract-fork';
+    await ok(
+      'merge order',
+      s.dataCall('PUT', `/v1/worlds/${W}/objects/Order/o-merge`, {
+        body: { properties: { id: 'o-merge', amount: 1 } },
+      }),
+    );
+    await ok('fork', s.controlCall('POST', '/v1/worlds', { body: { id: F, from: { world: W } } }));
+    await s.until('the fork READY', async () =>
+      (await s.controlCall('GET', `/v1/worlds/${F}`)).json().status === 'READY' ? true : undefined,
+    );
+    const bigRule = (amount: number) => ({
+      body: { objectType: 'Order', condition: `self.amount > ${amount}`, alertType: 'order.big', severity: 'critical' },
+    });
+    const amount = (world: string, value: number) =>
+      ok(
+        'order amount',
+        s.dataCall('PATCH', `/v1/worlds/${world}/objects/Order/o-merge`, { body: { properties: { amount: value } } }),
+      );
+    const mergeSettled = (id: string, statuses: string[]) =>
+      s.until(
+        `merge ${id}`,
+        async () => {
+          const m = (await s.controlCall('GET', `/v1/worlds/${W}/merges/${id}`)).json();
+          return statuses.includes(m.status) ? m : undefined;
+        },
+        60_000,
+      );
+    const manualMerge = async () => {
+      const { id } = await ok(
+        'merge',
+        s.controlCall('POST', `/v1/worlds/${W}/merges`, { body: { source: F, strategy: 'MANUAL' } }),
+      );
+      const m = await mergeSettled(id, ['CONFLICTS']);
+      for (const c of m.conflicts as { id: string }[])
+        await ok(
+          'resolve',
+          s.controlCall('PUT', `/v1/worlds/${W}/merges/${id}/conflicts/${c.id}`, { body: { take: 'source' } }),
+        );
+      return id as string;
+    };
+    await amount(F, 2);
+    await amount(W, 3);
+    await ok('fork rule', s.intelCall('PUT', `/v1/worlds/${F}/rules/big`, bigRule(200)));
+    await ok('rule', s.intelCall('PUT', `/v1/worlds/${W}/rules/big`, bigRule(300)));
+    const merged = await manualMerge();
+    await ok('apply', s.controlCall('POST', `/v1/worlds/${W}/merges/${merged}/apply`));
+    expect((await mergeSettled(merged, ['MERGED', 'FAILED', 'COMPENSATED'])).status).toBe('MERGED');
+    await ok('verify', s.controlCall('POST', `/v1/admin/worlds/${W}/merges/${merged}/verify`));
+    await s.until('verified', async () => {
+      const res = await s.controlCall('GET', `/v1/admin/worlds/${W}/merges/${merged}/verify`);
+      return res.statusCode === 200 && res.json().complete ? true : undefined;
+    });
+    for (const failing of ['data', 'intelligence']) {
+      await amount(F, failing === 'data' ? 4 : 6);
+      await amount(W, failing === 'data' ? 5 : 7);
+      await ok('fork rule', s.intelCall('PUT', `/v1/worlds/${F}/rules/big`, bigRule(failing === 'data' ? 400 : 600)));
+      await ok('rule', s.intelCall('PUT', `/v1/worlds/${W}/rules/big`, bigRule(failing === 'data' ? 500 : 700)));
+      const id = await manualMerge();
+      // The target moves after the plan, in the part that is to fail.
+      if (failing === 'data') await amount(W, 50);
+      else await ok('rule moved', s.intelCall('PUT', `/v1/worlds/${W}/rules/big`, bigRule(800)));
+      await ok('apply', s.controlCall('POST', `/v1/worlds/${W}/merges/${id}/apply`));
+      expect((await mergeSettled(id, ['MERGED', 'FAILED', 'COMPENSATED'])).status).toBe('COMPENSATED');
+    }
 
     // A fork at a commit data has not reached: data refuses it and control fails the world.
     await ok(
