@@ -198,6 +198,33 @@ describe('merges of worlds through control', () => {
     expect(await count()).toBe(before);
   });
 
+  it('a source world named like a prototype member (constructor) is authorised by own roles only', async () => {
+    const { prod } = await pair('proto');
+    // An owner of the target only: their roles object inherits `constructor` but holds no role there.
+    expect((await call('POST', '/v1/users', { id: 'olga' })).statusCode).toBe(201);
+    expect((await call('PUT', `/v1/worlds/${prod}/members/olga`, { role: 'owner' })).statusCode).toBe(200);
+    const apiToken = (await call('POST', '/v1/users/olga/tokens', {})).json().token;
+    const olga = (await service.app.inject({ method: 'POST', url: '/v1/auth/token', payload: { apiToken } })).json()
+      .accessToken as string;
+    const asOlga = (source: string) =>
+      service.app.inject({
+        method: 'POST',
+        url: `/v1/worlds/${prod}/merges`,
+        payload: { source, strategy: 'MANUAL' },
+        headers: { authorization: `Bearer ${olga}` },
+      });
+    const count = async () => (await service.app.pg.query('SELECT count(*)::int AS n FROM merges')).rows[0].n;
+    const before = await count();
+    expect(expectProblem(await asOlga('constructor'), 404).errors).toEqual([
+      { path: '/source', message: 'no world constructor' },
+    ]);
+    // Once the world exists, the inherited Object constructor is still no role in it.
+    expect((await call('POST', '/v1/worlds', { id: 'constructor' })).statusCode).toBe(202);
+    await provision('constructor');
+    expect(expectProblem(await asOlga('constructor'), 403).detail).toBe('no role in world constructor');
+    expect(await count()).toBe(before);
+  });
+
   it('SOURCE_WINS: the base is the fork point, control applies its schema part, both apply → MERGED with the merge commit', async () => {
     const { prod, stg } = await pair('sw');
     const withVat = { ...order, properties: { ...order.properties, vat: { type: 'double' } } };

@@ -103,6 +103,10 @@ export function recordingCheckReports(events: ReceivedEvent[]): Statement | null
   };
 }
 
+/** A type's count, 0 when the side has none: a type named like a prototype member (`constructor`) included. */
+const countOf = (counts: Record<string, number>, type: string): number =>
+  (Object.hasOwn(counts, type) ? counts[type] : undefined) ?? 0;
+
 /**
  * Counts per type (object or link) compared: exact when quiet, else within the tolerance of the
  * larger count (at least one). Re-announcing data's live ones brings back what intelligence lost;
@@ -116,8 +120,8 @@ function compareCounts(
 ): Finding[] {
   const findings: Finding[] = [];
   for (const type of new Set([...Object.keys(c.data), ...Object.keys(c.intelligence)])) {
-    const inData = c.data[type] ?? 0;
-    const inIntelligence = c.intelligence[type] ?? 0;
+    const inData = countOf(c.data, type);
+    const inIntelligence = countOf(c.intelligence, type);
     const allowed = c.quiet ? 0 : Math.max(1, Math.ceil(c.countTolerance * Math.max(inData, inIntelligence)));
     if (Math.abs(inData - inIntelligence) <= allowed) continue;
     findings.push({

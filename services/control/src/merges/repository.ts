@@ -75,10 +75,10 @@ export async function unresolvedCount(db: pg.ClientBase | pg.Pool, id: string): 
 }
 
 export async function updateMerge(tx: pg.ClientBase, id: string, set: Record<string, unknown>): Promise<void> {
-  const columns = Object.keys(set);
+  const columns = Object.entries(set);
   await tx.query(
-    `UPDATE merges SET ${columns.map((c, i) => `${c} = $${i + 2}`).join(', ')}, updated_at = now() WHERE id = $1`,
-    [id, ...columns.map((c) => set[c])],
+    `UPDATE merges SET ${columns.map(([c], i) => `${c} = $${i + 2}`).join(', ')}, updated_at = now() WHERE id = $1`,
+    [id, ...columns.map(([, v]) => v)],
   );
 }
 

@@ -78,9 +78,11 @@ function checkResolutionValue(conflict: ConflictRow, value: unknown, schema: Sch
     if (e.kind === 'link') {
       faults.push({ path: '/value', message: 'a link conflict is resolved by take source or take target' });
     } else {
-      const type = schema.objectTypes[e.type as string] as ObjectType | undefined;
+      // The conflict names the type and property: one named like a prototype member is not in the schema.
+      const typeName = e.type as string;
+      const type = Object.hasOwn(schema.objectTypes, typeName) ? schema.objectTypes[typeName] : undefined;
       if (typeof e.property === 'string') {
-        const def = type?.properties[e.property];
+        const def = type && Object.hasOwn(type.properties, e.property) ? type.properties[e.property] : undefined;
         if (!def) faults.push({ path: '/value', message: `property ${e.property} is not in the merged schema` });
         else if (value === null) {
           if (def.required) faults.push({ path: '/value', message: `${e.property} is required` });

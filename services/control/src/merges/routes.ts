@@ -83,7 +83,11 @@ async function checkSource(
       errors: [{ path: '/source', message: `no world ${source}` }],
     });
   }
-  if (!principal?.admin && !principal?.roles?.[source]) throw new Forbidden(`no role in world ${source}`);
+  // Own roles only: a world named like a prototype member (`constructor`) is one the caller holds no role in.
+  const roles = principal?.roles ?? {};
+  if (!principal?.admin && !(Object.hasOwn(roles, source) && roles[source])) {
+    throw new Forbidden(`no role in world ${source}`);
+  }
   if (status !== 'READY') {
     throw new Conflict(`world ${source} is ${status}, not READY`, {
       errors: [{ path: '/source', message: `must be READY, not ${status}` }],

@@ -53,12 +53,16 @@ export interface SchemaMergeInput {
 const same = (a: unknown, b: unknown) => canonicalJson(a ?? null) === canonicalJson(b ?? null);
 type Rec = Record<string, unknown>;
 const isRec = (v: unknown): v is Rec => typeof v === 'object' && v !== null && !Array.isArray(v);
+// Entities name types, properties and fields from conflicts: one named like a prototype member
+// (`constructor`, `toString`) is absent unless the document holds it, and is set as plain data.
+const own = (o: Rec, key: string): unknown => (Object.hasOwn(o, key) ? o[key] : undefined);
 
 /** The value at an entity of a document (undefined: absent). */
 export function valueAt(doc: SchemaDocument, e: SchemaEntity): unknown {
-  const type = (doc[`${e.kind}s`] as Rec)[e.apiName];
-  if (e.property !== undefined) return isRec(type) && isRec(type.properties) ? type.properties[e.property] : undefined;
-  if (e.field !== undefined) return isRec(type) ? type[e.field] : undefined;
+  const type = own(doc[`${e.kind}s`] as Rec, e.apiName);
+  if (e.property !== undefined)
+    return isRec(type) && isRec(type.properties) ? own(type.properties, e.property) : undefined;
+  if (e.field !== undefined) return isRec(type) ? own(type, e.field) : undefined;
   return type;
 }
 
@@ -67,18 +71,19 @@ export function withValue(doc: SchemaDocument, e: SchemaEntity, value: unknown):
   const kind = `${e.kind}s` as Kind;
   const types = { ...(doc[kind] as Rec) };
   const put = (o: Rec, key: string, v: unknown) => {
-    if (v === undefined || v === null) delete o[key];
-    else o[key] = v;
+    if (v === undefined || v === null) {
+      if (Object.hasOwn(o, key)) delete o[key];
+    } else Object.defineProperty(o, key, { value: v, writable: true, enumerable: true, configurable: true });
   };
   if (e.property === undefined && e.field === undefined) put(types, e.apiName, value);
   else {
-    const type: Rec = { ...((types[e.apiName] as Rec | undefined) ?? { apiName: e.apiName }) };
+    const type: Rec = { ...((own(types, e.apiName) as Rec | undefined) ?? { apiName: e.apiName }) };
     if (e.property !== undefined) {
       const properties = { ...((type.properties as Rec | undefined) ?? {}) };
       put(properties, e.property, value);
       type.properties = properties;
     } else put(type, e.field as string, value);
-    types[e.apiName] = type;
+    put(types, e.apiName, type);
   }
   return { ...doc, [kind]: types } as SchemaDocument;
 }

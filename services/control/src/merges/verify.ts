@@ -76,14 +76,13 @@ export async function verifySchemaPart(db: pg.ClientBase, merge: MergeRow) {
     const a = actual[kind] as Record<string, unknown>;
     for (const apiName of new Set([...Object.keys(e), ...Object.keys(a)])) {
       checked++;
-      if (canonicalJson(e[apiName] ?? null) === canonicalJson(a[apiName] ?? null)) continue;
+      // The union of both sides' names: one side may lack a type named like a prototype member.
+      const want = (Object.hasOwn(e, apiName) ? e[apiName] : undefined) ?? null;
+      const got = (Object.hasOwn(a, apiName) ? a[apiName] : undefined) ?? null;
+      if (canonicalJson(want) === canonicalJson(got)) continue;
       differences++;
       if (sample.length < 50)
-        sample.push({
-          entity: { kind: kind.slice(0, -1), apiName },
-          expected: e[apiName] ?? null,
-          actual: a[apiName] ?? null,
-        });
+        sample.push({ entity: { kind: kind.slice(0, -1), apiName }, expected: want, actual: got });
     }
   }
   return { checked, differences, sample };

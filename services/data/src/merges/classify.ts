@@ -30,7 +30,12 @@ export interface Classified {
 }
 
 const same = (a: unknown, b: unknown) => canonicalJson(a ?? null) === canonicalJson(b ?? null);
-const propertyOf = (s: State, name: string): unknown => (s === null ? null : (s[name] ?? null));
+/** A property of a state, null when absent: one named like a prototype member (`constructor`) included. */
+export const propertyOf = (s: State, name: string): unknown =>
+  s === null || !Object.hasOwn(s, name) ? null : (s[name] ?? null);
+/** Sets a property as plain data (`__proto__` too would be an own property, not the prototype). */
+const setProperty = (o: Properties, name: string, value: unknown) =>
+  Object.defineProperty(o, name, { value, writable: true, enumerable: true, configurable: true });
 
 /**
  * The seven cases, per property: unchanged; changed in the source only → the source's; in the
@@ -59,7 +64,7 @@ export function classifyObject(base: State, source: State, target: State): Class
     else if (!same(s, b) && !same(s, t)) {
       conflicts.push({ type: 'MODIFY_MODIFY', property: name, base: b, source: s, target: t });
     }
-    if (value !== null) merged[name] = value;
+    if (value !== null) setProperty(merged, name, value);
   }
   return { merged, conflicts };
 }
@@ -128,8 +133,9 @@ export function resolveObject(merged: State, source: State, target: State, confl
         : c.choice.take === 'target'
           ? propertyOf(target, c.property)
           : c.choice.value;
-    if (value === null || value === undefined) delete out[c.property];
-    else out[c.property] = value;
+    if (value === null || value === undefined) {
+      if (Object.hasOwn(out, c.property)) delete out[c.property];
+    } else setProperty(out, c.property, value);
   }
   // Whole-object decisions last: MODIFY_DELETE, then a schema conflict, which judged the result.
   for (const kind of ['MODIFY_DELETE', 'SCHEMA_CONFLICT'] as const) {

@@ -86,7 +86,8 @@ export async function compensateMerge(
       leave(i);
       continue;
     }
-    const type = (m.schema as { linkTypes?: Record<string, { cardinality: string }> }).linkTypes?.[i.type];
+    const linkTypes = (m.schema as { linkTypes?: Record<string, { cardinality: string }> }).linkTypes ?? {};
+    const type = Object.hasOwn(linkTypes, i.type) ? linkTypes[i.type] : undefined;
     links.push({
       n: i.n,
       linkType: i.type,

@@ -8,6 +8,7 @@ import {
   classifyLink,
   classifyObject,
   type Properties,
+  propertyOf,
   resolveObject,
   type State,
   type Strategy,
@@ -101,10 +102,10 @@ function lastChange(versions: Written[] | undefined, base: State, property?: str
     const v = versions[versions.length - 1] as Written;
     return { micros: v.micros, seq: v.seq };
   }
-  let prev: unknown = base?.[property] ?? null;
+  let prev: unknown = propertyOf(base, property);
   let last: ChangedAt | null = null;
   for (const v of versions) {
-    const value = v.state?.[property] ?? null;
+    const value = propertyOf(v.state, property);
     if (canonicalJson(value) !== canonicalJson(prev)) last = { micros: v.micros, seq: v.seq };
     prev = value;
   }
@@ -403,7 +404,8 @@ async function cardinality(
   const taken = new Map<string, string>(); // linkType/side/pk → link key taking it in the merge
   for (const x of xs) {
     if (!x.added) continue;
-    const type = spec.schema.linkTypes[x.l.linkType];
+    const linkTypes = spec.schema.linkTypes;
+    const type = Object.hasOwn(linkTypes, x.l.linkType) ? linkTypes[x.l.linkType] : undefined;
     if (!type) continue;
     const sides: ['from' | 'to', string][] = [];
     if (type.cardinality === 'ONE_TO_ONE') sides.push(['from', x.l.fromPk]);
