@@ -377,3 +377,69 @@ console.log(
     `o-1 is ${stillOpen.properties.status} in demo; GET /v1/worlds/staging/diff?against=demo ` +
     `(demo at ${diff.from.commit}, staging at ${diff.to.commit}):\n${changes.join('\n') || '  no changes'}`,
 );
+
+// Merges (docs/adr/0037): take staging's changes back into demo (SOURCE_WINS), then change one
+// order's amount in both worlds, so that a MANUAL merge stops at the conflict; it is resolved by a
+// value and applied. Each run makes a fresh conflict: the amounts move on from what demo has.
+const mergeInto = async (target, body) => {
+  const { id } = must(await call('POST', `/v1/worlds/${target}/merges`, { token, body }), 202);
+  return until(`merge ${id} to settle`, async () => {
+    const m = must(await call('GET', `/v1/worlds/${target}/merges/${id}`, { token }), 200);
+    if (m.status === 'FAILED' || m.status === 'COMPENSATED') {
+      throw new Error(`merge ${id} is ${m.status}: ${JSON.stringify(m.failure)}`);
+    }
+    return m.status === 'MERGED' || m.status === 'CONFLICTS' ? m : undefined;
+  });
+};
+const taken = await mergeInto('demo', { source: 'staging', strategy: 'SOURCE_WINS' });
+// MERGED: data applied its part. (On a later run the demo has put o-1 back to open in demo, a change
+// of the target since the last merge, which a merge keeps.)
+const o1 = must(await call('GET', '/v1/worlds/demo/objects/Order/o-1', { base: DATA, token }), 200);
+console.log(
+  `demo merge: staging into demo (SOURCE_WINS) ${taken.status}, base ${taken.base ? `${taken.base.world} at data commit ${taken.base.dataSeq}` : 'none'}; ` +
+    `o-1 is ${o1.properties.status} in demo`,
+);
+// Both worlds change o-2's amount to values of their own, whatever earlier runs left.
+const amountIn = async (world) =>
+  must(await call('GET', `/v1/worlds/${world}/objects/Order/o-2`, { base: DATA, token }), 200).properties.amount;
+const amount = await amountIn('demo');
+const stagingAmount = Math.max(amount, await amountIn('staging'));
+for (const [world, value] of [
+  ['demo', amount + 10],
+  ['staging', stagingAmount + 20],
+]) {
+  must(
+    await call('PATCH', `/v1/worlds/${world}/objects/Order/o-2`, {
+      base: DATA,
+      token,
+      body: { properties: { amount: value } },
+    }),
+    200,
+  );
+}
+const manual = await mergeInto('demo', { source: 'staging', strategy: 'MANUAL' });
+const conflicts = manual.conflicts.map(
+  (c) =>
+    `${c.id} ${c.type} ${c.entity.type ?? c.entity.kind} ${c.entity.pk ?? c.entity.apiName ?? c.entity.name}` +
+    `${c.entity.property ? `.${c.entity.property}` : ''}: base ${shown(c.base)}, staging ${shown(c.source)}, demo ${shown(c.target)}`,
+);
+for (const c of manual.conflicts) {
+  const resolution = c.entity.property === 'amount' ? { take: 'value', value: amount + 15 } : { take: 'source' };
+  must(await call('PUT', `/v1/worlds/demo/merges/${manual.id}/conflicts/${c.id}`, { token, body: resolution }), 200);
+}
+must(await call('POST', `/v1/worlds/demo/merges/${manual.id}/apply`, { token }), 202);
+const applied = await until(`merge ${manual.id} to apply`, async () => {
+  const m = must(await call('GET', `/v1/worlds/demo/merges/${manual.id}`, { token }), 200);
+  if (m.status === 'FAILED' || m.status === 'COMPENSATED') {
+    throw new Error(`merge ${manual.id} is ${m.status}: ${JSON.stringify(m.failure)}`);
+  }
+  return m.status === 'MERGED' ? m : undefined;
+});
+const o2After = await until('o-2 merged into demo', async () => {
+  const o = must(await call('GET', '/v1/worlds/demo/objects/Order/o-2', { base: DATA, token }), 200);
+  return o.properties.amount === amount + 15 ? o : undefined;
+});
+console.log(
+  `demo merge: staging into demo (MANUAL) stopped at ${manual.status}:\n${conflicts.map((c) => `  ${c}`).join('\n') || '  none'}\n` +
+    `  resolved by a value, applied: ${applied.status} at data commit ${applied.result?.dataSeq}; o-2's amount is ${o2After.properties.amount} in demo`,
+);

@@ -61,12 +61,25 @@ describe('the demo script', () => {
 
     const staging = await s.dataCall('GET', '/v1/worlds/staging/objects/Order/o-1');
     expect(staging.json().properties.status).toBe('cancelled');
+    // Then merged back: o-1 cancelled in demo too; o-2's amount, changed on both sides, stopped a
+    // MANUAL merge at a conflict resolved by a value (the old amount + 15).
     const demoWorld = await s.dataCall('GET', '/v1/worlds/demo/objects/Order/o-1');
-    expect(demoWorld.json().properties.status).toBe('open');
+    expect(demoWorld.json().properties.status).toBe('cancelled');
+    expect(first.stdout).toMatch(
+      /^demo merge: staging into demo \(SOURCE_WINS\) MERGED, base demo at data commit \d+; o-1 is cancelled in demo$/m,
+    );
+    expect(first.stdout).toMatch(
+      /^demo merge: staging into demo \(MANUAL\) stopped at CONFLICTS:\n {2}d-\d+ MODIFY_MODIFY Order o-2\.amount: base (\d+), staging \d+, demo \d+$/m,
+    );
+    const amount = async () => (await s.dataCall('GET', '/v1/worlds/demo/objects/Order/o-2')).json().properties.amount;
+    const before = Number(/MODIFY_MODIFY Order o-2\.amount: base (\d+)/.exec(first.stdout)?.[1]);
+    expect(await amount()).toBe(before + 15);
 
-    // `./onto up` runs the demo on every start: a second run finds both worlds and succeeds.
+    // `./onto up` runs the demo on every start: a second run finds both worlds, merges again with
+    // nothing settled twice (it keeps the target's own changes, such as the demo putting its orders back), and makes and resolves a fresh conflict.
     const again = await demo();
     expect(again.code, `${again.stdout}\n${again.stderr}`).toBe(0);
-    expect(again.stdout).toContain('  modified Order o-1 (in staging): status "open" → "cancelled"');
+    expect(again.stdout).toMatch(/\(MANUAL\) stopped at CONFLICTS:\n {2}d-\d+ MODIFY_MODIFY Order o-2\.amount/);
+    expect(await amount()).toBe(before + 15);
   }, 480_000);
 });
