@@ -45,7 +45,7 @@ const argv = process.argv.slice(2);
 const minutes = Number(argv.find((a) => /^\d+(\.\d+)?$/.test(a)) ?? '2');
 const pgRestart = argv.includes('--pg-restart');
 const jsonOut = argv.includes('--json') ? argv[argv.indexOf('--json') + 1] : undefined;
-const durationMs = Math.max(30_000, minutes * 60_000);
+const durationMs = Math.max(20_000, minutes * 60_000);
 /** Faults stop this long before the workload does, so that the last writes meet a whole stack. */
 const calmMs = Math.min(15_000, durationMs / 5);
 const logDir = mkdtempSync(join(tmpdir(), 'onto-chaos-'));
@@ -76,6 +76,8 @@ type ServiceName = 'control' | 'data' | 'intelligence';
 class Instance {
   child?: ChildProcess;
   starts = 0;
+  /** Killed by a fault and not ready again yet. */
+  starting = false;
   constructor(
     readonly name: ServiceName,
     readonly n: number,
@@ -279,7 +281,7 @@ function record(pk: string, w: Write) {
 async function main(): Promise<number> {
   const endpoints = testEndpoints();
   say(`logs in ${logDir}; ${minutes} min, PostgreSQL fault: ${pgRestart ? 'server restart' : 'terminate connections'}`);
-  const kafka: PrivateKafka = await startPrivateKafka();
+  const kafka: PrivateKafka = await startPrivateKafka({ readyTimeoutMs: 300_000 });
   const redis = new PrivateRedis(await freePort());
   await redis.start();
   const topics = await createTestTopics(kafka.brokers, 3);
@@ -317,7 +319,9 @@ async function main(): Promise<number> {
   for (const p of pools.values()) p.on('error', () => {}); // the PostgreSQL fault ends these too
   try {
     say('starting two instances of each service');
-    for (const i of all) await i.start();
+    // control first (the others take its identity heartbeat), then the rest side by side
+    await Promise.all(stack.control.map((i) => i.start()));
+    await Promise.all([...stack.data, ...stack.intelligence].map((i) => i.start()));
     const login = await call(stack.control, 'POST', '/v1/auth/token', { body: { apiToken: BOOTSTRAP }, count: false });
     if (login.outcome !== 'ok') throw new Error(`token: ${JSON.stringify(login.json)}`);
     token = login.json.accessToken;
@@ -329,15 +333,26 @@ async function main(): Promise<number> {
       await setUp(stack);
       const faults = new Faults(stack, kafka, redis, dbs, endpoints.postgresUrl);
       const producer = new Kafka({ brokers: [kafka.brokers], logLevel: logLevel.NOTHING }).producer();
+      // Records no consumer can decode, on intelligence's input: the DLQ's expected content.
       const sendPoison = async (n: number) => {
-        await producer.connect();
         const messages = Array.from({ length: n }, () => {
           const key = `${WORLD}/poison/${poison.length}`;
           poison.push(key);
           return { key, value: `{"poison":true,"n":${poison.length}}` };
         });
-        await producer.send({ topic: `${prefix}onto.changes.objects`, messages });
-        await producer.disconnect();
+        const deadline = Date.now() + 300_000;
+        for (;;) {
+          try {
+            await producer.connect();
+            await producer.send({ topic: `${prefix}onto.changes.objects`, messages });
+            await producer.disconnect();
+            return;
+          } catch (error) {
+            await producer.disconnect().catch(() => {});
+            if (Date.now() > deadline) throw error; // the broker fault lasts seconds; its restart, on a busy machine, a minute or two
+            await sleep(1000);
+          }
+        }
       };
       await sendPoison(2);
       const stopAt = Date.now() + durationMs;
@@ -647,8 +662,17 @@ class Faults {
   ) {}
 
   /** One fault after another, a few seconds apart, in a shuffled round so every kind comes up. */
+  /** Instances being started again in the background after a kill. */
+  private readonly restarting = new Set<Promise<void>>();
+  private readonly failures: unknown[] = [];
+
+  /**
+   * One fault after another, a few seconds apart. Each kind comes once in the first round (a
+   * short run still meets them all), then kills come twice as often as the rest.
+   */
   async schedule(until: number) {
-    const kinds: FaultKind[] = [
+    const first: FaultKind[] = ['sigkill', 'postgres', 'broker', 'rebalance', 'redis-flush', 'redis-stop'];
+    const then: FaultKind[] = [
       'sigkill',
       'broker',
       'sigkill',
@@ -658,19 +682,29 @@ class Faults {
       'sigkill',
       'redis-flush',
     ];
-    await sleep(3000);
+    await sleep(2000);
     for (let i = 0; Date.now() < until; i++) {
-      const kind = kinds[i % kinds.length] as FaultKind;
+      const kind = (i < first.length ? first[i] : then[(i - first.length) % then.length]) as FaultKind;
       say(`fault: ${kind}`);
       await this.inject(kind);
       this.count[kind]++;
-      await sleep(2000 + rand(3000));
+      await sleep(1000 + rand(2000));
     }
+    await this.settled();
   }
 
-  private instance(): Instance {
-    const all = Object.values(this.stack).flat();
-    return all[rand(all.length)] as Instance;
+  /** Waits for the instances being restarted: the stack is whole again. */
+  async settled() {
+    while (this.restarting.size > 0) await Promise.all([...this.restarting]);
+    if (this.failures.length > 0) throw this.failures[0];
+  }
+
+  /** An instance whose sibling runs, so that each service keeps answering through a kill. */
+  private victim(): Instance | undefined {
+    const candidates = Object.values(this.stack).flatMap((pair) =>
+      pair.every((i) => i.child !== undefined && !i.starting) ? pair : [],
+    );
+    return candidates[rand(candidates.length)];
   }
 
   async inject(kind: FaultKind) {
@@ -678,12 +712,22 @@ class Faults {
       case 'sigkill':
       case 'rebalance': {
         // SIGKILL: a crash wherever the process is. SIGTERM: a clean leave, a consumer-group
-        // rebalance with batches in flight; both then start again and join the groups anew.
-        const instance = this.instance();
+        // rebalance with batches in flight. Both start again in the background and rejoin.
+        const instance = this.victim();
+        if (!instance) return;
         say(`  ${kind === 'sigkill' ? 'SIGKILL' : 'SIGTERM'} ${instance.label}`);
+        instance.starting = true;
         await instance.kill(kind === 'sigkill' ? 'SIGKILL' : 'SIGTERM');
-        await sleep(500 + rand(2000));
-        await instance.start();
+        const restart = sleep(500 + rand(1500))
+          .then(() => instance.start())
+          .catch((error: unknown) => {
+            this.failures.push(error);
+          })
+          .finally(() => {
+            instance.starting = false;
+            this.restarting.delete(restart);
+          });
+        this.restarting.add(restart);
         return;
       }
       case 'broker':
