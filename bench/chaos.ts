@@ -53,10 +53,28 @@ const say = (line: string) => process.stderr.write(`[chaos ${new Date().toISOStr
 
 // ---------------------------------------------------------------- processes
 const children = new Set<ChildProcess>();
+/** Kills what the run started and was not stopped yet (the private broker among them): sync, for 'exit'. */
+const onExit: (() => void)[] = [
+  () => {
+    for (const c of children) c.kill('SIGKILL');
+  },
+];
+/** Removes what the run made (databases, topics), when it is stopped from outside. */
+const onSignal: (() => Promise<void>)[] = [];
 process.on('exit', () => {
-  for (const c of children) c.kill('SIGKILL');
+  for (const f of onExit) f();
 });
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(130));
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    say(`${signal}: stopping`);
+    for (const f of onExit) f();
+    const cleaned = Promise.allSettled(onSignal.map((f) => f()));
+    void Promise.race([cleaned, sleep(10_000)]).then(() => process.exit(130));
+  });
+}
+// A reader that went away (a test that timed out) must not turn each line into a crash.
+process.stdout.on('error', () => {});
+process.stderr.on('error', () => {});
 
 function exited(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
@@ -281,16 +299,24 @@ function record(pk: string, w: Write) {
 async function main(): Promise<number> {
   const endpoints = testEndpoints();
   say(`logs in ${logDir}; ${minutes} min, PostgreSQL fault: ${pgRestart ? 'server restart' : 'terminate connections'}`);
-  const kafka: PrivateKafka = await startPrivateKafka({ readyTimeoutMs: 300_000 });
+  const started = Date.now();
+  // The broker takes longest to start: the databases and Redis meanwhile.
   const redis = new PrivateRedis(await freePort());
-  await redis.start();
+  const [kafka, dbList] = await Promise.all([
+    startPrivateKafka({ readyTimeoutMs: 300_000 }),
+    Promise.all(
+      [controlMigrations, dataMigrations, intelligenceMigrations].map((m) =>
+        createTestDatabase(endpoints.postgresUrl, m),
+      ),
+    ),
+    redis.start(),
+  ]);
+  onExit.push(() => void kafka.stop());
+  const [controlDb, dataDb, intelligenceDb] = dbList as [TestDatabase, TestDatabase, TestDatabase];
+  const dbs: Record<ServiceName, TestDatabase> = { control: controlDb, data: dataDb, intelligence: intelligenceDb };
+  onSignal.push(...dbList.map((db) => () => db.drop()));
   const topics = await createTestTopics(kafka.brokers, 3);
   const prefix = topics.prefix;
-  const dbs: Record<ServiceName, TestDatabase> = {
-    control: await createTestDatabase(endpoints.postgresUrl, controlMigrations),
-    data: await createTestDatabase(endpoints.postgresUrl, dataMigrations),
-    intelligence: await createTestDatabase(endpoints.postgresUrl, intelligenceMigrations),
-  };
   const common = {
     REDIS_URL: redis.url,
     KAFKA_BROKERS: kafka.brokers,
@@ -355,7 +381,8 @@ async function main(): Promise<number> {
         }
       };
       await sendPoison(2);
-      const stopAt = Date.now() + durationMs;
+      const workloadStart = Date.now();
+      const stopAt = workloadStart + durationMs;
       say(`workload and faults for ${Math.round(durationMs / 1000)} s`);
       const workers = [
         ...Array.from({ length: 6 }, (_, w) => objectWorker(stack.data, w, stopAt)),
@@ -373,7 +400,11 @@ async function main(): Promise<number> {
       say(
         `workload done: ${stats.acknowledged} acknowledged, ${stats.unknown} unknown; faults ${JSON.stringify(faults.count)}`,
       );
+      const checkStart = Date.now();
       const table = await check(stack, pools, kafka, prefix, faults);
+      const seconds = (from: number, to: number) => Math.round((to - from) / 1000);
+      table.counts['seconds: start-up / workload / drain and checks'] =
+        `${seconds(started, workloadStart)} / ${seconds(workloadStart, checkStart)} / ${seconds(checkStart, Date.now())}`;
       return report(table);
     } finally {
       clearInterval(refresh);
@@ -610,12 +641,15 @@ async function actionWorker(intelligence: Instance[], stopAt: number) {
     record(pk, { seq, op: 'put', outcome: created.outcome, version: created.json?.version, deleted: false });
     if (created.outcome !== 'ok') continue;
     const key = `chaos-action-${n}`;
+    // intelligence waits (bounded) until it holds the object the action edits
+    const token = created.headers?.get('x-consistency-token');
+    const consistency: Record<string, string> = token ? { 'x-consistency-token': token } : {};
     const entry = { key, pk, outcomes: [] as Outcome[] };
     actions.push(entry);
     for (let i = 0; i < 2; i++) {
       const a = await call(intelligence, 'POST', `/v1/worlds/${WORLD}/actions/close`, {
         body: { parameters: { item: pk } },
-        headers: { 'idempotency-key': key, 'x-consistency-token': created.headers?.get('x-consistency-token') ?? '' },
+        headers: { 'idempotency-key': key, ...consistency },
       });
       entry.outcomes.push(a.outcome);
       await sleep(rand(500));
@@ -885,13 +919,14 @@ async function check(
   const seen = new Set<string>();
   let duplicates = 0;
   for (const m of wire) {
-    let e: { event_id?: string; key?: string; version?: number; world_id?: string };
+    let e: { event_id?: string; type?: string; key?: string; version?: number; world_id?: string };
     try {
       e = JSON.parse(m.value);
     } catch {
       continue;
     }
-    if (!e.event_id || e.world_id !== WORLD) continue;
+    // object.announced re-states a version already sent (the checker's recount): not a change
+    if (!e.event_id || e.world_id !== WORLD || e.type === 'object.announced') continue;
     if (seen.has(e.event_id)) {
       duplicates++;
       continue;
