@@ -719,9 +719,7 @@ class Faults {
     await sleep(2000);
     for (let i = 0; Date.now() < until; i++) {
       const kind = (i < first.length ? first[i] : then[(i - first.length) % then.length]) as FaultKind;
-      say(`fault: ${kind}`);
-      await this.inject(kind);
-      this.count[kind]++;
+      if (await this.inject(kind)) this.count[kind]++;
       await sleep(1000 + rand(2000));
     }
     await this.settled();
@@ -741,14 +739,16 @@ class Faults {
     return candidates[rand(candidates.length)];
   }
 
-  async inject(kind: FaultKind) {
+  /** Injects one fault; false when there was nothing to do it to (every service short of an instance). */
+  async inject(kind: FaultKind): Promise<boolean> {
+    say(`fault: ${kind}`);
     switch (kind) {
       case 'sigkill':
       case 'rebalance': {
         // SIGKILL: a crash wherever the process is. SIGTERM: a clean leave, a consumer-group
         // rebalance with batches in flight. Both start again in the background and rejoin.
         const instance = this.victim();
-        if (!instance) return;
+        if (!instance) return false;
         say(`  ${kind === 'sigkill' ? 'SIGKILL' : 'SIGTERM'} ${instance.label}`);
         instance.starting = true;
         await instance.kill(kind === 'sigkill' ? 'SIGKILL' : 'SIGTERM');
@@ -762,13 +762,13 @@ class Faults {
             this.restarting.delete(restart);
           });
         this.restarting.add(restart);
-        return;
+        return true;
       }
       case 'broker':
         await this.kafka.stop();
         await sleep(4000 + rand(4000));
         await this.kafka.start();
-        return;
+        return true;
       case 'postgres':
         if (pgRestart) {
           const version = (await run('ls', ['/etc/postgresql'])).stdout.trim().split('\n').sort().at(-1) ?? '';
@@ -785,15 +785,15 @@ class Faults {
             await admin.end();
           }
         }
-        return;
+        return true;
       case 'redis-stop':
         await this.redis.stop();
         await sleep(3000 + rand(3000));
         await this.redis.start();
-        return;
+        return true;
       case 'redis-flush':
         await this.redis.flush();
-        return;
+        return true;
     }
   }
 }
