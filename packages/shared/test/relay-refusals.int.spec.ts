@@ -215,4 +215,37 @@ describe('outbox relay and the records the broker refuses', () => {
       recordLimits.set(new Map([[objects, DEFAULT_MAX_MESSAGE_BYTES]]));
     }
   });
+
+  it('sets aside a bundle that does not decode, with its reason, and delivers the next events of its lane', async () => {
+    const objects = fx.topic('onto.changes.objects');
+    await new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, registry: new Registry() }).drain(); // what earlier tests left
+    const key = 'malformed-bundle';
+    const lane = laneOf(key);
+    const { rows } = await fx.pool.query<{ event_id: string }>(
+      `WITH added AS (
+         INSERT INTO outbox (event_id, topic, partition_key, lane, body, bundle)
+         VALUES (gen_random_uuid(), $1, $2, $3, $4, 2) RETURNING id, lane, event_id
+       ), queued AS (INSERT INTO outbox_pending (lane, id) SELECT lane, id FROM added)
+       SELECT event_id::text FROM added`,
+      // a template line that is no JSON array, then a line with too few fields
+      [objects, key, lane, 'not a template\nonly-an-id'],
+    );
+    const next = orderEvent(keyInLane('after-malformed', lane), 1);
+    await new Outbox(fx.pool, fx.prefix).add(next);
+    const before = (await setAside()).length;
+
+    const registry = new Registry();
+    const relay = new OutboxRelay({ pool: fx.pool, producer, logger: testLogger, registry });
+    expect(await relay.drain()).toBe(2);
+    expect(await pending()).toBe(0);
+
+    const aside = (await setAside()).slice(before);
+    expect(aside.map((r) => r.event_id)).toEqual([rows[0]?.event_id]);
+    expect(aside[0]?.reason).toMatch(/^malformed bundle: /);
+    expect(await registry.metrics()).toMatch(/^onto_outbox_set_aside_total 1$/m);
+    const onObjects = await readTopic(testBroker(fx.endpoints.kafkaBrokers), objects, 2);
+    expect(onObjects.map((r) => r.headers['onto-event-id'])).toContain(next.event.event_id);
+    // its body is no event: a redrive leaves it where it is
+    expect(await redriveSetAside(fx.pool, [Number(aside[0]?.id)])).toBe(0);
+  });
 });

@@ -38,6 +38,14 @@ export const postgresPlugin = fp(
       connectionTimeoutMillis: 5000,
     });
     pool.on('error', (err) => app.log.error({ err }, 'idle PostgreSQL client failed'));
+    // The pool listens for errors only on idle clients. A connection that dies while checked out
+    // and between queries (a relay awaiting the broker, a transaction awaiting its caller; a
+    // server restart or pg_terminate_backend) would emit an unhandled 'error' and bring the
+    // process down (the chaos run found it, ADR 41). Logged instead: its holder's next query
+    // fails, and that path retries as it does for any lost connection.
+    pool.on('connect', (client) => {
+      client.on('error', (err) => app.log.warn({ err }, 'PostgreSQL connection lost while in use'));
+    });
     app.decorate('pg', pool);
     app.addHook('onClose', async () => {
       await pool.end();

@@ -187,7 +187,8 @@ async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[], setA
  * Puts set-aside events back in the outbox (all waiting ones, or those of `ids`), once their cause
  * is fixed (a topic's limit raised, an ACL granted); answers how many. Each goes back as a bundle
  * of one that holds the event's own id and body, in its key's lane, behind what that lane holds
- * now: its consumers take it as a late copy (upserts keep the newest version).
+ * now: its consumers take it as a late copy (upserts keep the newest version). A malformed bundle
+ * is not put back: its body is no event, only what is left to diagnose the bug that wrote it.
  */
 export async function redriveSetAside(pool: pg.Pool, ids?: number[]): Promise<number> {
   return inTransaction(pool, async (tx) => {
@@ -201,8 +202,9 @@ export async function redriveSetAside(pool: pg.Pool, ids?: number[]): Promise<nu
     }>(
       `SELECT id, event_id::text, topic, partition_key, body, headers FROM outbox_set_aside
         WHERE redriven_at IS NULL AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+          AND reason NOT LIKE $2
         ORDER BY id FOR UPDATE`,
-      [ids ?? null],
+      [ids ?? null, `${MALFORMED_BUNDLE}%`],
     );
     if (rows.length === 0) return 0;
     await tx.query(
@@ -367,8 +369,8 @@ export class OutboxRelay {
         await client.query('COMMIT');
         return 0;
       }
-      const records = recordsOf(rows);
-      const refused = await this.publish(producer, records);
+      const { records, malformed } = recordsOf(rows);
+      const refused = [...malformed, ...(await this.publish(producer, records))];
       await this.opts.faults?.afterPublish?.(rows);
       await markSentAndCommit(client, rows, refused);
       if (refused.length > 0) {
@@ -376,12 +378,12 @@ export class OutboxRelay {
         for (const { record, reason } of refused) {
           this.opts.logger.error(
             { eventId: record.eventId, topic: record.topic, key: record.key, reason },
-            'the broker refused an event for good: set aside in outbox_set_aside, its lane goes on',
+            'an event that cannot be published: set aside in outbox_set_aside, its lane goes on',
           );
         }
       }
-      this.published.inc(records.length - refused.length);
-      return records.length;
+      this.published.inc(records.length - (refused.length - malformed.length));
+      return records.length + malformed.length;
     } catch (error) {
       await client.query('ROLLBACK').catch(() => {});
       if (rows.length > 0 && !this.stopping) {
@@ -592,9 +594,18 @@ interface OutboxRecord {
   headers: Record<string, string>;
 }
 
-/** The records of claimed rows, in row order; a bundle's events in theirs. */
-function recordsOf(rows: PendingRow[]): OutboxRecord[] {
+/** Why a bundle row set aside by the relay was: it could not be decoded into its events. */
+export const MALFORMED_BUNDLE = 'malformed bundle';
+
+/**
+ * The records of claimed rows, in row order; a bundle's events in theirs. A bundle that does not
+ * decode (not the format Outbox.bundles writes: a bug, or a row written by hand) would fail every
+ * claim of its lane; it is answered in `malformed`, to be set aside whole with the reason, like
+ * an event the broker refuses (ADR 26), and its lane goes on.
+ */
+function recordsOf(rows: PendingRow[]): { records: OutboxRecord[]; malformed: SetAside[] } {
   const records: OutboxRecord[] = [];
+  const malformed: SetAside[] = [];
   for (const row of rows) {
     if (row.bundle === null || row.bundle === undefined) {
       records.push({
@@ -608,28 +619,52 @@ function recordsOf(rows: PendingRow[]): OutboxRecord[] {
       });
       continue;
     }
-    // The template's parts on the first line, then an event per line: id, key, values.
-    const lines = row.body.split('\n');
-    const parts = JSON.parse(lines[0] as string) as string[];
-    let found = 0;
-    for (let l = 1; l < lines.length; l++) {
-      const fields = (lines[l] as string).split('\t');
-      if (fields.length !== parts.length + 1) throw new Error(`outbox bundle ${row.id} is malformed at line ${l + 1}`);
-      let value = parts[0] as string;
-      for (let i = 1; i < parts.length; i++) value += (fields[i + 1] as string) + parts[i];
-      const eventId = fields[0] as string;
-      records.push({
-        rowId: row.id,
-        eventId,
-        topic: row.topic,
-        key: fields[1] as string,
-        value,
-        rowHeaders: row.headers,
-        headers: { ...row.headers, 'onto-event-id': eventId, ...cloudEventHeaders(eventId, value) },
+    try {
+      records.push(...bundleRecords(row));
+    } catch (error) {
+      malformed.push({
+        record: {
+          rowId: row.id,
+          eventId: row.event_id,
+          topic: row.topic,
+          key: row.partition_key,
+          value: row.body,
+          rowHeaders: row.headers,
+          headers: row.headers,
+        },
+        reason: `${MALFORMED_BUNDLE}: ${(error as Error).message}`.slice(0, 2000),
       });
-      found++;
     }
-    if (found !== row.bundle) throw new Error(`outbox bundle ${row.id} holds ${found} events, not ${row.bundle}`);
+  }
+  return { records, malformed };
+}
+
+/** A bundle row's events: the template's parts on the first line, then an event per line (id, key, values). */
+function bundleRecords(row: PendingRow): OutboxRecord[] {
+  const records: OutboxRecord[] = [];
+  const lines = row.body.split('\n');
+  const parts: unknown = JSON.parse(lines[0] as string);
+  if (!Array.isArray(parts) || parts.length === 0 || !parts.every((p) => typeof p === 'string')) {
+    throw new Error(`outbox bundle ${row.id} has no template on its first line`);
+  }
+  for (let l = 1; l < lines.length; l++) {
+    const fields = (lines[l] as string).split('\t');
+    if (fields.length !== parts.length + 1) throw new Error(`outbox bundle ${row.id} is malformed at line ${l + 1}`);
+    let value = parts[0] as string;
+    for (let i = 1; i < parts.length; i++) value += (fields[i + 1] as string) + parts[i];
+    const eventId = fields[0] as string;
+    records.push({
+      rowId: row.id,
+      eventId,
+      topic: row.topic,
+      key: fields[1] as string,
+      value,
+      rowHeaders: row.headers,
+      headers: { ...row.headers, 'onto-event-id': eventId, ...cloudEventHeaders(eventId, value) },
+    });
+  }
+  if (records.length !== row.bundle) {
+    throw new Error(`outbox bundle ${row.id} holds ${records.length} events, not ${row.bundle}`);
   }
   return records;
 }
