@@ -41,6 +41,7 @@ try {
     models: new ModelCache(replica),
     ctx: { topicPrefix: 'bench', actions: undefined },
     metrics: new EvaluationMetrics(new Registry(), pool),
+    seriesKeepMarginMs: 86_400_000, // the service's default (SERIES_KEEP_MARGIN_MS); no series here
   });
   let seq = 0;
   const versions = new Map<string, number>();
