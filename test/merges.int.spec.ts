@@ -367,7 +367,8 @@ describe('merges across the three services', () => {
       else expect(m.failure?.status, JSON.stringify(m)).toBe(409);
     }
     await writer;
-    expect(merged, outcomes.join(', ')).toBeDefined();
+    if (!merged) throw new Error(`no merge went through: ${outcomes.join(', ')}`);
+    const mergeId = merged.id;
     // Every acknowledged write is there; every merged property too where the merge went through.
     for (const pk of keys) {
       const o = await get('m9', pk);
@@ -375,12 +376,15 @@ describe('merges across the three services', () => {
       expect(o?.name, `${pk} after ${outcomes.join(', ')}`).toBe(round === undefined ? undefined : `w${round}`);
       expect(o, pk).toMatchObject({ tier: 'gold', creditLimit: 1 });
     }
-    const verify = await s.controlCall('POST', `/v1/admin/worlds/m9/merges/${merged.id}/verify`);
+    const verify = await s.controlCall('POST', `/v1/admin/worlds/m9/merges/${mergeId}/verify`);
     expect(verify.statusCode, verify.body).toBe(202);
-    const report = await s.until('merge-verify complete', async () => {
-      const res = await s.controlCall('GET', `/v1/admin/worlds/m9/merges/${merged?.id}/verify`);
-      return res.statusCode === 200 && res.json().complete ? res.json() : undefined;
-    });
+    const report = await s.until<{ differences: number; services: { data: { checked: number } } }>(
+      'merge-verify complete',
+      async () => {
+        const res = await s.controlCall('GET', `/v1/admin/worlds/m9/merges/${mergeId}/verify`);
+        return res.statusCode === 200 && res.json().complete ? res.json() : undefined;
+      },
+    );
     expect(report.differences, JSON.stringify(report)).toBe(0);
     expect(report.services.data.checked).toBeGreaterThan(0);
   }, 240_000);

@@ -185,55 +185,39 @@ export default fp(
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     await inboxReleaseRoute(fastify);
     await outboxSetAsideRoutes(fastify);
-    app.post(
-      '/v1/admin/worlds/:world/object-types/:type/recount',
-      {
-        bodyLimit: BODY_LIMITS.small,
-        preHandler: app.authorize({ admin: true }),
-        schema: {
-          tags: ['admin'],
-          summary: 'Count the live objects of a type and re-announce them as object.announced',
-          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), type: Type.String({ minLength: 1 }) }),
-          response: { 200: Recounted, ...problemResponses(400, 401, 403, 404, 409, 503) },
+    // The recount repairs (docs/adr/0032): every live object of a type, or link of a link type,
+    // re-announced; every live one was announced, so the count is what was announced.
+    const recounts = [
+      { what: 'objects', kinds: 'object-types', response: Recounted, announce: announceObjects },
+      { what: 'links', kinds: 'link-types', response: LinksRecounted, announce: announceLinks },
+    ] as const;
+    for (const { what, kinds, response, announce } of recounts) {
+      const one = what.slice(0, -1);
+      app.post(
+        `/v1/admin/worlds/:world/${kinds}/:type/recount`,
+        {
+          bodyLimit: BODY_LIMITS.small,
+          preHandler: app.authorize({ admin: true }),
+          schema: {
+            tags: ['admin'],
+            summary: `Count the live ${what} of a${what === 'links' ? ' link' : 'n object'} type and re-announce them as ${one}.announced`,
+            params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), type: Type.String({ minLength: 1 }) }),
+            response: { 200: response, ...problemResponses(400, 401, 403, 404, 409, 503) },
+          },
         },
-      },
-      async (request) => {
-        const { world, type } = request.params;
-        const announced = await announceObjects(app, world, type, originOf(request));
-        await recordAudit(app.pg, request, {
-          action: 'admin.objects.announced',
-          worldId: world,
-          subject: type,
-          detail: { announced },
-        });
-        // Every live object was announced: the count is what was announced.
-        return { world, type, count: announced, announced };
-      },
-    );
-    app.post(
-      '/v1/admin/worlds/:world/link-types/:type/recount',
-      {
-        bodyLimit: BODY_LIMITS.small,
-        preHandler: app.authorize({ admin: true }),
-        schema: {
-          tags: ['admin'],
-          summary: 'Count the live links of a link type and re-announce them as link.announced',
-          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), type: Type.String({ minLength: 1 }) }),
-          response: { 200: LinksRecounted, ...problemResponses(400, 401, 403, 404, 409, 503) },
+        async (request) => {
+          const { world, type } = request.params;
+          const announced = await announce(app, world, type, originOf(request));
+          await recordAudit(app.pg, request, {
+            action: `admin.${what}.announced`,
+            worldId: world,
+            subject: type,
+            detail: { announced },
+          });
+          return { world, type, count: announced, announced };
         },
-      },
-      async (request) => {
-        const { world, type } = request.params;
-        const announced = await announceLinks(app, world, type, originOf(request));
-        await recordAudit(app.pg, request, {
-          action: 'admin.links.announced',
-          worldId: world,
-          subject: type,
-          detail: { announced },
-        });
-        return { world, type, count: announced, announced };
-      },
-    );
+      );
+    }
   },
   { name: 'onto-data-admin' },
 );
