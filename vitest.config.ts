@@ -7,6 +7,9 @@ const source = '@onto/source';
 
 const folders = ['{packages,services,bench}/*/test/**', 'test/**'];
 const unitSpecs = folders.map((folder) => `${folder}/*.unit.spec.ts`);
+// Specs that load the whole machine (six service processes and a broker of their own): run
+// alone, after the others, so that they neither starve nor are starved by the time-bound specs.
+const aloneSpecs = ['test/chaos.int.spec.ts'];
 
 export default defineConfig({
   resolve: { conditions: [source, ...defaultClientConditions] },
@@ -18,7 +21,8 @@ export default defineConfig({
     maxWorkers: 3,
     pool: 'forks',
     reporters: ['default', './test/summary-reporter.ts'],
-    // Tiers by suffix: `pnpm test:unit` runs `unit` alone, `vitest run` both.
+    // Tiers by suffix: `pnpm test:unit` runs `unit` alone, `vitest run` all; `./onto test` runs
+    // `unit` and `int` together, then `alone`.
     projects: [
       // Needs nothing running: no endpoints, no containers.
       { extends: true, test: { name: 'unit', include: unitSpecs } },
@@ -28,7 +32,15 @@ export default defineConfig({
         test: {
           name: 'int',
           include: folders.map((folder) => `${folder}/*.spec.ts`),
-          exclude: [...configDefaults.exclude, ...unitSpecs],
+          exclude: [...configDefaults.exclude, ...unitSpecs, ...aloneSpecs],
+          globalSetup: ['packages/shared/src/testing/global-setup.ts'],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'alone',
+          include: aloneSpecs,
           globalSetup: ['packages/shared/src/testing/global-setup.ts'],
         },
       },

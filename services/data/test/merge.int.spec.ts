@@ -424,6 +424,30 @@ describe('merges in data', () => {
     expect(linked.json().links.map((l: { pk: string }) => l.pk)).toEqual(['o2']);
   });
 
+  it('a link made in the target since the plan to an object the merge deletes fails the apply 409: no link outlives its end', async () => {
+    const w = await pair(async (t) => {
+      await put(t, 'c1', {}, 'Customer');
+      for (const pk of ['o1', 'o2']) await put(t, pk, { amount: 1 });
+    });
+    await del(w.source, 'o1'); // the merge deletes o1 in the target
+    await put(w.source, 'o2', { amount: 2 });
+    const p = await plan(w);
+    expect(p.conflicts).toEqual([]);
+    await link(w.target, 'c1', 'o1'); // made after the plan: the plan never saw it
+    expect(await apply(w.target, p.merge)).toMatchObject({
+      phase: 'apply',
+      status: 409,
+      reason: expect.stringContaining('which the merge deletes'),
+    });
+    expect(await get(w.target, 'o1')).toEqual({ id: 'o1', amount: 1 });
+    expect(await get(w.target, 'o2')).toEqual({ id: 'o2', amount: 1 });
+    // Planned again, the link is a conflict of its own; without it the merge goes through.
+    await link(w.target, 'c1', 'o1', 'DELETE');
+    const again = await plan(w);
+    expect(await apply(w.target, again.merge)).toMatchObject({ applied: { objects: 2 } });
+    expect(await get(w.target, 'o1')).toBeNull();
+  });
+
   it('409 when the target moved since the plan (nothing applied); an unrelated target write is kept; compensation restores', async () => {
     const w = await pair(async (t) => {
       for (const pk of ['o1', 'o2', 'o3']) await put(t, pk, { amount: 1 });

@@ -2,6 +2,7 @@ import { canonicalJson } from '@onto/shared';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
 import { lockWorldShared } from '../http.js';
+import { linksTouching } from '../links/repository.js';
 import { checkObject } from '../objects/model.js';
 import { type State, sameState } from './classify.js';
 import { finalState, loadItems, loadMerge, type MergeRow, personChose, type StoredItem } from './items.js';
@@ -121,6 +122,7 @@ export async function applyMerge(
     await lockWorldShared(tx, m.target);
     const o = await writeObjects(tx, m.target, objects, a.schemaVersion, origin, topicPrefix);
     const l = await writeLinks(tx, m.target, links, origin, topicPrefix);
+    await refuseDanglingLinks(tx, m.target, objects, schema);
     written = new Map([...o, ...l]);
   } catch (error) {
     if (!(error instanceof Moved)) throw error;
@@ -156,4 +158,35 @@ export async function recordWritten(
       WHERE i.merge_id = $1 AND i.n = w.n`,
     [merge, ns, ns.map((n) => written.get(n)?.version), ns.map((n) => written.get(n)?.seq)],
   );
+}
+
+/**
+ * No link outlives its end (docs/adr/0023): once the merge's objects and links are written (the
+ * deleted objects' heads locked, so no link to them can be made until commit), a live link of
+ * the target still touching an object the merge deletes is one the plan did not see — made in
+ * the target since — and the merge fails 409 rather than leave it dangling.
+ */
+async function refuseDanglingLinks(
+  tx: pg.ClientBase,
+  target: string,
+  objects: ObjectPut[],
+  schema: ReturnType<typeof schemaDocument>,
+): Promise<void> {
+  const deleted = objects.filter((o) => o.after === null && o.before !== null);
+  if (deleted.length === 0) return;
+  const { rows } = await tx.query<{ forked: boolean }>(
+    'SELECT base_world IS NOT NULL AS forked FROM worlds WHERE id = $1',
+    [target],
+  );
+  const forked = rows[0]?.forked ?? false;
+  const linkTypes = Object.values(schema.linkTypes);
+  for (const o of deleted) {
+    const outgoing = linkTypes.filter((t) => t.from === o.type).map((t) => t.apiName);
+    const incoming = linkTypes.filter((t) => t.to === o.type).map((t) => t.apiName);
+    const [live] = await linksTouching(tx, target, { type: o.type, pk: o.pk }, outgoing, incoming, forked);
+    if (live)
+      throw new Moved(
+        `link ${live.linkType} ${live.fromPk} → ${live.toPk} to ${o.type} ${o.pk}, which the merge deletes,`,
+      );
+  }
 }
