@@ -51,7 +51,13 @@ function App() {
           <span>
             {userId()}
             {isAdmin() ? ' (administrator)' : ''}{' '}
-            <button type="button" onClick={signOut}>
+            <button
+              type="button"
+              onClick={() => {
+                signOut();
+                location.hash = '#/';
+              }}
+            >
               Sign out
             </button>
           </span>

@@ -33,7 +33,10 @@ const STRATEGIES = ['MANUAL', 'SOURCE_WINS', 'TARGET_WINS', 'TIMESTAMP_WINS'];
 const FINAL = new Set(['MERGED', 'FAILED', 'COMPENSATED', 'CONFLICTS']);
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** A conflict's sides property by property when they are objects, else as one value. */
+/**
+ * A conflict's sides property by property when they are whole objects (or types), else one row
+ * named after the entity's property.
+ */
 function rows(c: Conflict): Array<{ name: string; base: unknown; source: unknown; target: unknown }> {
   const sides = [c.base, c.source, c.target];
   if (sides.every((s) => s === null || s === undefined || isRecord(s)) && sides.some(isRecord)) {
@@ -43,13 +46,17 @@ function rows(c: Conflict): Array<{ name: string; base: unknown; source: unknown
       .sort()
       .map((name) => ({ name, base: at(c.base, name), source: at(c.source, name), target: at(c.target, name) }));
   }
-  return [{ name: 'value', base: c.base, source: c.source, target: c.target }];
+  const name = typeof c.entity.property === 'string' ? c.entity.property : 'value';
+  return [{ name, base: c.base, source: c.source, target: c.target }];
 }
 
-const entityName = (e: Record<string, unknown>) =>
-  Object.values(e)
-    .filter((v) => typeof v === 'string' || typeof v === 'number')
-    .join(' ');
+/** `Order o-1.amount`, `link orders c-1 → o-1`, or the entity's fields as they come. */
+function entityName(e: Record<string, unknown>): string {
+  const text = (v: unknown) => (typeof v === 'string' || typeof v === 'number' ? String(v) : '');
+  if (e.type !== undefined && e.pk !== undefined)
+    return `${text(e.type)} ${text(e.pk)}${e.property ? `.${text(e.property)}` : ''}`;
+  return Object.values(e).map(text).filter(Boolean).join(' ');
+}
 
 function ConflictCard(props: {
   world: string;
@@ -167,6 +174,11 @@ function MergeView(props: { world: string; id: string; onChange: () => Promise<u
     const timer = setTimeout(() => void merge.reload(), 500);
     return () => clearTimeout(timer);
   }, [m, merge.reload]);
+  // The history shows the merge's status too: refresh it whenever the status moves.
+  const status = m?.status;
+  useEffect(() => {
+    if (status) void props.onChange();
+  }, [status, props.onChange]);
   if (!m) return <ProblemView error={merge.error} />;
   const canWrite = may(props.world, 'owner');
   return (
@@ -283,7 +295,7 @@ export function Merges({ world, selected }: { world: string; selected?: string |
             {(history.data?.merges ?? []).map((m) => (
               <tr key={m.id}>
                 <td>
-                  <a href={`#/w/${enc(world)}/merges/${enc(m.id)}`}>{m.id.slice(0, 8)}</a>
+                  <a href={`#/w/${enc(world)}/merges/${enc(m.id)}`}>{m.id.slice(-8)}</a>
                 </td>
                 <td>{m.source}</td>
                 <td>

@@ -5,12 +5,26 @@ import { Problem } from './api.js';
 /** Every failure as the API's problem: its title, and its detail when it has one. */
 export function ProblemView({ error }: { error: unknown }) {
   if (!error) return null;
-  const p = error instanceof Problem ? error : new Problem(0, 'Error', String(error), null);
+  const p =
+    error instanceof Problem
+      ? error
+      : new Problem(0, 'Error', error instanceof Error ? error.message : String(error), null);
+  // Validation problems name each faulty field by its JSON path: list them where they were made.
+  const fields = (p.body as { errors?: Array<{ path?: string; message?: string }> } | null)?.errors ?? [];
   return (
     <div class="problem" role="alert">
       <strong>{p.title}</strong>
       {p.status ? ` (${p.status})` : ''}
       {p.detail ? <div>{p.detail}</div> : null}
+      {fields.length > 0 ? (
+        <ul>
+          {fields.map((f) => (
+            <li key={`${f.path}:${f.message}`}>
+              <code>{f.path || '/'}</code> {f.message}
+            </li>
+          ))}
+        </ul>
+      ) : null}
     </div>
   );
 }

@@ -23,25 +23,6 @@ interface DataObject {
 const TABS = ['objects', 'diff', 'merges', 'schema', 'tags', 'intelligence', 'consistency'] as const;
 const useSchema = (world: string) => useLoad(() => get<Schema>('control', `/v1/worlds/${enc(world)}/schema`), [world]);
 
-/** A record as a two-column table; anything else as JSON. */
-function KeyValues({ value }: { value: unknown }) {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return <Value value={value} />;
-  return (
-    <table>
-      <tbody>
-        {Object.entries(value).map(([k, v]) => (
-          <tr key={k}>
-            <th scope="row">{k}</th>
-            <td>
-              <Value value={v} />
-            </td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
-  );
-}
-
 function Objects({ world }: { world: string }) {
   const schema = useSchema(world);
   const types = Object.keys(schema.data?.objectTypes ?? {});
@@ -166,7 +147,16 @@ function ObjectPage({ world, type, pk }: { world: string; type: string; pk: stri
   const [at, setAt] = useState('');
   const path = `/v1/worlds/${enc(world)}/objects/${enc(type)}/${enc(pk)}`;
   const object = useLoad(() => get<DataObject>('data', at ? `${path}?at=${enc(at)}` : path), [path, at]);
-  const derived = useLoad(() => get<unknown>('intelligence', `${path}/derived`), [path]);
+  const derived = useLoad(
+    () =>
+      get<{
+        derived: Record<
+          string,
+          { value: unknown; stale: boolean; computedAt: string | null; error: { message: string } | null }
+        >;
+      }>('intelligence', `${path}/derived`),
+    [path],
+  );
   const [edits, setEdits] = useState<Record<string, string>>({});
   const [editError, setEditError] = useState<unknown>(undefined);
   const linkTypes = Object.entries(schema.data?.linkTypes ?? {}).filter(([, l]) => l.from === type);
@@ -187,22 +177,25 @@ function ObjectPage({ world, type, pk }: { world: string; type: string; pk: stri
     await send('data', 'PATCH', path, { properties: changed }, { 'if-match': `"${object.data?.version}"` });
     setEdits({});
     await object.reload();
+    await derived.reload();
   };
   const writable = may(world, 'editor') && !at;
   return (
     <>
       <Section title={`${type} ${pk}`}>
-        <label>
-          Read at commit {at || 'now'}
-          <input
-            type="range"
-            min={0}
-            max={latest}
-            value={at || String(latest)}
-            onChange={(e) => setAt(e.currentTarget.value === String(latest) ? '' : e.currentTarget.value)}
-            aria-valuetext={at ? `commit ${at}` : 'now'}
-          />
-        </label>
+        {latest > 0 ? (
+          <label>
+            Read at commit {at || 'now'}
+            <input
+              type="range"
+              min={0}
+              max={latest}
+              value={at || String(latest)}
+              onChange={(e) => setAt(e.currentTarget.value === String(latest) ? '' : e.currentTarget.value)}
+              aria-valuetext={at ? `commit ${at}` : 'now'}
+            />
+          </label>
+        ) : null}
         <ProblemView error={object.error} />
         {object.data ? <p>Version {object.data.version}</p> : null}
         <table>
@@ -211,7 +204,7 @@ function ObjectPage({ world, type, pk }: { world: string; type: string; pk: stri
               <tr key={name}>
                 <th scope="row">{name}</th>
                 <td>
-                  {writable ? (
+                  {writable && name !== schema.data?.objectTypes[type]?.primaryKey ? (
                     <input
                       aria-label={name}
                       data-testid={`prop-${name}`}
@@ -231,7 +224,24 @@ function ObjectPage({ world, type, pk }: { world: string; type: string; pk: stri
       </Section>
       <Section title="Derived values">
         <ProblemView error={derived.error} />
-        <KeyValues value={derived.data} />
+        <table>
+          <tbody>
+            {Object.entries(derived.data?.derived ?? {}).map(([name, d]) => (
+              <tr key={name}>
+                <th scope="row">{name}</th>
+                <td>
+                  <Value value={d.value} />
+                  {d.stale ? <span class="badge badge-pending"> stale</span> : null}
+                  {d.error ? <span class="problem-inline"> {d.error.message}</span> : null}
+                </td>
+                <td>{d.computedAt ? `computed ${new Date(d.computedAt).toLocaleString()}` : 'not computed yet'}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        {Object.keys(derived.data?.derived ?? {}).length === 0 && derived.data ? (
+          <p>No derived properties on {type}.</p>
+        ) : null}
       </Section>
       <Section title="Links">
         {linkTypes.map(([name]) => (
@@ -449,11 +459,6 @@ function Intelligence({ world }: { world: string }) {
       ),
     [world],
   );
-  const rules = useLoad(
-    () =>
-      get<{ rules?: Array<{ name: string; condition: string; objectType: string }> }>('intelligence', `${base}/rules`),
-    [world],
-  );
   const canWrite = may(world, 'editor');
   return (
     <>
@@ -523,17 +528,185 @@ function Intelligence({ world }: { world: string }) {
           ))}
         </ul>
       </Section>
-      <Section title="Rules">
-        <ProblemView error={rules.error} />
-        <ul>
-          {(rules.data?.rules ?? []).map((r) => (
-            <li key={r.name}>
-              <strong>{r.name}</strong> on {r.objectType}: <code>{r.condition}</code>
-            </li>
-          ))}
-        </ul>
-      </Section>
+      <Definitions world={world} canWrite={canWrite} />
+      <Actions world={world} />
     </>
+  );
+}
+
+interface Definition {
+  name: string;
+  version: number;
+  state: string;
+  errors: Array<{ path: string; message: string }>;
+  [field: string]: unknown;
+}
+const KINDS = {
+  'derived-properties': 'Derived properties',
+  rules: 'Rules',
+  'decision-definitions': 'Decision definitions',
+};
+type DefinitionKind = keyof typeof KINDS;
+// What a definition's body holds: its view without the bookkeeping the service adds.
+const BOOKKEEPING = new Set([
+  'name',
+  'version',
+  'state',
+  'errors',
+  'schemaVersion',
+  'createdAt',
+  'updatedAt',
+  'recompute',
+  'world',
+]);
+
+/** Derived properties, rules and decision definitions: listed, and edited as JSON with the API's errors in place. */
+function Definitions({ world, canWrite }: { world: string; canWrite: boolean }) {
+  const [kind, setKind] = useState<DefinitionKind>('rules');
+  const list = useLoad(async () => {
+    const answer = await get<Record<string, unknown>>('intelligence', `/v1/worlds/${enc(world)}/${kind}`);
+    return (Object.values(answer).find(Array.isArray) ?? []) as Definition[];
+  }, [world, kind]);
+  const [name, setName] = useState('');
+  const [body, setBody] = useState('{}');
+  const [error, setError] = useState<unknown>(undefined);
+  const edit = (d: Definition) => {
+    setName(d.name);
+    setBody(JSON.stringify(Object.fromEntries(Object.entries(d).filter(([k]) => !BOOKKEEPING.has(k))), null, 2));
+    setError(undefined);
+  };
+  const save = async () => {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body);
+    } catch (err) {
+      setError(new Error(`the body is not JSON: ${(err as Error).message}`));
+      return;
+    }
+    try {
+      await send('intelligence', 'PUT', `/v1/worlds/${enc(world)}/${kind}/${enc(name)}`, parsed);
+      setError(undefined);
+      await list.reload();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return (
+    <Section title="Definitions">
+      <label>
+        Kind
+        <select
+          value={kind}
+          onChange={(e) => setKind(e.currentTarget.value as DefinitionKind)}
+          data-testid="definition-kind"
+        >
+          {Object.entries(KINDS).map(([k, label]) => (
+            <option key={k} value={k}>
+              {label}
+            </option>
+          ))}
+        </select>
+      </label>
+      <ProblemView error={list.error} />
+      <ul>
+        {(list.data ?? []).map((d) => (
+          <li key={d.name}>
+            <button type="button" class="link" onClick={() => edit(d)}>
+              {d.name}
+            </button>{' '}
+            v{d.version} <span class={statusClass(d.state)}>{d.state}</span>
+            {d.errors.map((e) => (
+              <div key={e.path} class="problem-inline">
+                <code>{e.path}</code> {e.message}
+              </div>
+            ))}
+          </li>
+        ))}
+      </ul>
+      {canWrite ? (
+        <form class="stack" onSubmit={(e) => e.preventDefault()}>
+          <label>
+            Name
+            <input value={name} onInput={(e) => setName(e.currentTarget.value)} data-testid="definition-name" />
+          </label>
+          <label>
+            Definition (JSON)
+            <textarea
+              rows={8}
+              value={body}
+              onInput={(e) => setBody(e.currentTarget.value)}
+              data-testid="definition-body"
+              aria-invalid={error ? 'true' : 'false'}
+            />
+          </label>
+          <ProblemView error={error} />
+          <button type="button" class="primary" onClick={save} data-testid="definition-save">
+            Save
+          </button>
+        </form>
+      ) : null}
+    </Section>
+  );
+}
+
+interface ActionSummary {
+  id: string;
+  actionType: string;
+  status: string;
+  actor: string;
+  createdAt: string;
+}
+
+/** Actions, newest first; one opens with its saga steps as the API tells them. */
+function Actions({ world }: { world: string }) {
+  const actions = useLoad(
+    () => get<{ actions: ActionSummary[] }>('intelligence', `/v1/worlds/${enc(world)}/actions`),
+    [world],
+  );
+  const [open, setOpen] = useState<string | undefined>(undefined);
+  const detail = useLoad(
+    async () => (open ? get<unknown>('intelligence', `/v1/worlds/${enc(world)}/actions/${enc(open)}`) : undefined),
+    [world, open],
+  );
+  return (
+    <Section title="Actions">
+      <ProblemView error={actions.error} />
+      <table>
+        <thead>
+          <tr>
+            <th scope="col">Action</th>
+            <th scope="col">Type</th>
+            <th scope="col">Status</th>
+            <th scope="col">By</th>
+            <th scope="col">At</th>
+          </tr>
+        </thead>
+        <tbody>
+          {(actions.data?.actions ?? []).map((a) => (
+            <tr key={a.id}>
+              <td>
+                <button
+                  type="button"
+                  class="link"
+                  onClick={() => setOpen(open === a.id ? undefined : a.id)}
+                  aria-expanded={open === a.id}
+                >
+                  {a.id.slice(-8)}
+                </button>
+              </td>
+              <td>{a.actionType}</td>
+              <td>
+                <span class={statusClass(a.status)}>{a.status}</span>
+              </td>
+              <td>{a.actor}</td>
+              <td>{new Date(a.createdAt).toLocaleString()}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <ProblemView error={detail.error} />
+      {open && detail.data ? <pre data-testid="action-detail">{JSON.stringify(detail.data, null, 2)}</pre> : null}
+    </Section>
   );
 }
 
@@ -553,14 +726,48 @@ interface Vector {
   findings: Array<{ kind: string; subject: string; detail: unknown; foundAt: string }>;
 }
 
-/** The version vector, polled every 2 s, the laggard highlighted. */
+const HOUR = 3_600_000;
+
+/** A small line chart of one series over the last hour, its newest value as text beside it. */
+function Sparkline({ label, points }: { label: string; points: Array<[number, number]> }) {
+  const now = Date.now();
+  const max = Math.max(1, ...points.map(([, y]) => y));
+  const line = points
+    .map(([t, y]) => `${(((t - now + HOUR) / HOUR) * 200).toFixed(1)},${(40 - (y / max) * 38).toFixed(1)}`)
+    .join(' ');
+  const last = points.at(-1)?.[1];
+  return (
+    <figure class="spark">
+      <svg
+        viewBox="0 0 200 42"
+        width="200"
+        height="42"
+        role="img"
+        aria-label={`${label} over the last hour, now ${last ?? 'unknown'}`}
+      >
+        <polyline points={line} fill="none" stroke="#0b4f9c" stroke-width="1.5" />
+      </svg>
+      <figcaption>
+        {label}: {last ?? '—'} (max {max})
+      </figcaption>
+    </figure>
+  );
+}
+
+/** The version vector, polled every 2 s, the laggard highlighted; the last hour charted while the page is open. */
 function Consistency({ world }: { world: string }) {
   const vector = useLoad(() => get<Vector>('control', `/v1/worlds/${enc(world)}/consistency`), [world]);
+  const [history, setHistory] = useState<Array<{ t: number; behind: number; spread: number }>>([]);
   useEffect(() => {
     const timer = setInterval(() => void vector.reload(), 2000);
     return () => clearInterval(timer);
   }, [vector.reload]);
   const v = vector.data;
+  useEffect(() => {
+    if (!v) return;
+    const t = Date.now();
+    setHistory((h) => [...h.filter((p) => p.t > t - HOUR), { t, behind: v.dataBehind, spread: v.spread }]);
+  }, [v]);
   return (
     <Section title="Consistency">
       <ProblemView error={vector.error} />
@@ -594,6 +801,10 @@ function Consistency({ world }: { world: string }) {
               ))}
             </tbody>
           </table>
+          <div class="row">
+            <Sparkline label="intelligence behind data (writes)" points={history.map((p) => [p.t, p.behind])} />
+            <Sparkline label="schema spread" points={history.map((p) => [p.t, p.spread])} />
+          </div>
           <h3>Checker findings</h3>
           {v.findings.length === 0 ? <p>None in the last run.</p> : null}
           <ul>
