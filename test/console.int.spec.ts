@@ -214,12 +214,12 @@ describe('the console in a browser', () => {
     expect(await status.count()).toBe(1);
     await amount.getByRole('button', { name: 'Take source' }).click();
     await amount.getByText('Resolved: source').waitFor();
+    await page.screenshot({ path: `${OUT}/merge.png` }); // docs/console-merge.png, in the README
     // A value the schema refuses is shown as the API's problem, in place.
     await status.getByLabel('Value (JSON)').fill('42');
     await status.getByRole('button', { name: 'Use value' }).click();
     await status.getByRole('alert').waitFor();
     await check('merge-conflicts');
-    await page.screenshot({ path: `${OUT}/merge.png` });
     await status.getByLabel('Value (JSON)').fill('"approved"');
     await status.getByRole('button', { name: 'Use value' }).click();
     await status.getByText('Resolved: value').waitFor();
