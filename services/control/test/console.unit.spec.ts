@@ -1,6 +1,6 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { installProblemHandlers } from '@onto/shared';
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
@@ -38,6 +38,11 @@ describe('the console files', () => {
     expect((await app.inject({ url: '/console/app.js' })).headers['content-type']).toContain('text/javascript');
     expect((await app.inject({ url: '/console/other.js' })).statusCode).toBe(404);
     expect((await app.inject({ url: '/console/..%2f..%2fetc%2fpasswd' })).statusCode).toBe(404);
+    // A sibling folder whose name starts with the build's: outside it all the same.
+    const sibling = `${dir}-old`;
+    mkdirSync(sibling);
+    writeFileSync(join(sibling, 'app.js'), 'secret');
+    expect((await app.inject({ url: `/console/..%2f${basename(sibling)}%2fapp.js` })).statusCode).toBe(404);
     // By default data and intelligence are this host on their ports.
     const config = await app.inject({ url: '/console/config.json', headers: { host: 'onto.example:4001' } });
     expect(config.json()).toEqual({ dataUrl: 'http://onto.example:4002', intelligenceUrl: 'http://onto.example:4003' });

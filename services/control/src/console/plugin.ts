@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { extname, join, normalize } from 'node:path';
+import { extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { HttpProblem, NotFound } from '@onto/shared';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
@@ -12,13 +12,13 @@ import fp from 'fastify-plugin';
  */
 const DEFAULT_DIR = fileURLToPath(new URL('../../../../packages/console/dist/', import.meta.url));
 
-const TYPES: Record<string, string> = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.png': 'image/png',
-  '.svg': 'image/svg+xml',
-};
+const TYPES = new Map([
+  ['.html', 'text/html; charset=utf-8'],
+  ['.js', 'text/javascript; charset=utf-8'],
+  ['.css', 'text/css; charset=utf-8'],
+  ['.png', 'image/png'],
+  ['.svg', 'image/svg+xml'],
+]);
 
 class NotBuilt extends HttpProblem {
   constructor(dir: string) {
@@ -45,13 +45,15 @@ function siblingUrl(request: FastifyRequest, configured: string | undefined, por
 
 export default fp(
   async (app: FastifyInstance, opts: ConsoleOptions) => {
-    const dir = normalize(opts.dir ?? DEFAULT_DIR);
+    // With its separator: a sibling folder (`dist-old/`) does not start with it.
+    const dir = normalize(`${opts.dir ?? DEFAULT_DIR}${sep}`);
     const serve = async (file: string) => {
       const path = normalize(join(dir, file));
+      const type = TYPES.get(extname(path));
       // The router decodes the path: nothing may climb out of the build folder.
-      if (!path.startsWith(dir) || !TYPES[extname(path)]) throw new NotFound(`no console file ${file}`);
+      if (!path.startsWith(dir) || type === undefined) throw new NotFound(`no console file ${file}`);
       try {
-        return { body: await readFile(path), type: TYPES[extname(path)] as string };
+        return { body: await readFile(path), type };
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
         try {
