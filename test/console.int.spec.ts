@@ -255,6 +255,14 @@ describe('the console in a browser', () => {
     await check('intelligence-refused');
     expect((await s.intelCall('GET', '/v1/worlds/shop/rules/broken')).statusCode).toBe(404);
 
+    // A tag of shop, COMPLETE once data and intelligence gave their positions.
+    await page.goto(`${base}/console/#/w/shop/tags`);
+    await page.getByLabel('New tag').fill('v1');
+    await page.getByRole('button', { name: 'Tag', exact: true }).click();
+    await page.getByRole('cell', { name: 'v1', exact: true }).waitFor();
+    await check('tags');
+    expect((await s.controlCall('GET', '/v1/worlds/shop/tags/v1')).statusCode).toBe(200);
+
     // A viewer sees no write buttons (and the API would refuse anyway).
     expect((await s.controlCall('POST', '/v1/users', { body: { id: 'vera' } })).statusCode).toBe(201);
     expect((await s.controlCall('PUT', '/v1/worlds/shop/members/vera', { body: { role: 'viewer' } })).statusCode).toBe(

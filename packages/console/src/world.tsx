@@ -480,7 +480,7 @@ function Intelligence({ world }: { world: string }) {
           <tbody>
             {(decisions.data?.decisions ?? []).map((d) => (
               <tr key={d.id} data-testid={`decision-${d.id}`}>
-                <td>{d.id.slice(0, 8)}</td>
+                <td>{d.id.slice(-8)}</td>
                 <td>{d.rule}</td>
                 <td>{d.actionType}</td>
                 <td>
