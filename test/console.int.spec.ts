@@ -288,6 +288,10 @@ describe('the console in a browser', () => {
     await check('schema');
     await page.goto(`${base}/console/#/w/shop/consistency`);
     await page.getByTestId('vector-data').waitFor();
+    // The pipelines' gauges come from each service's /metrics, across origins.
+    for (const service of ['control', 'data', 'intelligence']) {
+      await page.locator(`[data-testid="gauge-${service}-onto_outbox_backlog"]`, { hasText: /^\d+$/ }).waitFor();
+    }
     await check('consistency');
     await s.intelligence?.app.close();
     expect(
@@ -296,6 +300,7 @@ describe('the console in a browser', () => {
     ).toBe(200);
     await page.locator('[data-testid="vector-intelligence"].laggard').waitFor({ timeout: 20_000 });
     await page.getByText('lagging: intelligence').waitFor();
+    await page.locator('[data-testid="gauge-intelligence-onto_consumer_lag"]', { hasText: 'not answering' }).waitFor();
     await check('consistency-lagging');
 
     // At phone width the merge history still reads.

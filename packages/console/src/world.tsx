@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
-import { enc, get, may, send } from './api.js';
+import { enc, get, may, request, send } from './api.js';
 import { Merges } from './merge.js';
 import { Action, ProblemView, Section, statusClass, useLoad, Value } from './ui.js';
 
@@ -727,6 +727,33 @@ interface Vector {
 }
 
 const HOUR = 3_600_000;
+const SERVICES = ['control', 'data', 'intelligence'] as const;
+const GAUGES = {
+  onto_consumer_lag: 'consumer lag',
+  onto_outbox_backlog: 'outbox backlog',
+  onto_dlq_depth: 'DLQ depth',
+};
+type Gauge = keyof typeof GAUGES;
+
+/** Each gauge summed over its series, from a service's Prometheus text (whole service, every world). */
+function gauges(text: string): Record<Gauge, number> {
+  const out: Record<Gauge, number> = { onto_consumer_lag: 0, onto_outbox_backlog: 0, onto_dlq_depth: 0 };
+  for (const line of text.split('\n')) {
+    const match = /^(onto_consumer_lag|onto_outbox_backlog|onto_dlq_depth)(?:\{[^}]*\})? (\S+)/.exec(line);
+    const value = Number(match?.[2]);
+    if (match && Number.isFinite(value)) out[match[1] as Gauge] += value;
+  }
+  return out;
+}
+
+async function pipelines(): Promise<Record<(typeof SERVICES)[number], Record<Gauge, number> | null>> {
+  const texts = await Promise.all(
+    SERVICES.map((s) => request(s, 'GET', '/metrics', undefined, false).catch(() => null)),
+  );
+  return Object.fromEntries(
+    SERVICES.map((s, i) => [s, typeof texts[i] === 'string' ? gauges(texts[i] as string) : null]),
+  ) as never;
+}
 
 /** A small line chart of one series over the last hour, its newest value as text beside it. */
 function Sparkline({ label, points }: { label: string; points: Array<[number, number]> }) {
@@ -757,16 +784,21 @@ function Sparkline({ label, points }: { label: string; points: Array<[number, nu
 /** The version vector, polled every 2 s, the laggard highlighted; the last hour charted while the page is open. */
 function Consistency({ world }: { world: string }) {
   const vector = useLoad(() => get<Vector>('control', `/v1/worlds/${enc(world)}/consistency`), [world]);
-  const [history, setHistory] = useState<Array<{ t: number; behind: number; spread: number }>>([]);
+  const flows = useLoad(pipelines, []);
+  const [history, setHistory] = useState<Array<{ t: number; behind: number; spread: number; lag: number }>>([]);
   useEffect(() => {
-    const timer = setInterval(() => void vector.reload(), 2000);
+    const timer = setInterval(() => {
+      void vector.reload();
+      void flows.reload();
+    }, 2000);
     return () => clearInterval(timer);
-  }, [vector.reload]);
+  }, [vector.reload, flows.reload]);
   const v = vector.data;
   useEffect(() => {
     if (!v) return;
     const t = Date.now();
-    setHistory((h) => [...h.filter((p) => p.t > t - HOUR), { t, behind: v.dataBehind, spread: v.spread }]);
+    const lag = SERVICES.reduce((sum, s) => sum + (flows.data?.[s]?.onto_consumer_lag ?? 0), 0);
+    setHistory((h) => [...h.filter((p) => p.t > t - HOUR), { t, behind: v.dataBehind, spread: v.spread, lag }]);
   }, [v]);
   return (
     <Section title="Consistency">
@@ -804,7 +836,33 @@ function Consistency({ world }: { world: string }) {
           <div class="row">
             <Sparkline label="intelligence behind data (writes)" points={history.map((p) => [p.t, p.behind])} />
             <Sparkline label="schema spread" points={history.map((p) => [p.t, p.spread])} />
+            <Sparkline label="consumer lag, all services" points={history.map((p) => [p.t, p.lag])} />
           </div>
+          <h3>Pipelines (each service as a whole)</h3>
+          <table data-testid="pipelines">
+            <thead>
+              <tr>
+                <th scope="col">Service</th>
+                {Object.values(GAUGES).map((g) => (
+                  <th key={g} scope="col">
+                    {g}
+                  </th>
+                ))}
+              </tr>
+            </thead>
+            <tbody>
+              {SERVICES.map((s) => (
+                <tr key={s}>
+                  <th scope="row">{s}</th>
+                  {(Object.keys(GAUGES) as Gauge[]).map((g) => (
+                    <td key={g} data-testid={`gauge-${s}-${g}`}>
+                      {flows.data === undefined ? '…' : flows.data[s] ? flows.data[s]?.[g] : 'not answering'}
+                    </td>
+                  ))}
+                </tr>
+              ))}
+            </tbody>
+          </table>
           <h3>Checker findings</h3>
           {v.findings.length === 0 ? <p>None in the last run.</p> : null}
           <ul>
