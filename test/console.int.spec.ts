@@ -285,6 +285,8 @@ describe('the console in a browser', () => {
     // The schema, then the consistency board: with intelligence stopped, a write in data leaves it behind.
     await page.goto(`${base}/console/#/w/shop/schema`);
     await page.getByText('Order', { exact: true }).first().waitFor();
+    await page.getByRole('heading', { name: 'History' }).waitFor();
+    expect(await page.getByRole('group').filter({ hasText: 'diff' }).count()).toBeGreaterThanOrEqual(2); // one per version
     await check('schema');
     await page.goto(`${base}/console/#/w/shop/consistency`);
     await page.getByTestId('vector-data').waitFor();

@@ -356,7 +356,10 @@ function DiffView({ world }: { world: string }) {
 function SchemaView({ world }: { world: string }) {
   const schema = useSchema(world);
   const history = useLoad(
-    () => get<{ versions?: unknown[] }>('control', `/v1/worlds/${enc(world)}/schema/history`),
+    () =>
+      get<{
+        versions: Array<{ version: number; diff: unknown; breaking: boolean; author: string; createdAt: string }>;
+      }>('control', `/v1/worlds/${enc(world)}/schema/history`),
     [world],
   );
   return (
@@ -377,12 +380,34 @@ function SchemaView({ world }: { world: string }) {
       </Section>
       <Section title="History">
         <ProblemView error={history.error} />
-        {(history.data?.versions ?? []).map((v, i) => (
-          <details key={String(i)}>
-            <summary>Version {String((v as { version?: number }).version ?? i)}</summary>
-            <pre>{JSON.stringify(v, null, 2)}</pre>
-          </details>
-        ))}
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">Version</th>
+              <th scope="col">Author</th>
+              <th scope="col">At</th>
+              <th scope="col">Diff</th>
+            </tr>
+          </thead>
+          <tbody>
+            {(history.data?.versions ?? []).map((v) => (
+              <tr key={v.version}>
+                <td>
+                  {v.version}
+                  {v.breaking ? <span class="badge badge-failed">breaking</span> : null}
+                </td>
+                <td>{v.author}</td>
+                <td>{new Date(v.createdAt).toLocaleString()}</td>
+                <td>
+                  <details>
+                    <summary>diff</summary>
+                    <pre>{JSON.stringify(v.diff, null, 2)}</pre>
+                  </details>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
       </Section>
     </>
   );
