@@ -6,6 +6,7 @@ import fp from 'fastify-plugin';
 import adminRoutes from './admin/routes.js';
 import checker from './checker/plugin.js';
 import type { Config } from './config.js';
+import consoleFiles from './console/plugin.js';
 import identity from './identity/plugin.js';
 import merges from './merges/plugin.js';
 import schemaRoutes from './schema/routes.js';
@@ -41,6 +42,11 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worldConsistency);
   await fastify.register(merges, { timeoutMs: config.MERGE_TIMEOUT_MS });
   await fastify.register(adminRoutes);
+  await fastify.register(consoleFiles, {
+    dir: config.ONTO_CONSOLE_DIR,
+    dataUrl: config.ONTO_DATA_URL,
+    intelligenceUrl: config.ONTO_INTELLIGENCE_URL,
+  });
   await fastify.register(checker, {
     intervalMs: config.CHECKER_INTERVAL_MS,
     reportTimeoutMs: config.CHECKER_REPORT_TIMEOUT_MS,

@@ -36,6 +36,24 @@ export const ConfigSchema = Type.Composite([
       default: 60_000,
       description: "How often control checks the signing key's age",
     }),
+    ONTO_DATA_URL: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: "data's public URL, which the console calls (default: the console's host, port 4002)",
+      }),
+    ),
+    ONTO_INTELLIGENCE_URL: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: "intelligence's public URL, which the console calls (default: the console's host, port 4003)",
+      }),
+    ),
+    ONTO_CONSOLE_DIR: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: "The console's build served under /console (default packages/console/dist)",
+      }),
+    ),
     ONTO_BOOTSTRAP_TOKEN: Type.Optional(
       Type.String({
         minLength: 32,

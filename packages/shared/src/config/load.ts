@@ -118,6 +118,13 @@ export function serviceConfigSchema(defaultPort: number) {
       pattern: '^[a-zA-Z0-9._-]*$',
       description: 'Prefix for every topic name; lets test runs and tenants share a broker',
     }),
+    ONTO_CONSOLE_ORIGIN: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          'Origins (comma-separated, or *) whose pages may call this service: the console served by control (default http://127.0.0.1:4001,http://localhost:4001)',
+      }),
+    ),
     SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600_000, default: 10_000 }),
     DB_POOL_MAX: Type.Integer({ minimum: 1, maximum: 1000, default: 20 }),
     OUTBOX_BATCH_SIZE: Type.Integer({ minimum: 1, maximum: 1000, default: 500 }),

@@ -12,6 +12,7 @@ import { consumersPlugin } from '../messaging/consumers-plugin.js';
 import { outboxPlugin } from '../messaging/plugin.js';
 import { redisPlugin } from '../redis/redis.js';
 import { BODY_LIMITS } from './body-limits.js';
+import { corsPlugin, DEFAULT_CONSOLE_ORIGINS } from './cors.js';
 import { healthPlugin } from './health.js';
 import { metricsPlugin } from './observability.js';
 import { installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
@@ -28,6 +29,7 @@ export interface BaseServiceConfig extends KafkaSaslConfig {
   OUTBOX_BATCH_SIZE: number;
   OUTBOX_RETENTION_HOURS: number;
   INBOX_RETENTION_HOURS: number;
+  ONTO_CONSOLE_ORIGIN?: string | undefined;
 }
 
 export interface PlatformOptions {
@@ -163,6 +165,7 @@ export const platformPlugin = fp(
     app.addHook('onRequest', async (request, reply) => {
       reply.header('x-request-id', request.id);
     });
+    await app.register(corsPlugin, { origins: opts.config.ONTO_CONSOLE_ORIGIN ?? DEFAULT_CONSOLE_ORIGINS });
     // Every route that takes a body says how large (BODY_LIMITS), or fails at boot.
     app.addHook('onRoute', (route) => {
       const methods = [route.method].flat();

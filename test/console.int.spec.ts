@@ -1,0 +1,314 @@
+import { execFile } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BOOTSTRAP } from '../services/control/test/control-service.js';
+import { type IntelligenceStack, intelligenceStack } from '../services/intelligence/test/stack.js';
+
+/**
+ * The console (packages/console, docs/adr/0044) in Debian's chromium, driven by playwright-core,
+ * against the three services on free ports: every step through the page, checked through the API.
+ * Each page is screenshot into .test-output/console/ and checked by axe-core.
+ */
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const OUT = `${ROOT}.test-output/console`;
+const CHROMIUM = process.env.ONTO_CHROMIUM ?? '/usr/bin/chromium';
+const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+const ORDER = {
+  displayName: 'Order',
+  primaryKey: 'id',
+  properties: {
+    id: { type: 'string', required: true },
+    amount: { type: 'integer', required: true, indexed: true },
+    status: { type: 'string' },
+  },
+};
+const SHIP = {
+  displayName: 'Ship an order',
+  parameters: { order: { type: 'string', required: true } },
+  edits: [
+    { op: 'modifyObject', objectType: 'Order', pk: { param: 'order' }, values: { status: { value: 'shipped' } } },
+  ],
+};
+
+describe('the console in a browser', () => {
+  let s: IntelligenceStack;
+  let browser: Browser;
+  let page: Page;
+  let base: string;
+  let urls: { dataUrl: string; intelligenceUrl: string };
+
+  /** The page as it is: a screenshot, and axe-core finding no serious or critical violation. */
+  const check = async (name: string) => {
+    await page.screenshot({ path: `${OUT}/${name}.png`, fullPage: true });
+    await page.addScriptTag({ path: AXE });
+    const violations = await page.evaluate(async () => {
+      const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: Array<Record<string, unknown>> }> } })
+        .axe;
+      const result = await axe.run();
+      return result.violations
+        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+        .map((v) => ({ id: v.id, help: v.help, nodes: (v.nodes as Array<{ html: string }>).map((n) => n.html) }));
+    });
+    expect(violations, `${name}: ${JSON.stringify(violations, null, 1)}`).toEqual([]);
+  };
+
+  const object = async (world: string, pk: string) =>
+    (await s.dataCall('GET', `/v1/worlds/${world}/objects/Order/${pk}`)).json().properties;
+
+  beforeAll(async () => {
+    // The build of the sources as they are (esbuild: well under a second).
+    await promisify(execFile)(process.execPath, [`${ROOT}packages/console/build.mjs`]);
+    mkdirSync(OUT, { recursive: true });
+    const [controlPort, dataPort, intelligencePort] = [await freePort(), await freePort(), await freePort()];
+    base = `http://127.0.0.1:${controlPort}`;
+    urls = { dataUrl: `http://127.0.0.1:${dataPort}`, intelligenceUrl: `http://127.0.0.1:${intelligencePort}` };
+    const pool = { DB_POOL_MAX: '5', POSITION_ANNOUNCE_MS: '200' };
+    s = await intelligenceStack({
+      partitions: 1,
+      controlEnv: {
+        DB_POOL_MAX: '5',
+        ONTO_DATA_URL: urls.dataUrl,
+        ONTO_INTELLIGENCE_URL: urls.intelligenceUrl,
+      },
+      dataEnv: { ...pool, ONTO_CONSOLE_ORIGIN: base },
+      intelligenceEnv: { ...pool, ONTO_CONSOLE_ORIGIN: base },
+    });
+    await s.control.app.listen({ port: controlPort, host: '127.0.0.1' });
+    await s.data.app.listen({ port: dataPort, host: '127.0.0.1' });
+    await s.intelligence?.app.listen({ port: intelligencePort, host: '127.0.0.1' });
+    await s.identityKnown();
+
+    // A world with orders, a rule on big ones and a decision that waits for approval.
+    await s.world('shop', { objectTypes: { Order: ORDER }, actionTypes: { shipOrder: SHIP } });
+    for (const [path, body] of [
+      [
+        'rules/bigOrder',
+        { objectType: 'Order', condition: 'self.amount >= 1000', alertType: 'big-order', severity: 'warning' },
+      ],
+      [
+        'decision-definitions/shipBig',
+        { rule: 'bigOrder', actionType: 'shipOrder', parameters: { order: 'self.id' }, approval: 'manual' },
+      ],
+    ] as const) {
+      const res = await s.intelCall('PUT', `/v1/worlds/shop/${path}`, { body });
+      expect(res.statusCode, res.body).toBeLessThan(300);
+    }
+    for (const [pk, amount] of [
+      ['o-1', 100],
+      ['o-2', 50],
+    ] as const) {
+      const res = await s.dataCall('PUT', `/v1/worlds/shop/objects/Order/${pk}`, {
+        body: { properties: { amount, status: 'open' } },
+      });
+      expect(res.statusCode, res.body).toBe(201);
+    }
+
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+    page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on('pageerror', (err) => console.error('console page error:', err));
+  }, 180_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await s?.close();
+  });
+
+  it('tells the console where data and intelligence are, and they allow its origin only', async () => {
+    const config = await s.controlCall('GET', '/console/config.json');
+    expect(config.json()).toEqual(urls);
+    const preflight = await s.data.app.inject({
+      method: 'OPTIONS',
+      url: '/v1/worlds/shop/objects/Order/o-1',
+      headers: { origin: base, 'access-control-request-method': 'PATCH' },
+    });
+    expect(preflight.statusCode).toBe(204);
+    expect(preflight.headers['access-control-allow-origin']).toBe(base);
+    const stranger = await s.data.app.inject({
+      method: 'OPTIONS',
+      url: '/v1/worlds/shop/objects/Order/o-1',
+      headers: { origin: 'http://evil.example', 'access-control-request-method': 'PATCH' },
+    });
+    expect(stranger.headers['access-control-allow-origin']).toBeUndefined();
+    expect((await s.controlCall('GET', '/console/nope.js')).statusCode).toBe(404);
+  });
+
+  it('signs in, forks, edits the fork, shows the diff, merges MANUAL conflict by conflict, approves a decision, and shows the laggard', async () => {
+    // Sign in with the bootstrap token.
+    await page.goto(`${base}/console/`);
+    await page.getByLabel(/API token/).fill('not-a-token-of-anyone-at-all-0123456789');
+    await page.getByTestId('sign-in').click();
+    await page.getByRole('alert').first().waitFor();
+    await check('sign-in-refused');
+    await page.getByLabel(/API token/).fill(BOOTSTRAP);
+    await page.getByTestId('sign-in').click();
+    await page.getByTestId('world-shop').waitFor();
+    await check('worlds');
+
+    // Fork shop now.
+    await page.getByLabel('Id').fill('shop-fork');
+    await page.getByLabel(/Fork from/).selectOption('shop');
+    await page.getByTestId('create-world').click();
+    await page.getByTestId('world-shop-fork').waitFor();
+    await s.until('shop-fork READY', async () =>
+      (await s.controlCall('GET', '/v1/worlds/shop-fork')).json().status === 'READY' ? true : undefined,
+    );
+    await page.getByRole('button', { name: 'Refresh' }).click();
+    await page.getByTestId('world-shop-fork').getByText('READY').waitFor();
+    await check('worlds-forked');
+
+    // The objects of the fork, then o-1 edited there through its page.
+    await page.goto(`${base}/console/#/w/shop-fork/objects`);
+    await page.getByRole('link', { name: 'o-1' }).click();
+    await page.getByTestId('prop-amount').fill('150');
+    await page.getByTestId('prop-status').fill('"packed"');
+    await page.getByTestId('save-object').click();
+    await page.getByText('Version 2').waitFor();
+    await check('object');
+    expect(await object('shop-fork', 'o-1')).toMatchObject({ amount: 150, status: 'packed' });
+    expect(await object('shop', 'o-1')).toMatchObject({ amount: 100, status: 'open' });
+
+    // The target changes both properties too; o-2 grows past the rule's bound (a decision).
+    const changed = await s.dataCall('PATCH', '/v1/worlds/shop/objects/Order/o-1', {
+      body: { properties: { amount: 120, status: 'held' } },
+    });
+    expect(changed.statusCode, changed.body).toBe(200);
+    expect(
+      (await s.dataCall('PATCH', '/v1/worlds/shop/objects/Order/o-2', { body: { properties: { amount: 2000 } } }))
+        .statusCode,
+    ).toBe(200);
+
+    // The diff of the fork against shop.
+    await page.goto(`${base}/console/#/w/shop-fork/diff`);
+    await page.getByTestId('diff-against').selectOption('shop');
+    await page.getByTestId('diff').getByText('Order o-1').waitFor();
+    await check('diff');
+
+    // A MANUAL merge of the fork into shop: a dry run, then for real, one conflict per property.
+    await page.goto(`${base}/console/#/w/shop/merges`);
+    await page.getByLabel('Source world').selectOption('shop-fork');
+    await page.getByLabel('Strategy').selectOption('MANUAL');
+    await page.getByTestId('start-merge').click();
+    await page.locator('[data-testid="merge-view"][data-status="CONFLICTS"]').waitFor();
+    await expect(page.getByTestId('apply-merge').count()).resolves.toBe(0); // a dry run applies nothing
+    await page.getByLabel('Dry run').uncheck();
+    await page.getByTestId('start-merge').click();
+    await page.locator('[data-testid="merge-view"][data-status="CONFLICTS"]').getByTestId('apply-merge').waitFor();
+    const amount = page.locator('[data-testid^="conflict-"]', { hasText: 'amount' });
+    const status = page.locator('[data-testid^="conflict-"]', { hasText: 'status' });
+    expect(await amount.count()).toBe(1);
+    expect(await status.count()).toBe(1);
+    await amount.getByRole('button', { name: 'Take source' }).click();
+    await amount.getByText('Resolved: source').waitFor();
+    await page.screenshot({ path: `${OUT}/merge.png` }); // docs/console-merge.png, in the README
+    // A value the schema refuses is shown as the API's problem, in place.
+    await status.getByLabel('Value (JSON)').fill('42');
+    await status.getByRole('button', { name: 'Use value' }).click();
+    await status.getByRole('alert').waitFor();
+    await check('merge-conflicts');
+    await status.getByLabel('Value (JSON)').fill('"approved"');
+    await status.getByRole('button', { name: 'Use value' }).click();
+    await status.getByText('Resolved: value').waitFor();
+    await page.getByTestId('apply-merge').click();
+    await page.locator('[data-testid="merge-view"][data-status="MERGED"]').waitFor({ timeout: 30_000 });
+    await check('merge-merged');
+    expect(await object('shop', 'o-1')).toMatchObject({ amount: 150, status: 'approved' });
+
+    // The decision o-2's alert made, approved on the intelligence page.
+    const decision = await s.until('a decision waiting for approval', async () => {
+      const list = (await s.intelCall('GET', '/v1/worlds/shop/decisions')).json().decisions as Array<{
+        id: string;
+        status: string;
+      }>;
+      return list.find((d) => d.status === 'PENDING_APPROVAL');
+    });
+    await page.goto(`${base}/console/#/w/shop/intelligence`);
+    await page.getByTestId(`approve-${decision.id}`).click();
+    await page.getByTestId(`decision-${decision.id}`).getByText('PENDING_APPROVAL').waitFor({ state: 'detached' });
+    await check('intelligence');
+    expect((await s.intelCall('GET', `/v1/worlds/shop/decisions/${decision.id}`)).json().status).not.toBe(
+      'PENDING_APPROVAL',
+    );
+
+    // A rule the service refuses: its problem, field by field, in place; nothing is stored.
+    await page.getByTestId('definition-kind').selectOption('rules');
+    await page.getByTestId('definition-name').fill('broken');
+    await page
+      .getByTestId('definition-body')
+      .fill(JSON.stringify({ objectType: 'Order', condition: 'self.amount >', alertType: 'x', severity: 'warning' }));
+    await page.getByTestId('definition-save').click();
+    await page.locator('form [role="alert"]').getByText('condition').first().waitFor();
+    await check('intelligence-refused');
+    expect((await s.intelCall('GET', '/v1/worlds/shop/rules/broken')).statusCode).toBe(404);
+
+    // A tag of shop, COMPLETE once data and intelligence gave their positions.
+    await page.goto(`${base}/console/#/w/shop/tags`);
+    await page.getByLabel('New tag').fill('v1');
+    await page.getByRole('button', { name: 'Tag', exact: true }).click();
+    await page.getByRole('cell', { name: 'v1', exact: true }).waitFor();
+    await check('tags');
+    expect((await s.controlCall('GET', '/v1/worlds/shop/tags/v1')).statusCode).toBe(200);
+
+    // A viewer sees no write buttons (and the API would refuse anyway).
+    expect((await s.controlCall('POST', '/v1/users', { body: { id: 'vera' } })).statusCode).toBe(201);
+    expect((await s.controlCall('PUT', '/v1/worlds/shop/members/vera', { body: { role: 'viewer' } })).statusCode).toBe(
+      200,
+    );
+    const viewerToken = (await s.controlCall('POST', '/v1/users/vera/tokens', { body: {} })).json().token as string;
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel(/API token/).fill(viewerToken);
+    await page.getByTestId('sign-in').click();
+    await page.getByTestId('world-shop').waitFor();
+    expect(await page.getByTestId('world-shop-fork').count()).toBe(0); // not a member there
+    await page.goto(`${base}/console/#/w/shop/object/Order/o-1`);
+    await page.getByText('Version', { exact: false }).first().waitFor();
+    expect(await page.getByTestId('save-object').count()).toBe(0);
+    await page.goto(`${base}/console/#/w/shop/merges`);
+    await page.getByRole('heading', { name: 'Merge history' }).waitFor();
+    expect(await page.getByTestId('start-merge').count()).toBe(0);
+    await check('viewer-merges');
+
+    // The schema, then the consistency board: with intelligence stopped, a write in data leaves it behind.
+    await page.goto(`${base}/console/#/w/shop/schema`);
+    await page.getByText('Order', { exact: true }).first().waitFor();
+    await page.getByRole('heading', { name: 'History' }).waitFor();
+    expect(await page.getByRole('group').filter({ hasText: 'diff' }).count()).toBeGreaterThanOrEqual(2); // one per version
+    await check('schema');
+    await page.goto(`${base}/console/#/w/shop/consistency`);
+    await page.getByTestId('vector-data').waitFor();
+    // The pipelines' gauges come from each service's /metrics, across origins.
+    for (const service of ['control', 'data', 'intelligence']) {
+      await page.locator(`[data-testid="gauge-${service}-onto_outbox_backlog"]`, { hasText: /^\d+$/ }).waitFor();
+    }
+    await check('consistency');
+    await s.intelligence?.app.close();
+    expect(
+      (await s.dataCall('PATCH', '/v1/worlds/shop/objects/Order/o-2', { body: { properties: { amount: 7 } } }))
+        .statusCode,
+    ).toBe(200);
+    await page.locator('[data-testid="vector-intelligence"].laggard').waitFor({ timeout: 20_000 });
+    await page.getByText('lagging: intelligence').waitFor();
+    await page.locator('[data-testid="gauge-intelligence-onto_consumer_lag"]', { hasText: 'not answering' }).waitFor();
+    await check('consistency-lagging');
+
+    // At phone width the merge history still reads.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`${base}/console/#/w/shop/merges`);
+    await page.getByRole('heading', { name: 'Merge history' }).waitFor();
+    await check('phone-merges');
+  }, 180_000);
+});
