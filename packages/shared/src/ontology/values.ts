@@ -151,8 +151,8 @@ export function checkValue(t: PropertyType, v: unknown, path: string, faults: Fi
       const before = faults.length;
       const out: Record<string, unknown> = {};
       for (const [key, value] of Object.entries(v)) {
-        const field = t.fields[key];
-        if (field === undefined || !Object.hasOwn(t.fields, key)) {
+        const field = Object.hasOwn(t.fields, key) ? t.fields[key] : undefined;
+        if (field === undefined) {
           faults.push({ path: `${path}/${pointer(key)}`, message: 'is not a field of this struct' });
           continue;
         }

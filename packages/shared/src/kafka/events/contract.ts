@@ -70,7 +70,8 @@ const compiled = new Map<string, TypeCheck<TSchema>>();
 export function payloadFault(type: string, payload: unknown): { path: string; reason: string } | null {
   let check = compiled.get(type);
   if (!check) {
-    const schema = (EVENT_PAYLOADS as Record<string, TSchema>)[type];
+    // The type comes off the wire: `constructor` is no event type, not Object's constructor.
+    const schema = Object.hasOwn(EVENT_PAYLOADS, type) ? (EVENT_PAYLOADS as Record<string, TSchema>)[type] : undefined;
     if (!schema) return { path: '/type', reason: `no schema for event type ${JSON.stringify(type)}` };
     check = TypeCompiler.Compile(schema);
     compiled.set(type, check);
