@@ -14,6 +14,7 @@ import {
   isPlainObject,
   pointer,
   type StepCommand,
+  setOwn,
   stringFault,
   type ValueSource,
 } from '@onto/shared';
@@ -110,7 +111,7 @@ export function resolveCommands(
     const properties: Record<string, unknown> = {};
     for (const [property, source] of Object.entries(edit.values)) {
       const v = sourceValue(source, parameters);
-      if (v !== undefined) properties[property] = v;
+      if (v !== undefined) setOwn(properties, property, v);
     }
     return { op: edit.op, objectType: edit.objectType, pk, properties };
   });

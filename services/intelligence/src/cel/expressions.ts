@@ -23,7 +23,7 @@ import {
   plan,
 } from '@bufbuild/cel';
 import { strings } from '@bufbuild/cel/ext';
-import type { FieldError, ObjectType, PropertyType } from '@onto/shared';
+import { type FieldError, type ObjectType, type PropertyType, setOwn } from '@onto/shared';
 import {
   budgetFunction,
   budgetSpent,
@@ -309,7 +309,8 @@ export function fromCel(v: CelValue | unknown, size: { left: number } = { left: 
     for (const [k, item] of v) {
       const o = fromCel(item, size);
       if ('error' in o) return o;
-      out[String(isCelUint(k) ? k.value : k)] = o.value;
+      // A CEL map's keys are the expression's: `{'__proto__': …}` is an entry, not a prototype.
+      setOwn(out, String(isCelUint(k) ? k.value : k), o.value);
     }
     return { value: out, kind: 'map' };
   }
@@ -349,7 +350,7 @@ export function toCel(value: unknown, type: PropertyType | undefined): unknown {
   if (type.type === 'struct' && typeof value === 'object' && !Array.isArray(value)) {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-      out[k] = toCel(v, Object.hasOwn(type.fields, k) ? type.fields[k] : undefined);
+      setOwn(out, k, toCel(v, Object.hasOwn(type.fields, k) ? type.fields[k] : undefined));
     }
     return out;
   }
@@ -361,7 +362,7 @@ function plainToCel(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(plainToCel);
   if (value !== null && typeof value === 'object') {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = plainToCel(v);
+    for (const [k, v] of Object.entries(value)) setOwn(out, k, plainToCel(v));
     return out;
   }
   return value;
@@ -380,7 +381,7 @@ export function propertiesToCel(
 ): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(properties)) {
-    out[k] = toCel(v, types && Object.hasOwn(types, k) ? types[k]?.type : undefined);
+    setOwn(out, k, toCel(v, types && Object.hasOwn(types, k) ? types[k]?.type : undefined));
   }
   return out;
 }
