@@ -234,11 +234,26 @@ function compileUncached(source: string, roots: ReadonlySet<Root>): Compiled {
   instrument(parsed.expr as unknown as Node);
   const planned = plan(PLANNING_ENV, parsed);
   // Bare property names resolve from the top level; the four roots shadow properties so named.
-  const program: Program = (bindings) =>
-    planned({ ...bindings.self, self: {}, derived: {}, agg: {}, alert: {}, ...bindings } as Parameters<
-      typeof planned
-    >[0]);
+  // Null prototype: the library reads a name off the activation, and a bare `toString` the object
+  // lacks is then undeclared, not Object.prototype's method.
+  const program: Program = (bindings) => {
+    const activation = Object.assign(Object.create(null), bindings.self);
+    for (const root of ROOTS) {
+      const value = bindings[root];
+      activation[root] = value === undefined ? {} : celObject(value);
+    }
+    return planned(activation as Parameters<typeof planned>[0]);
+  };
   return { ok: true, program, refs };
+}
+
+/**
+ * An object as @bufbuild/cel takes it for a map. The library recognises a plain object by
+ * `v.constructor.name === 'Object'`, so one with an own property `constructor` (a property, a
+ * struct field, a derived value or a map key so named) goes in as the Map it would have made.
+ */
+function celObject<T extends object>(o: T): T | Map<string, unknown> {
+  return Object.hasOwn(o, 'constructor') ? new Map(Object.entries(o)) : o;
 }
 
 /** A JSON value and its CEL kind, or why the result cannot be stored. */
@@ -352,7 +367,7 @@ export function toCel(value: unknown, type: PropertyType | undefined): unknown {
     for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
       setOwn(out, k, toCel(v, Object.hasOwn(type.fields, k) ? type.fields[k] : undefined));
     }
-    return out;
+    return celObject(out);
   }
   return value;
 }
@@ -363,7 +378,7 @@ function plainToCel(value: unknown): unknown {
   if (value !== null && typeof value === 'object') {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value)) setOwn(out, k, plainToCel(v));
-    return out;
+    return celObject(out);
   }
   return value;
 }
