@@ -83,15 +83,23 @@ function ownKeyOf(key: ts.Expression, object: ts.Expression, source: ts.SourceFi
   return (callee === 'Object.keys' || callee === 'Object.entries') && iterated === object.getText(source);
 }
 
-/** Whether the source text from the function's start up to the access checks own keys. */
-function guarded(node: ts.Node, source: ts.SourceFile): boolean {
+/**
+ * Whether the source text from the function's start up to the access checks this key on this
+ * object (`Object.hasOwn(o, k)`, white space aside), or the function makes a null-prototype object.
+ * Any check of any key did before: checkObject's Object.hasOwn of one name hid reads of others.
+ */
+function guarded(node: ts.ElementAccessExpression, source: ts.SourceFile): boolean {
   const line = source.getLineAndCharacterOfPosition(node.getStart(source)).line;
   const lines = source.text.split('\n');
   if (/\/\/ own-key: \S/.test(lines[line] ?? '') || /\/\/ own-key: \S/.test(lines[line - 1] ?? '')) return true;
   let scope: ts.Node = node;
   while (scope.parent && !ts.isFunctionLike(scope) && !ts.isSourceFile(scope)) scope = scope.parent;
-  const before = source.text.slice(scope.getStart(source), node.getStart(source));
-  return /Object\.hasOwn\(|hasOwnProperty\.call\(|Object\.create\(null\)/.test(before);
+  const squeeze = (text: string) => text.replace(/\s+/g, '');
+  const before = squeeze(source.text.slice(scope.getStart(source), node.getStart(source)));
+  if (before.includes('Object.create(null)')) return true;
+  const object = squeeze(node.expression.getText(source)).replace(/\?$/, '');
+  const key = squeeze(node.argumentExpression.getText(source));
+  return [`Object.hasOwn(${object},${key})`, `hasOwnProperty.call(${object},${key})`].some((g) => before.includes(g));
 }
 
 const findings: string[] = [];

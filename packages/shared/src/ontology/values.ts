@@ -4,7 +4,9 @@
  * (a boolean is not a number, 1.5 is not an integer) and every refusal names the JSON path of
  * the faulty value (`/properties/amount`, `/parameters/qty`).
  */
+
 import type { FieldError } from '../http/problem.js';
+import { setOwn } from './own.js';
 import type { PropertyType } from './schema.js';
 
 export const VALUE_LIMITS = {
@@ -156,7 +158,7 @@ export function checkValue(t: PropertyType, v: unknown, path: string, faults: Fi
           faults.push({ path: `${path}/${pointer(key)}`, message: 'is not a field of this struct' });
           continue;
         }
-        out[key] = checkValue(field, value, `${path}/${pointer(key)}`, faults);
+        setOwn(out, key, checkValue(field, value, `${path}/${pointer(key)}`, faults));
       }
       return faults.length === before ? out : undefined;
     }

@@ -1,6 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
 import type { EventType, ProducerName } from '../../messaging/envelope.js';
+import { ownValue } from '../../ontology/own.js';
 import { TOPICS, type TopicName } from '../topics.js';
 import { EVENT_PAYLOADS } from './payloads.js';
 
@@ -71,7 +72,7 @@ export function payloadFault(type: string, payload: unknown): { path: string; re
   let check = compiled.get(type);
   if (!check) {
     // The type comes off the wire: `constructor` is no event type, not Object's constructor.
-    const schema = Object.hasOwn(EVENT_PAYLOADS, type) ? (EVENT_PAYLOADS as Record<string, TSchema>)[type] : undefined;
+    const schema = ownValue(EVENT_PAYLOADS as Record<string, TSchema>, type);
     if (!schema) return { path: '/type', reason: `no schema for event type ${JSON.stringify(type)}` };
     check = TypeCompiler.Compile(schema);
     compiled.set(type, check);
