@@ -1,4 +1,4 @@
-import { HttpProblem, ownValue } from '@onto/shared';
+import { HttpProblem, ownValue, setOwn } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
@@ -96,7 +96,7 @@ async function upsert(
 ): Promise<Outcome> {
   const input: Record<string, unknown> = {};
   for (const [property, column] of Object.entries(m.properties)) {
-    if (Object.hasOwn(row, column)) input[property] = row[column];
+    if (Object.hasOwn(row, column)) setOwn(input, property, row[column]);
   }
   const written = await writeObject(app, tx, {
     worldId: m.world,

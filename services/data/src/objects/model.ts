@@ -106,13 +106,13 @@ export function checkObject(type: ObjectType, input: unknown, pk: string, base =
     }
     if (value === null) continue;
     const checked = checkValue(def.type, value, pathOf(base, name), faults.list);
-    if (checked !== undefined) properties[name] = checked;
+    if (checked !== undefined) setOwn(properties, name, checked);
   }
   const key = pkValue(type, pk);
   const pkPath = pathOf(base, type.primaryKey);
   if ('error' in key) faults.add(pkPath, key.error);
   // Own values only: a key named `constructor` absent from the body is absent, not Object.
-  else if (ownValue(input, type.primaryKey) == null) properties[type.primaryKey] = key.value;
+  else if (ownValue(input, type.primaryKey) == null) setOwn(properties, type.primaryKey, key.value);
   else if (ownValue(properties, type.primaryKey) !== undefined && ownValue(properties, type.primaryKey) !== key.value) {
     faults.add(pkPath, `must equal the primary key in the path, ${JSON.stringify(pk)}`);
   }
