@@ -12,6 +12,7 @@ import {
   checkValue,
   type FieldError,
   isPlainObject,
+  ownValue,
   pointer,
   type StepCommand,
   setOwn,
@@ -45,10 +46,11 @@ export function checkParameters(action: ActionType, input: unknown): CheckedPara
     }
     if (value === null) continue;
     const checked = checkValue(def.type, value, path, errors);
-    if (checked !== undefined) parameters[name] = checked;
+    if (checked !== undefined) setOwn(parameters, name, checked);
   }
   for (const [name, def] of Object.entries(action.parameters)) {
-    if (def.required && (input[name] === undefined || input[name] === null)) {
+    // Own values only: a required `constructor` left out is missing, not Object.
+    if (def.required && ownValue(input, name) == null) {
       errors.push({ path: `/parameters/${pointer(name)}`, message: 'is required' });
     }
   }
