@@ -8,10 +8,11 @@
  *   flagged: `o[k]` where `k` is of type string (not a union of literals) and `o` is a plain object
  *   with a string index signature (`Record<string, T>`, `{ [k: string]: T }`), not an array, Map or
  *   typed array;
- *   allowed: the access guarded by `Object.hasOwn(o, k)` (or `Object.prototype.hasOwnProperty`)
- *   in the enclosing condition or an earlier statement of the function, an object made with
- *   `Object.create(null)` (named in the comment below), or a line marked
- *   `// own-key: <why the key cannot be a prototype member>`.
+ *   allowed: the access guarded by `Object.hasOwn(o, k)` (or `hasOwnProperty.call(o, k)`), the
+ *   same object and key, in the enclosing condition or an earlier statement of the function; `k`
+ *   iterated from `Object.keys(o)` or `Object.entries(o)`; a function that makes an object with
+ *   `Object.create(null)`; or a line marked `// own-key: <why the key cannot be a prototype member>`.
+ *   Elsewhere, read with `ownValue(o, k)` and write with `setOwn(o, k, v)` (@onto/shared).
  *
  * Run by `pnpm run lint`; exits 1 listing each finding as file:line. There is no baseline: the
  * accesses found when the rule came in were each fixed or marked.
