@@ -8,15 +8,15 @@
  *   flagged: `o[k]` where `k` is of type string (not a union of literals) and `o` is a plain object
  *   with a string index signature (`Record<string, T>`, `{ [k: string]: T }`), not an array, Map or
  *   typed array;
- *   allowed: the access guarded by `Object.hasOwn(o, k)` (or `Object.prototype.hasOwnProperty`)
- *   in the enclosing condition or an earlier statement of the function, an object made with
- *   `Object.create(null)` (named in the comment below), or a line marked
- *   `// own-key: <why the key cannot be a prototype member>`.
+ *   allowed: the access guarded by `Object.hasOwn(o, k)` (or `hasOwnProperty.call(o, k)`), the
+ *   same object and key, in the enclosing condition or an earlier statement of the function; `k`
+ *   iterated from `Object.keys(o)` or `Object.entries(o)`; a function that makes an object with
+ *   `Object.create(null)`; or a line marked `// own-key: <why the key cannot be a prototype member>`.
+ *   Elsewhere, read with `ownValue(o, k)` and write with `setOwn(o, k, v)` (@onto/shared).
  *
- * Run by `pnpm run lint`; exits 1 listing each finding not in scripts/lint-object-keys.baseline
- * as file:line (`--write-baseline` rewrites that file, for a reviewed change).
+ * Run by `pnpm run lint`; exits 1 listing each finding as file:line. There is no baseline: the
+ * accesses found when the rule came in were each fixed or marked.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
 import { relative, resolve } from 'node:path';
 import ts from 'typescript';
 
@@ -59,7 +59,10 @@ function isPlainRecord(type: ts.Type): boolean {
   return !/^(Map|Set|WeakMap|.*Array|Buffer|Headers|URLSearchParams|ProcessEnv)$/.test(name);
 }
 
-/** `for (const k of Object.keys(o))` or `for (const [k] of Object.entries(o))`: the key is own in `o`. */
+/**
+ * `for (const k of Object.keys(o))` or `for (const [k] of Object.entries(o))`, sorted or not: the
+ * key is own in `o`.
+ */
 function ownKeyOf(key: ts.Expression, object: ts.Expression, source: ts.SourceFile): boolean {
   if (!ts.isIdentifier(key)) return false;
   const declaration = checker.getSymbolAtLocation(key)?.valueDeclaration;
@@ -67,21 +70,37 @@ function ownKeyOf(key: ts.Expression, object: ts.Expression, source: ts.SourceFi
   let loop: ts.Node = declaration;
   while (loop.parent && !ts.isForOfStatement(loop) && !ts.isStatement(loop)) loop = loop.parent;
   if (!ts.isForOfStatement(loop) || !ts.isCallExpression(loop.expression)) return false;
-  const call = loop.expression;
+  let call = loop.expression;
+  // `Object.keys(o).sort()`: the same keys in another order.
+  if (
+    ts.isPropertyAccessExpression(call.expression) &&
+    call.expression.name.text === 'sort' &&
+    ts.isCallExpression(call.expression.expression)
+  ) {
+    call = call.expression.expression;
+  }
   const callee = call.expression.getText(source);
   const iterated = call.arguments[0]?.getText(source);
   return (callee === 'Object.keys' || callee === 'Object.entries') && iterated === object.getText(source);
 }
 
-/** Whether the source text from the function's start up to the access checks own keys. */
-function guarded(node: ts.Node, source: ts.SourceFile): boolean {
+/**
+ * Whether the source text from the function's start up to the access checks this key on this
+ * object (`Object.hasOwn(o, k)`, white space aside), or the function makes a null-prototype object.
+ * Any check of any key did before: checkObject's Object.hasOwn of one name hid reads of others.
+ */
+function guarded(node: ts.ElementAccessExpression, source: ts.SourceFile): boolean {
   const line = source.getLineAndCharacterOfPosition(node.getStart(source)).line;
   const lines = source.text.split('\n');
   if (/\/\/ own-key: \S/.test(lines[line] ?? '') || /\/\/ own-key: \S/.test(lines[line - 1] ?? '')) return true;
   let scope: ts.Node = node;
   while (scope.parent && !ts.isFunctionLike(scope) && !ts.isSourceFile(scope)) scope = scope.parent;
-  const before = source.text.slice(scope.getStart(source), node.getStart(source));
-  return /Object\.hasOwn\(|hasOwnProperty\.call\(|Object\.create\(null\)/.test(before);
+  const squeeze = (text: string) => text.replace(/\s+/g, '');
+  const before = squeeze(source.text.slice(scope.getStart(source), node.getStart(source)));
+  if (before.includes('Object.create(null)')) return true;
+  const object = squeeze(node.expression.getText(source)).replace(/\?$/, '');
+  const key = squeeze(node.argumentExpression.getText(source));
+  return [`Object.hasOwn(${object},${key})`, `hasOwnProperty.call(${object},${key})`].some((g) => before.includes(g));
 }
 
 const findings: string[] = [];
@@ -106,35 +125,11 @@ for (const source of program.getSourceFiles()) {
   visit(source);
 }
 
-// Accesses found when the rule came in, looked at and left (keys from validated schemas, our own
-// constants, or objects built from own keys): one `path: expression` a line. New code gets none.
-const baselineFile = resolve(root, 'scripts/lint-object-keys.baseline');
-const baseline = new Map<string, number>();
-for (const line of readFileSync(baselineFile, 'utf8').split('\n')) {
-  if (line.trim() === '' || line.startsWith('#')) continue;
-  baseline.set(line, (baseline.get(line) ?? 0) + 1);
-}
-if (process.argv.includes('--write-baseline')) {
-  const header = readFileSync(baselineFile, 'utf8')
-    .split('\n')
-    .filter((l) => l.startsWith('#'));
-  const lines = findings.map((f) => f.replace(/:\d+: /, ': ')).sort();
-  writeFileSync(baselineFile, `${[...header, ...lines].join('\n')}\n`);
-  console.log(`wrote ${lines.length} entries to ${relative(root, baselineFile)}`);
-  process.exit(0);
-}
-const fresh = findings.filter((f) => {
-  const entry = f.replace(/:\d+: /, ': ');
-  const left = baseline.get(entry) ?? 0;
-  if (left === 0) return true;
-  baseline.set(entry, left - 1);
-  return false;
-});
-if (fresh.length > 0) {
+if (findings.length > 0) {
   console.error(
-    `${fresh.length} plain object(s) indexed by a string that may be input (use a Map, Object.hasOwn, or say why with // own-key: …):`,
+    `${findings.length} plain object(s) indexed by a string that may be input (use a Map, Object.hasOwn, or say why with // own-key: …):`,
   );
-  for (const f of fresh) console.error(`  ${f}`);
+  for (const f of findings) console.error(`  ${f}`);
   process.exit(1);
 }
-console.log(`object keys: nothing new (${findings.length} accesses in the baseline)`);
+console.log('object keys: no plain object indexed by a string that may be input');

@@ -95,6 +95,7 @@ export {
   worldProvisioning,
 } from './messaging/world-provisioning.js';
 export * from './ontology/actions.js';
+export * from './ontology/own.js';
 export * from './ontology/replica.js';
 export * from './ontology/schema.js';
 export * from './ontology/values.js';

@@ -72,6 +72,24 @@ describe('the fuzzer’s findings', () => {
     expect(res.statusCode, res.body).toBe(202);
   });
 
+  it('refuses an action request that leaves out a required parameter named like a prototype member', async () => {
+    // Found by the lint once a guard had to name its key: `input.constructor` read Object, present.
+    await s.world('required', {
+      objectTypes: { O },
+      actionTypes: {
+        make: {
+          parameters: { id: { type: 'string', required: true }, constructor: { type: 'string', required: true } },
+          edits: [{ op: 'createObject', objectType: 'O', pk: { param: 'id' }, values: {} }],
+        },
+      },
+    });
+    const res = await s.intelCall('POST', '/v1/worlds/required/actions/make', {
+      body: { parameters: { id: 'o-1' } },
+      headers: { 'idempotency-key': 'k-required-constructor' },
+    });
+    expect(expectProblem(res, 422).errors).toEqual([{ path: '/parameters/constructor', message: 'is required' }]);
+  });
+
   it('holds each world to its quotas of definitions, object types and indexed properties', async () => {
     const Q = 'quotas';
     await s.world(Q, { objectTypes: { O } });

@@ -16,7 +16,8 @@ export class ConfigError extends Error {
  * variables are ignored (the environment carries much that is not ours).
  */
 export function loadConfig<S extends TObject>(schema: S, env: NodeJS.ProcessEnv): Static<S> {
-  const picked: Record<string, unknown> = {};
+  // Keys are the schema's own property names; null-prototype so a read of one never finds Object's.
+  const picked: Record<string, unknown> = Object.create(null);
   for (const key of Object.keys(schema.properties)) {
     const raw = env[key];
     // An empty variable is treated as unset, as shells and compose files often produce them.

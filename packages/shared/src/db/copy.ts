@@ -6,11 +6,16 @@ import { from as copyFrom } from 'pg-copy-streams';
 const COPY_CHUNK = 1 << 20;
 
 const COPY_SPECIAL = /[\\\t\n\r]/;
-const COPY_ESCAPES: Record<string, string> = { '\\': '\\\\', '\t': '\\t', '\n': '\\n', '\r': '\\r' };
+const COPY_ESCAPES = new Map([
+  ['\\', '\\\\'],
+  ['\t', '\\t'],
+  ['\n', '\\n'],
+  ['\r', '\\r'],
+]);
 
 /** A field of COPY's text format: backslash, tab, newline and carriage return escaped. */
 export const copyField = (s: string): string =>
-  COPY_SPECIAL.test(s) ? s.replace(/[\\\t\n\r]/g, (c) => COPY_ESCAPES[c] ?? c) : s;
+  COPY_SPECIAL.test(s) ? s.replace(/[\\\t\n\r]/g, (c) => COPY_ESCAPES.get(c) ?? c) : s;
 
 /**
  * Streams COPY text into `target` ("table (columns)") in the caller's transaction. `pieces` are

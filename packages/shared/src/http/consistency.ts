@@ -7,7 +7,8 @@ import { BadRequest, Unavailable } from './problem.js';
 export function consistencyToken(request: FastifyRequest): Partial<Record<string, number>> {
   const raw = requestHeader(request, 'x-consistency-token');
   if (raw === undefined || raw === '') return {};
-  const token: Record<string, number> = {};
+  // Service names are the caller's text (`constructor=4` parses): a null-prototype record holds them as data.
+  const token: Record<string, number> = Object.create(null);
   for (const part of raw.split(/[,;]/)) {
     const m = /^\s*([a-z]+)=([0-9]{1,15})\s*$/.exec(part);
     if (!m?.[1] || !m[2]) {

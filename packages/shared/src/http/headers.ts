@@ -3,7 +3,7 @@ import { BadRequest } from './problem.js';
 
 /** A request header's value, trimmed; undefined when absent. */
 export function requestHeader(request: FastifyRequest, name: string): string | undefined {
-  const raw = request.headers[name];
+  const raw = Object.hasOwn(request.headers, name) ? request.headers[name] : undefined;
   return raw === undefined ? undefined : String(raw).trim();
 }
 

@@ -40,17 +40,17 @@ export interface PlatformOptions {
   migrations: MigrationTrack[];
 }
 
-const CLIENT_ERRORS: Record<string, [number, string]> = {
-  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large'],
-  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout'],
-};
+const CLIENT_ERRORS = new Map<string | undefined, [number, string]>([
+  ['HPE_HEADER_OVERFLOW', [431, 'Request Header Fields Too Large']],
+  ['ERR_HTTP_REQUEST_TIMEOUT', [408, 'Request Timeout']],
+]);
 
 function clientErrorProblem(error: Error & { code?: string }, socket: import('node:net').Socket) {
   if (error.code === 'ECONNRESET' || !socket.writable) {
     socket.destroy();
     return;
   }
-  const [status, title] = CLIENT_ERRORS[error.code ?? ''] ?? [400, 'Bad Request'];
+  const [status, title] = CLIENT_ERRORS.get(error.code) ?? [400, 'Bad Request'];
   const body = JSON.stringify({
     type: `https://onto.dev/problems/${status === 400 ? 'bad-request' : title.toLowerCase().replaceAll(' ', '-')}`,
     title,
@@ -113,7 +113,8 @@ function problemResponses(doc: OpenApiDocument) {
       }
       const added = { ...ANY_REQUEST, ...(op.requestBody ? WITH_BODY : {}) };
       for (const [status, description] of Object.entries(added)) {
-        responses[status] ??= { description, content: { 'application/problem+json': { schema: PROBLEM_REF } } };
+        if (Object.hasOwn(responses, status)) continue;
+        responses[status] = { description, content: { 'application/problem+json': { schema: PROBLEM_REF } } };
       }
     }
   }

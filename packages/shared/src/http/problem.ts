@@ -141,7 +141,7 @@ export function installProblemHandlers(app: FastifyInstance): void {
     }
     // Fastify's own 4xx (malformed JSON, unsupported media type, body too large): the message is safe.
     return sendProblem(reply, {
-      type: TYPE_BASE + (FASTIFY_CODES[error.code] ?? slug(titleFor(status))),
+      type: TYPE_BASE + (FASTIFY_CODES.get(error.code) ?? slug(titleFor(status))),
       title: titleFor(status),
       status,
       detail: error.message,
@@ -182,12 +182,13 @@ const TITLES: Record<number, string> = {
   429: 'Too Many Requests',
 };
 
-const FASTIFY_CODES: Record<string, string> = {
-  FST_ERR_CTP_INVALID_JSON_BODY: 'malformed-json',
-  FST_ERR_CTP_EMPTY_JSON_BODY: 'malformed-json',
-  FST_ERR_CTP_BODY_TOO_LARGE: 'payload-too-large',
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported-media-type',
-};
+/** A Map: an error's `code` is whatever the thrower set, `constructor` included. */
+const FASTIFY_CODES = new Map([
+  ['FST_ERR_CTP_INVALID_JSON_BODY', 'malformed-json'],
+  ['FST_ERR_CTP_EMPTY_JSON_BODY', 'malformed-json'],
+  ['FST_ERR_CTP_BODY_TOO_LARGE', 'payload-too-large'],
+  ['FST_ERR_CTP_INVALID_MEDIA_TYPE', 'unsupported-media-type'],
+]);
 
 const slug = (title: string) => title.toLowerCase().replaceAll(' ', '-');
 

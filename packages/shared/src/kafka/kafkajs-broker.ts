@@ -498,7 +498,8 @@ class Incoming implements IncomingMessage {
 }
 
 function decodeHeaders(headers: RawHeaders): Headers {
-  const out: Headers = {};
+  // Header names are the producer's: one named `__proto__` is a header, not this object's prototype.
+  const out: Headers = Object.create(null);
   for (const [k, v] of Object.entries(headers ?? {})) {
     if (v === undefined) continue;
     const first = Array.isArray(v) ? v[0] : v;

@@ -33,11 +33,11 @@ function write(value: unknown): string {
         return `${out}]`;
       }
       if (value instanceof Date) return JSON.stringify(value.toISOString());
-      const keys = Object.keys(value).sort();
+      const record = value as Record<string, unknown>;
       let out = '{';
       let first = true;
-      for (const key of keys) {
-        const v = (value as Record<string, unknown>)[key];
+      for (const key of Object.keys(record).sort()) {
+        const v = record[key];
         if (v === undefined) continue; // as JSON.stringify does: an absent field
         out += `${first ? '' : ','}${JSON.stringify(key)}:${write(v)}`;
         first = false;
@@ -66,8 +66,9 @@ function locate(value: unknown, path: string): string | undefined {
         }
         return undefined;
       }
-      for (const key of Object.keys(value).sort()) {
-        const v = (value as Record<string, unknown>)[key];
+      const record = value as Record<string, unknown>;
+      for (const key of Object.keys(record).sort()) {
+        const v = record[key];
         const found = v === undefined ? undefined : locate(v, `${path}.${key}`);
         if (found) return found;
       }

@@ -678,13 +678,14 @@ const HEADER_FRAMING_BYTES = 8;
 /** UTF-16 units of a record's text and framing: a third of a bound on its bytes, cheap to take. */
 function recordUnits(r: OutboxRecord): number {
   let units = r.key.length + r.value.length + RECORD_FRAMING_BYTES;
-  for (const name in r.headers) units += name.length + (r.headers[name] as string).length + HEADER_FRAMING_BYTES;
+  for (const name of Object.keys(r.headers))
+    units += name.length + (r.headers[name] as string).length + HEADER_FRAMING_BYTES;
   return units;
 }
 
 function recordBytes(r: OutboxRecord): number {
   let bytes = Buffer.byteLength(r.key) + Buffer.byteLength(r.value) + RECORD_FRAMING_BYTES;
-  for (const name in r.headers) {
+  for (const name of Object.keys(r.headers)) {
     bytes += Buffer.byteLength(name) + Buffer.byteLength(r.headers[name] as string) + HEADER_FRAMING_BYTES;
   }
   return bytes;

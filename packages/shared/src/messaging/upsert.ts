@@ -23,15 +23,17 @@ export async function upsertIfNewer(
   // A key column has one type in the table, so its values' text tells keys apart (JSON for
   // objects, so that two of them do not both read "[object Object]").
   const text = (v: unknown) => (typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v));
+  // A column the row lacks reads as absent, whatever its name.
+  const column = (row: VersionedRow, name: string) => (Object.hasOwn(row, name) ? row[name] : undefined);
   const keyOf = (row: VersionedRow) => {
-    let key = text(row[keyColumns[0] as string]);
-    for (let i = 1; i < keyColumns.length; i++) key += `\u0000${text(row[keyColumns[i] as string])}`;
+    let key = text(column(row, keyColumns[0] as string));
+    for (let i = 1; i < keyColumns.length; i++) key += `\u0000${text(column(row, keyColumns[i] as string))}`;
     return key;
   };
   for (const row of rows) {
     const key = keyOf(row);
     const prior = newest.get(key);
-    if (!prior || Number(row[versionColumn]) > Number(prior[versionColumn])) newest.set(key, row);
+    if (!prior || Number(column(row, versionColumn)) > Number(column(prior, versionColumn))) newest.set(key, row);
   }
   const columns = Object.keys(rows[0] ?? {});
   const id = pg.escapeIdentifier;

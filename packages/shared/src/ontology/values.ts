@@ -4,7 +4,9 @@
  * (a boolean is not a number, 1.5 is not an integer) and every refusal names the JSON path of
  * the faulty value (`/properties/amount`, `/parameters/qty`).
  */
+
 import type { FieldError } from '../http/problem.js';
+import { setOwn } from './own.js';
 import type { PropertyType } from './schema.js';
 
 export const VALUE_LIMITS = {
@@ -151,12 +153,12 @@ export function checkValue(t: PropertyType, v: unknown, path: string, faults: Fi
       const before = faults.length;
       const out: Record<string, unknown> = {};
       for (const [key, value] of Object.entries(v)) {
-        const field = t.fields[key];
-        if (field === undefined || !Object.hasOwn(t.fields, key)) {
+        const field = Object.hasOwn(t.fields, key) ? t.fields[key] : undefined;
+        if (field === undefined) {
           faults.push({ path: `${path}/${pointer(key)}`, message: 'is not a field of this struct' });
           continue;
         }
-        out[key] = checkValue(field, value, `${path}/${pointer(key)}`, faults);
+        setOwn(out, key, checkValue(field, value, `${path}/${pointer(key)}`, faults));
       }
       return faults.length === before ? out : undefined;
     }

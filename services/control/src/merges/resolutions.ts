@@ -3,7 +3,7 @@
  * against the merged schema, applies control's own (c-) to the merged document, and sends the
  * others' (d-, i-) to the service whose conflict it is (docs/adr/0037).
  */
-import { Conflict, checkValue, type FieldError, NotFound, Unprocessable } from '@onto/shared';
+import { Conflict, checkValue, type FieldError, NotFound, setOwn, Unprocessable } from '@onto/shared';
 import type pg from 'pg';
 import {
   checkActionType,
@@ -49,8 +49,8 @@ function checkProperties(type: ObjectType | undefined, value: unknown, faults: F
     if (!def) faults.push({ path: `/value/${name}`, message: `is not a property of ${type.apiName}` });
     else if (v === null) {
       if (def.required) faults.push({ path: `/value/${name}`, message: 'is required' });
-      out[name] = null;
-    } else out[name] = checkValue(def.type, v, `/value/${name}`, faults);
+      setOwn(out, name, null);
+    } else setOwn(out, name, checkValue(def.type, v, `/value/${name}`, faults));
   }
   for (const [name, def] of Object.entries(type.properties)) {
     if (def.required && !Object.hasOwn(value, name)) faults.push({ path: `/value/${name}`, message: 'is required' });

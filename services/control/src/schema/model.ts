@@ -357,10 +357,7 @@ export function diffSchemas(before: SchemaDocument, after: SchemaDocument): Sche
     for (const name of Object.keys(a)) {
       if (!Object.hasOwn(b, name)) changes.push({ path: `/${kind}/${name}`, change: 'added', breaking: false });
       else if (!same(a[name], b[name])) {
-        if (kind === 'objectTypes')
-          changes.push(
-            ...diffObjectType(before.objectTypes[name] as ObjectType, after.objectTypes[name] as ObjectType),
-          );
+        if (kind === 'objectTypes') changes.push(...diffObjectType(b[name] as ObjectType, a[name] as ObjectType));
         else if (kind === 'linkTypes') {
           const [lb, la] = [b[name] as LinkType, a[name] as LinkType];
           const narrowed =

@@ -172,7 +172,7 @@ export default fp(
               if (uses.length > 0) throw new Unprocessable(`${label} ${apiName} is still in use`, uses);
             }
             const rest = { ...doc[kind] };
-            delete rest[apiName];
+            if (Object.hasOwn(rest, apiName)) delete rest[apiName];
             return { ...doc, [kind]: rest };
           }),
       );

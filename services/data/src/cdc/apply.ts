@@ -1,4 +1,4 @@
-import { HttpProblem } from '@onto/shared';
+import { HttpProblem, ownValue, setOwn } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
@@ -32,7 +32,7 @@ export type Outcome = 'applied' | 'unchanged' | 'skipped';
 
 /** The primary key of a row: its key column's value as text. */
 function pkOf(m: CdcMapping, row: Record<string, unknown>): string {
-  const v = row[m.primaryKey];
+  const v = ownValue(row, m.primaryKey);
   if (typeof v !== 'string' && typeof v !== 'number') {
     throw new CdcRefusal(`the key column ${m.primaryKey} is missing or not a string or number`, [
       { path: `/${m.primaryKey}`, message: 'is required (the primary key)' },
@@ -96,7 +96,7 @@ async function upsert(
 ): Promise<Outcome> {
   const input: Record<string, unknown> = {};
   for (const [property, column] of Object.entries(m.properties)) {
-    if (Object.hasOwn(row, column)) input[property] = row[column];
+    if (Object.hasOwn(row, column)) setOwn(input, property, row[column]);
   }
   const written = await writeObject(app, tx, {
     worldId: m.world,

@@ -4,6 +4,7 @@ import {
   canonicalJson,
   HttpProblem,
   type ObjectType,
+  ownValue,
   PayloadTooLarge,
   problemResponses,
   WORLD_ID,
@@ -67,7 +68,8 @@ const tooMany = () => new PayloadTooLarge(`a bulk write takes at most ${BULK.max
 /** The primary key a row names, unchecked, as its pk would be spelled; null when it names none. */
 export function primaryKeyOf(type: ObjectType, value: unknown): string | null {
   if (!isObject(value) || !isObject(value.properties)) return null;
-  const given = value.properties[type.primaryKey];
+  // Own only: a row without a key named `constructor` names none, not Object's constructor.
+  const given = ownValue(value.properties, type.primaryKey);
   if (given === undefined || given === null) return null;
   return typeof given === 'string' ? given : typeof given === 'number' ? String(given) : String(JSON.stringify(given));
 }

@@ -1,4 +1,4 @@
-import { canonicalJson } from '@onto/shared';
+import { canonicalJson, ownValue } from '@onto/shared';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
 import { lockWorldShared } from '../http.js';
@@ -98,7 +98,7 @@ export async function applyMerge(
     } else {
       const live = final.state === true;
       if (live === (item.target === true)) continue;
-      const type = schema.linkTypes[item.type];
+      const type = ownValue(schema.linkTypes, item.type);
       if (live && !type) return fail(422, `link type ${item.type} is not in schema version ${a.schemaVersion}`);
       links.push({
         n: item.n,

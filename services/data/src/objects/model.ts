@@ -11,7 +11,9 @@ import {
   isPlainObject as isObject,
   normaliseInstant,
   type ObjectType,
+  ownValue,
   pointer,
+  setOwn,
   stringFault,
   VALUE_LIMITS,
 } from '@onto/shared';
@@ -40,7 +42,7 @@ export function pkValue(type: ObjectType, pk: string): { value: string | number 
   const fault = stringFault(pk, LIMITS.pkLength);
   if (fault) return { error: `the primary key ${fault}` };
   if (pk.length === 0) return { error: 'the primary key must not be empty' };
-  if (type.properties[type.primaryKey]?.type === 'integer') {
+  if (ownValue(type.properties, type.primaryKey)?.type === 'integer') {
     const n = Number(pk);
     if (!/^-?(0|[1-9][0-9]*)$/.test(pk) || !Number.isSafeInteger(n)) {
       return { error: `the primary key of ${type.apiName} is an integer; ${JSON.stringify(pk)} is not one` };
@@ -104,18 +106,18 @@ export function checkObject(type: ObjectType, input: unknown, pk: string, base =
     }
     if (value === null) continue;
     const checked = checkValue(def.type, value, pathOf(base, name), faults.list);
-    if (checked !== undefined) properties[name] = checked;
+    if (checked !== undefined) setOwn(properties, name, checked);
   }
   const key = pkValue(type, pk);
   const pkPath = pathOf(base, type.primaryKey);
   if ('error' in key) faults.add(pkPath, key.error);
-  else if (!(type.primaryKey in input) || input[type.primaryKey] === null) properties[type.primaryKey] = key.value;
-  else if (properties[type.primaryKey] !== undefined && properties[type.primaryKey] !== key.value) {
+  // Own values only: a key named `constructor` absent from the body is absent, not Object.
+  else if (ownValue(input, type.primaryKey) == null) setOwn(properties, type.primaryKey, key.value);
+  else if (ownValue(properties, type.primaryKey) !== undefined && ownValue(properties, type.primaryKey) !== key.value) {
     faults.add(pkPath, `must equal the primary key in the path, ${JSON.stringify(pk)}`);
   }
   for (const name of requiredOf(type)) {
-    const given = input[name];
-    if (given === undefined || given === null) faults.add(pathOf(base, name), 'is required');
+    if (ownValue(input, name) == null) faults.add(pathOf(base, name), 'is required');
   }
   return { properties, errors: faults.list };
 }
@@ -129,11 +131,14 @@ export function applyPatch(type: ObjectType, stored: Properties, patch: unknown,
     return { properties: {}, errors: [{ path: '/properties', message: 'must be an object of property values' }] };
   const merged: Properties = { ...stored };
   for (const [name, value] of Object.entries(patch)) {
-    if (value === null) delete merged[name];
-    else merged[name] = value;
+    if (value === null) {
+      if (Object.hasOwn(merged, name)) delete merged[name];
+    }
+    // A patched `__proto__` is a property (refused below as unknown), not merged's prototype.
+    else setOwn(merged, name, value);
   }
   const removed = Object.entries(patch)
-    .filter(([name, value]) => value === null && type.properties[name]?.required)
+    .filter(([name, value]) => value === null && ownValue(type.properties, name)?.required)
     .map(([name]) => `/properties/${pointer(name)}`);
   const checked = checkObject(type, merged, pk);
   checked.errors = [

@@ -1,4 +1,4 @@
-import type { ObjectType, Queryable } from '@onto/shared';
+import { type ObjectType, type Queryable, setOwn } from '@onto/shared';
 import { pointValue, seriesNamesOf, seriesOf } from './model.js';
 import { latestPoints } from './repository.js';
 
@@ -17,7 +17,7 @@ export async function latestSeries(
   const latest: Record<string, { time: string; value: unknown }> = {};
   for (const { series: name, point } of await latestPoints(db, worldId, type.apiName, pk, at)) {
     const series = seriesOf(type, name);
-    if (series) latest[name] = { time: point.time, value: pointValue(series, point.num, point.label) };
+    if (series) setOwn(latest, name, { time: point.time, value: pointValue(series, point.num, point.label) });
   }
   return latest;
 }

@@ -5,7 +5,9 @@ import {
   canonicalJson,
   decodeCursor,
   encodeCursor,
+  ownValue,
   type Queryable,
+  setOwn,
   Unprocessable,
   WORLD_ID,
 } from '@onto/shared';
@@ -175,9 +177,10 @@ function changeOf(aLive: boolean, bLive: boolean, same: boolean): Change | null 
 function changedProperties(a: Properties | null, b: Properties | null): Record<string, { old: unknown; new: unknown }> {
   const out: Record<string, { old: unknown; new: unknown }> = {};
   for (const name of new Set([...Object.keys(a ?? {}), ...Object.keys(b ?? {})])) {
-    const old = a?.[name] ?? null;
-    const next = b?.[name] ?? null;
-    if (canonicalJson(old) !== canonicalJson(next)) out[name] = { old, new: next };
+    // A property only one side has reads as null on the other, `constructor` too.
+    const old = (a && ownValue(a, name)) ?? null;
+    const next = (b && ownValue(b, name)) ?? null;
+    if (canonicalJson(old) !== canonicalJson(next)) setOwn(out, name, { old, new: next });
   }
   return out;
 }

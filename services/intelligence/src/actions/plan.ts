@@ -12,8 +12,10 @@ import {
   checkValue,
   type FieldError,
   isPlainObject,
+  ownValue,
   pointer,
   type StepCommand,
+  setOwn,
   stringFault,
   type ValueSource,
 } from '@onto/shared';
@@ -44,10 +46,11 @@ export function checkParameters(action: ActionType, input: unknown): CheckedPara
     }
     if (value === null) continue;
     const checked = checkValue(def.type, value, path, errors);
-    if (checked !== undefined) parameters[name] = checked;
+    if (checked !== undefined) setOwn(parameters, name, checked);
   }
   for (const [name, def] of Object.entries(action.parameters)) {
-    if (def.required && (input[name] === undefined || input[name] === null)) {
+    // Own values only: a required `constructor` left out is missing, not Object.
+    if (def.required && ownValue(input, name) == null) {
       errors.push({ path: `/parameters/${pointer(name)}`, message: 'is required' });
     }
   }
@@ -110,7 +113,7 @@ export function resolveCommands(
     const properties: Record<string, unknown> = {};
     for (const [property, source] of Object.entries(edit.values)) {
       const v = sourceValue(source, parameters);
-      if (v !== undefined) properties[property] = v;
+      if (v !== undefined) setOwn(properties, property, v);
     }
     return { op: edit.op, objectType: edit.objectType, pk, properties };
   });

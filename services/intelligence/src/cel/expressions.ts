@@ -23,7 +23,7 @@ import {
   plan,
 } from '@bufbuild/cel';
 import { strings } from '@bufbuild/cel/ext';
-import type { FieldError, ObjectType, PropertyType } from '@onto/shared';
+import { type FieldError, type ObjectType, type PropertyType, setOwn } from '@onto/shared';
 import {
   budgetFunction,
   budgetSpent,
@@ -234,11 +234,26 @@ function compileUncached(source: string, roots: ReadonlySet<Root>): Compiled {
   instrument(parsed.expr as unknown as Node);
   const planned = plan(PLANNING_ENV, parsed);
   // Bare property names resolve from the top level; the four roots shadow properties so named.
-  const program: Program = (bindings) =>
-    planned({ ...bindings.self, self: {}, derived: {}, agg: {}, alert: {}, ...bindings } as Parameters<
-      typeof planned
-    >[0]);
+  // Null prototype: the library reads a name off the activation, and a bare `toString` the object
+  // lacks is then undeclared, not Object.prototype's method.
+  const program: Program = (bindings) => {
+    const activation = Object.assign(Object.create(null), bindings.self);
+    for (const root of ROOTS) {
+      const value = bindings[root];
+      activation[root] = value === undefined ? {} : celObject(value);
+    }
+    return planned(activation as Parameters<typeof planned>[0]);
+  };
   return { ok: true, program, refs };
+}
+
+/**
+ * An object as @bufbuild/cel takes it for a map. The library recognises a plain object by
+ * `v.constructor.name === 'Object'`, so one with an own property `constructor` (a property, a
+ * struct field, a derived value or a map key so named) goes in as the Map it would have made.
+ */
+function celObject<T extends object>(o: T): T | Map<string, unknown> {
+  return Object.hasOwn(o, 'constructor') ? new Map(Object.entries(o)) : o;
 }
 
 /** A JSON value and its CEL kind, or why the result cannot be stored. */
@@ -309,7 +324,8 @@ export function fromCel(v: CelValue | unknown, size: { left: number } = { left: 
     for (const [k, item] of v) {
       const o = fromCel(item, size);
       if ('error' in o) return o;
-      out[String(isCelUint(k) ? k.value : k)] = o.value;
+      // A CEL map's keys are the expression's: `{'__proto__': …}` is an entry, not a prototype.
+      setOwn(out, String(isCelUint(k) ? k.value : k), o.value);
     }
     return { value: out, kind: 'map' };
   }
@@ -349,9 +365,9 @@ export function toCel(value: unknown, type: PropertyType | undefined): unknown {
   if (type.type === 'struct' && typeof value === 'object' && !Array.isArray(value)) {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-      out[k] = toCel(v, Object.hasOwn(type.fields, k) ? type.fields[k] : undefined);
+      setOwn(out, k, toCel(v, Object.hasOwn(type.fields, k) ? type.fields[k] : undefined));
     }
-    return out;
+    return celObject(out);
   }
   return value;
 }
@@ -361,8 +377,8 @@ function plainToCel(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(plainToCel);
   if (value !== null && typeof value === 'object') {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = plainToCel(v);
-    return out;
+    for (const [k, v] of Object.entries(value)) setOwn(out, k, plainToCel(v));
+    return celObject(out);
   }
   return value;
 }
@@ -380,7 +396,7 @@ export function propertiesToCel(
 ): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(properties)) {
-    out[k] = toCel(v, types && Object.hasOwn(types, k) ? types[k]?.type : undefined);
+    setOwn(out, k, toCel(v, types && Object.hasOwn(types, k) ? types[k]?.type : undefined));
   }
   return out;
 }

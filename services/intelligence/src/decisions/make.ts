@@ -1,4 +1,13 @@
-import { HttpProblem, isInfrastructureError, newEvent, Outbox, type Queryable, TOPICS, uuidv7 } from '@onto/shared';
+import {
+  HttpProblem,
+  isInfrastructureError,
+  newEvent,
+  Outbox,
+  type Queryable,
+  setOwn,
+  TOPICS,
+  uuidv7,
+} from '@onto/shared';
 import type pg from 'pg';
 import type { ActionsApi } from '../actions/plugin.js';
 import { type Bindings, evaluate } from '../cel/expressions.js';
@@ -84,7 +93,7 @@ function parametersOf(decision: ResolvedDecision, bindings: Bindings) {
   for (const p of decision.parameters) {
     const outcome = evaluate(p.program, bindings);
     if ('error' in outcome) return { error: { path: `/parameters/${p.name}`, message: outcome.error } };
-    parameters[p.name] = outcome.value;
+    setOwn(parameters, p.name, outcome.value);
   }
   return { parameters };
 }

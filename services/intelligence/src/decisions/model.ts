@@ -1,5 +1,5 @@
 /** Decision definitions as pure rules: what turns an alert into a proposed action. */
-import type { FieldError, SchemaDocument } from '@onto/shared';
+import { type FieldError, ownValue, type SchemaDocument } from '@onto/shared';
 import { compile, missingProperties, type Program } from '../cel/expressions.js';
 import type { Definition } from '../definitions.js';
 
@@ -91,7 +91,7 @@ export function resolveDecision(
       }
     }
     for (const objectType of objectTypes) {
-      errors.push(...missingProperties(compiled.refs, schema.objectTypes[objectType], objectType, at));
+      errors.push(...missingProperties(compiled.refs, ownValue(schema.objectTypes, objectType), objectType, at));
       for (const d of compiled.refs.derived) {
         const def = derived.get(d);
         if (!def || def.objectType !== objectType || def.state !== 'valid') {

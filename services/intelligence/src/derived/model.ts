@@ -2,7 +2,14 @@
  * Derived-property definitions as pure rules: what a definition says, how it is checked against
  * the replicated schema and the world's other definitions, and what it depends on.
  */
-import { type FieldError, isSeriesType, type ObjectType, type PropertyType, type SchemaDocument } from '@onto/shared';
+import {
+  type FieldError,
+  isSeriesType,
+  type ObjectType,
+  ownValue,
+  type PropertyType,
+  type SchemaDocument,
+} from '@onto/shared';
 import { compile, missingProperties, type Program } from '../cel/expressions.js';
 import type { Definition } from '../definitions.js';
 
@@ -324,21 +331,25 @@ export function topologicalOrder<T extends { name: string }>(
   return { order };
 }
 
+const propertyOf = (type: ObjectType | undefined, name: string) => (type ? ownValue(type.properties, name) : undefined);
+
 /**
  * The schema elements a definition reads, as one comparable string: a schema change that leaves
  * it equal does not affect the definition's values.
  */
 export function schemaFootprint(input: DerivedInput, refs: { self: Iterable<string> }, schema: SchemaDocument): string {
-  const type = schema.objectTypes[input.objectType];
-  const own = Object.fromEntries([...refs.self].sort().map((p) => [p, type?.properties[p]?.type ?? null]));
+  // Every name here is the definition's or the schema's: own lookups only (a type `toString`).
+  const type = ownValue(schema.objectTypes, input.objectType);
+  const own = Object.fromEntries([...refs.self].sort().map((p) => [p, propertyOf(type, p)?.type ?? null]));
   const links = Object.fromEntries(
     Object.entries(input.aggregates)
       .sort(([a], [b]) => a.localeCompare(b))
       .map(([alias, a]) => {
-        if (a.series !== undefined) return [alias, { series: type?.properties[a.series] ?? null }];
-        const link = a.linkType === undefined ? undefined : schema.linkTypes[a.linkType];
+        if (a.series !== undefined) return [alias, { series: propertyOf(type, a.series) ?? null }];
+        const link = a.linkType === undefined ? undefined : ownValue(schema.linkTypes, a.linkType);
         const far = link ? (link.from === input.objectType ? link.to : link.from) : null;
-        const prop = far && a.property ? (schema.objectTypes[far]?.properties[a.property]?.type ?? null) : null;
+        const farType = far ? ownValue(schema.objectTypes, far) : undefined;
+        const prop = a.property ? (propertyOf(farType, a.property)?.type ?? null) : null;
         return [alias, { link: link ? [link.from, link.to] : null, prop }];
       }),
   );

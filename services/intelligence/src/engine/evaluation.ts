@@ -6,7 +6,7 @@
  * links; then evaluates the rules whose inputs changed, raising and clearing alerts, and makes
  * the decisions raised alerts call for. Everything is written through the caller's transaction.
  */
-import { canonicalJson, type Statement } from '@onto/shared';
+import { canonicalJson, ownValue, type Statement, setOwn } from '@onto/shared';
 import { evaluationSlices } from '../cel/budget.js';
 import {
   type Bindings,
@@ -346,14 +346,14 @@ export class Evaluation {
     const missing: string[] = [];
     for (const name of names) {
       const d = obj.derived.get(name);
-      if (d && d.error === null) binding[name] = derivedToCel(d.value, d.kind);
+      if (d && d.error === null) setOwn(binding, name, derivedToCel(d.value, d.kind));
       else missing.push(name);
     }
     return { binding, missing };
   }
 
   private selfBinding(type: string, obj: ObjectState) {
-    return propertiesToCel(obj.properties, this.model.schema.objectTypes[type]?.properties);
+    return propertiesToCel(obj.properties, ownValue(this.model.schema.objectTypes, type)?.properties);
   }
 
   /**
@@ -495,7 +495,7 @@ export class Evaluation {
         const read: Record<string, number | null> = {};
         for (const name of def.ownDerived) {
           const d = obj.derived.get(name);
-          read[name] = d?.sourceSeq ?? null;
+          setOwn(read, name, d?.sourceSeq ?? null);
           if (d) sourceSeq = Math.max(sourceSeq, d.sourceSeq);
         }
         sources.derived = read;
@@ -505,9 +505,9 @@ export class Evaluation {
         const read: Record<string, { count: number; seq: number | null }> = {};
         for (const spec of def.aggregates) {
           const row = aggregates.get(spec.alias)?.get(obj.pk);
-          agg[spec.alias] = this.aggregateValue(spec, row);
+          setOwn(agg, spec.alias, this.aggregateValue(spec, row));
           const seq = row?.seq ? Number(row.seq) : null;
-          read[spec.alias] = { count: row?.n ?? 0, seq };
+          setOwn(read, spec.alias, { count: row?.n ?? 0, seq });
           if (seq !== null) sourceSeq = Math.max(sourceSeq, seq);
         }
         sources.agg = read;

@@ -7,6 +7,7 @@
 import {
   type ApplyEffects,
   type FieldError,
+  ownValue,
   type Queryable,
   type SchemaDocument,
   type SchemaReplica,
@@ -25,11 +26,11 @@ import { definitionsOf, resolveWorld } from './world-model.js';
 
 function ruleFootprint(rule: Rule, schema: SchemaDocument): string {
   const compiled = compile(rule.condition, ['self', 'derived']);
-  const type = schema.objectTypes[rule.objectType];
+  const type = ownValue(schema.objectTypes, rule.objectType);
   const props = compiled.ok ? [...compiled.refs.self].sort() : [];
   return JSON.stringify({
     type: type ? rule.objectType : null,
-    props: props.map((p) => type?.properties[p]?.type ?? null),
+    props: props.map((p) => (type ? ownValue(type.properties, p)?.type : undefined) ?? null),
   });
 }
 

@@ -119,7 +119,9 @@ export function supersededInBatch<T extends { version: number; seq: number }>(
 function changedProperties(before: Properties, after: Properties): Set<string> {
   const changed = new Set<string>();
   for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
-    if (canonicalJson(before[k] ?? null) !== canonicalJson(after[k] ?? null) || !(k in before) || !(k in after)) {
+    // Own values only: a property `constructor` one side lacks is absent there, not Object.
+    const [had, has] = [Object.hasOwn(before, k), Object.hasOwn(after, k)];
+    if (!had || !has || canonicalJson(before[k] ?? null) !== canonicalJson(after[k] ?? null)) {
       changed.add(k);
     }
   }

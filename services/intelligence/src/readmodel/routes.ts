@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { NotFound, WORLD_ID } from '@onto/shared';
+import { NotFound, setOwn, WORLD_ID } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listDerived, valuesOf } from '../derived/repository.js';
@@ -79,7 +79,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     for (const def of definitions.filter((d) => d.objectType === type)) {
       const v = byName.get(def.name);
       const current = v?.current === true && def.version === v.definitionVersion;
-      derived[def.name] = {
+      setOwn(derived, def.name, {
         value: v && v.error === null ? v.value : null,
         kind: v?.kind ?? null,
         error: v?.error ?? null,
@@ -90,7 +90,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
         sources: v?.sources ?? null,
         stale: !current,
         state: def.state,
-      };
+      });
     }
     return { object, derived };
   }

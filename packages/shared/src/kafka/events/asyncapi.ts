@@ -167,6 +167,7 @@ export function asyncApiDocument(service?: ProducerName): Json {
         };
       }
       for (const c of consumers) {
+        // own-key: groups and topics are the contract's constants (TOPIC_CONSUMERS, TOPICS)
         operations[`${c.group}.receive.${topic}`] = {
           action: 'receive',
           title: `${c.service} consumes ${topic} as group ${c.group}`,
@@ -182,6 +183,7 @@ export function asyncApiDocument(service?: ProducerName): Json {
     if (writers.length === 0) continue;
     const dlq = dlqOf(topic);
     deadLetters = true;
+    // own-key: a contract topic's dead-letter name, a constant
     channels[dlq] = {
       address: dlq,
       title: dlq,
@@ -190,6 +192,7 @@ export function asyncApiDocument(service?: ProducerName): Json {
       bindings: { kafka: { topic: dlq, bindingVersion: KAFKA_BINDING } },
     };
     for (const writer of writers) {
+      // own-key: a contract service and dead-letter topic, constants
       operations[`${writer}.send.${dlq}`] = {
         action: 'send',
         title: `${writer} dead-letters what it cannot apply from ${topic}`,

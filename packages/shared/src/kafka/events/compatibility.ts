@@ -100,7 +100,7 @@ function compare(before: Schema, after: Schema, path: string, out: (path: string
   const [br, ar] = [new Set((before.required ?? []) as string[]), new Set((after.required ?? []) as string[])];
   for (const [name, schema] of Object.entries(bp)) {
     const at = `${path}/${name}`;
-    const now = ap[name];
+    const now = Object.hasOwn(ap, name) ? ap[name] : undefined;
     if (!now) {
       out(at, 'field removed');
       continue;
@@ -121,7 +121,7 @@ function compare(before: Schema, after: Schema, path: string, out: (path: string
 export function breakingChanges(previous: SchemaLock, current: SchemaLock): BreakingChange[] {
   const found: BreakingChange[] = [];
   for (const [type, old] of Object.entries(previous.events)) {
-    const now = current.events[type];
+    const now = Object.hasOwn(current.events, type) ? current.events[type] : undefined;
     if (!now) {
       found.push({ type, path: '', change: `event type removed (v${old.version})` });
       continue;
@@ -136,13 +136,16 @@ export function breakingChanges(previous: SchemaLock, current: SchemaLock): Brea
   return found;
 }
 
+const versionOf = (lock: SchemaLock, type: string) =>
+  Object.hasOwn(lock.events, type) ? lock.events[type]?.version : undefined;
+
 /** The report a person reads: one line per breaking change, or that there is none. */
 export function compatibilityReport(previous: SchemaLock, current: SchemaLock): { ok: boolean; text: string } {
   const breaking = breakingChanges(previous, current);
   const added = Object.keys(current.events).filter((t) => !(t in previous.events));
   const lines = breaking.map(
     (b) =>
-      `BREAKING ${b.type} v${current.events[b.type]?.version ?? previous.events[b.type]?.version}${b.path ? ` ${b.path}` : ''}: ${b.change}`,
+      `BREAKING ${b.type} v${versionOf(current, b.type) ?? versionOf(previous, b.type)}${b.path ? ` ${b.path}` : ''}: ${b.change}`,
   );
   if (added.length > 0) lines.push(`new event types: ${added.join(', ')}`);
   lines.push(

@@ -1,6 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
 import type { EventType, ProducerName } from '../../messaging/envelope.js';
+import { ownValue } from '../../ontology/own.js';
 import { TOPICS, type TopicName } from '../topics.js';
 import { EVENT_PAYLOADS } from './payloads.js';
 
@@ -70,7 +71,8 @@ const compiled = new Map<string, TypeCheck<TSchema>>();
 export function payloadFault(type: string, payload: unknown): { path: string; reason: string } | null {
   let check = compiled.get(type);
   if (!check) {
-    const schema = (EVENT_PAYLOADS as Record<string, TSchema>)[type];
+    // The type comes off the wire: `constructor` is no event type, not Object's constructor.
+    const schema = ownValue(EVENT_PAYLOADS as Record<string, TSchema>, type);
     if (!schema) return { path: '/type', reason: `no schema for event type ${JSON.stringify(type)}` };
     check = TypeCompiler.Compile(schema);
     compiled.set(type, check);
