@@ -63,7 +63,12 @@ describe('merges across the three services', () => {
     const res = await s.dataCall('GET', `/v1/worlds/${world}/objects/Customer/${pk}`);
     return res.statusCode === 200 ? (res.json().properties as Record<string, unknown>) : null;
   };
+  const ready = (id: string) =>
+    s.until(`${id} READY`, async () =>
+      (await s.controlCall('GET', `/v1/worlds/${id}`)).json().status === 'READY' ? true : undefined,
+    );
   const fork = async (id: string, from: string) => {
+    await ready(from); // s.world waits for data and intelligence; control says READY a moment later
     const res = await s.controlCall('POST', '/v1/worlds', { body: { id, from: { world: from } } });
     expect(res.statusCode, res.body).toBe(202);
     await s.until(`${id} READY`, async () =>
@@ -84,6 +89,10 @@ describe('merges across the three services', () => {
       },
       60_000,
     );
+  const define = async (world: string, path: string, body: Record<string, unknown>) => {
+    const res = await s.intelCall('PUT', `/v1/worlds/${world}/${path}`, { body });
+    expect(res.statusCode, res.body).toBeLessThan(300);
+  };
   /** Data has caught up with everything written so far in a world (its writes answer in order). */
   const snapshot = async (world: string, pks: string[]) =>
     Object.fromEntries(await Promise.all(pks.map(async (pk) => [pk, await get(world, pk)] as const)));
@@ -171,10 +180,6 @@ describe('merges across the three services', () => {
 
   it('derived values and alerts follow a merge into the target', async () => {
     await s.world('m2', { objectTypes: { Customer } });
-    const define = async (world: string, path: string, body: Record<string, unknown>) => {
-      const res = await s.intelCall('PUT', `/v1/worlds/${world}/${path}`, { body });
-      expect(res.statusCode, res.body).toBeLessThan(300);
-    };
     await define('m2', 'derived-properties/doubled', { objectType: 'Customer', expression: 'self.creditLimit * 2' });
     await define('m2', 'rules/risky', {
       objectType: 'Customer',
@@ -185,11 +190,17 @@ describe('merges across the three services', () => {
     await put('m2', 'c1', { id: 'c1', creditLimit: 10 });
     await fork('m2-staging', 'm2');
     await patch('m2-staging', 'c1', { creditLimit: 5000 });
+    // A derived property the fork added comes back with the merge and is computed in the target.
+    await define('m2-staging', 'derived-properties/tripled', {
+      objectType: 'Customer',
+      expression: 'self.creditLimit * 3',
+    });
     const done = await settled('m2', await merge('m2', { source: 'm2-staging', strategy: 'SOURCE_WINS' }));
     expect(done.status, JSON.stringify(done)).toBe('MERGED');
     await s.until('the derived value recomputed in the target', async () => {
       const res = await s.intelCall('GET', '/v1/worlds/m2/objects/Customer/c1/derived');
-      return res.statusCode === 200 && JSON.stringify(res.json()).includes('10000') ? true : undefined;
+      const derived = res.statusCode === 200 ? res.json().derived : {};
+      return derived.doubled?.value === 10000 && derived.tripled?.value === 15000 ? true : undefined;
     });
     await s.until('the alert raised in the target', async () => {
       const res = await s.intelCall('GET', '/v1/worlds/m2/alerts');
@@ -235,10 +246,6 @@ describe('merges across the three services', () => {
     expect([a?.statusCode, b?.statusCode].sort()).toEqual([202, 409]);
   }, 180_000);
 
-  const define = async (world: string, path: string, body: Record<string, unknown>) => {
-    const res = await s.intelCall('PUT', `/v1/worlds/${world}/${path}`, { body });
-    expect(res.statusCode, res.body).toBeLessThan(300);
-  };
   const rule = (condition: string) => ({
     objectType: 'Customer',
     condition,

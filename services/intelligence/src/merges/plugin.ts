@@ -4,9 +4,9 @@ import { apply, compensate, plan, resolve, type SagaContext, verify } from './sa
 
 /**
  * intelligence's part of merges (docs/adr/0037, 0039): consumer `intelligence-merges` on
- * onto.worlds, where control sends the saga's steps. onto.storage too, applying nothing: a step
- * control sends after data's reply is caused by it, and would otherwise wait for a cause this
- * consumer never sees.
+ * onto.worlds, where control sends the saga's steps (with no `caused_by`). Not onto.storage: the
+ * events there are caused by events on topics this consumer does not read, so each would wait
+ * for its cause and end in the DLQ (the chaos run found it).
  */
 export default fp(
   async (app: FastifyInstance) => {
@@ -19,7 +19,7 @@ export default fp(
     };
     app.addConsumer({
       name: 'intelligence-merges',
-      topics: ['onto.worlds', 'onto.storage'],
+      topics: ['onto.worlds'],
       apply: async (tx, events) => {
         for (const { event } of events) {
           if (event.type === 'world.merge.requested') await plan(tx, ctx, event);

@@ -38,8 +38,10 @@ export const TOPIC_CONSUMERS: Record<TopicName, { service: string; group: string
   ],
   'onto.worlds': [
     { service: 'data', group: 'data-worlds' },
+    { service: 'data', group: 'data-merges' },
     { service: 'intelligence', group: 'intelligence-worlds' },
     { service: 'intelligence', group: 'intelligence-definitions' },
+    { service: 'intelligence', group: 'intelligence-merges' },
   ],
   'onto.identity': [
     { service: 'data', group: 'data-identity' },
@@ -47,9 +49,13 @@ export const TOPIC_CONSUMERS: Record<TopicName, { service: string; group: string
   ],
   'onto.storage': [
     { service: 'control', group: 'control-worlds' },
+    { service: 'control', group: 'control-merges' },
     { service: 'intelligence', group: 'intelligence-definitions' },
   ],
-  'onto.intelligence': [{ service: 'control', group: 'control-worlds' }],
+  'onto.intelligence': [
+    { service: 'control', group: 'control-worlds' },
+    { service: 'control', group: 'control-merges' },
+  ],
   'onto.changes.objects': [{ service: 'intelligence', group: 'intelligence-changes' }],
   'onto.changes.links': [{ service: 'intelligence', group: 'intelligence-changes' }],
   'onto.series.points': [{ service: 'intelligence', group: 'intelligence-changes' }],
