@@ -45,6 +45,7 @@ export default defineConfig({
         test: {
           name: 'alone',
           include: aloneSpecs,
+          fileParallelism: false,
           globalSetup: ['packages/shared/src/testing/global-setup.ts'],
         },
       },
