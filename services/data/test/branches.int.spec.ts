@@ -213,6 +213,49 @@ describe('worlds as branches', () => {
     expect(currentSecond.objects.map((o) => `${o.pk}@${o.version}`)).toEqual(['o3@2', 'o4@1']);
   });
 
+  it("an object's history: its own versions, then its base's up to the fork point, paged; deletions included", async () => {
+    type Version = { version: number; seq: number; deleted: boolean; properties: unknown; world: string };
+    const history = async (world: string, pk: string, limit = 2) => {
+      const out: Version[] = [];
+      let cursor: string | null = null;
+      do {
+        const res = await call(
+          'GET',
+          world,
+          `objects/Order/${pk}/history?limit=${limit}${cursor ? `&cursor=${cursor}` : ''}`,
+        );
+        expect(res.statusCode, res.body).toBe(200);
+        out.push(...res.json().versions);
+        cursor = res.json().next;
+      } while (cursor);
+      return out;
+    };
+    const short = (v: Version) => `${v.world}:v${v.version}${v.deleted ? ' deleted' : ''}`;
+    expect((await history('child', 'o1')).map(short)).toEqual(['child:v4', 'base:v3', 'base:v2', 'base:v1']);
+    expect((await history('base', 'o1')).map(short)).toEqual(['base:v3', 'base:v2', 'base:v1']);
+    // the base's writes after the fork point are not the child's history
+    expect((await history('child', 'o3')).map(short)).toEqual(['base:v1']);
+    expect((await history('base', 'o3', 1)).map(short)).toEqual(['base:v2', 'base:v1']);
+    const o2 = await history('child', 'o2', 1);
+    expect(o2.map(short)).toEqual(['child:v3', 'child:v2 deleted', 'base:v1']);
+    expect(o2[1]?.properties).toBeNull();
+    // each version's seq reads the object as it was
+    const v2 = (await history('base', 'o1')).find((v) => v.version === 2);
+    expect((await get('base', 'Order', 'o1', v2?.seq)).json()).toMatchObject({
+      version: 2,
+      properties: { amount: 11 },
+    });
+    expect(v2?.seq).toBe(commits.o1v2);
+    // newest first by commit, each commit once
+    const seqs = (await history('child', 'o1')).map((v) => v.seq);
+    expect(seqs).toEqual([...seqs].sort((a, b) => b - a));
+    expectProblem(await call('GET', 'child', 'objects/Order/never/history'), 404);
+    expectProblem(await call('GET', 'child', 'objects/Nope/o1/history'), 404);
+    expect(
+      expectProblem(await call('GET', 'child', 'objects/Order/o1/history?cursor=bogus'), 400).errors[0].path,
+    ).toMatch(/cursor/);
+  });
+
   it('refuses bad refs and foreign cursors as problem+json naming the field', async () => {
     const future = expectProblem(await get('base', 'Order', 'o1', (await head()) + 1000), 404);
     expect(future.errors[0].path).toBe('querystring/at');

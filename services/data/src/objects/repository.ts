@@ -366,3 +366,70 @@ export async function objectAt(
     updatedAt: row.updated_at,
   };
 }
+
+export interface HistoryEntry {
+  version: number;
+  /** The data commit that wrote it. */
+  seq: number;
+  deleted: boolean;
+  properties: Properties | null;
+  schemaVersion: number;
+  actor: string;
+  writtenAt: string;
+  /** The world that wrote it: this one, or a base it was inherited from. */
+  world: string;
+}
+
+/**
+ * Every version of one object a world sees, newest first, before commit `before` (null: from its
+ * current head): its own versions, then each base's up to the fork point (world_chain), so a
+ * fork's history goes on into its base's. Heads hold the current version, history the
+ * superseded ones (docs/adr/0017); both are read by their primary keys.
+ */
+export async function objectHistory(
+  db: Queryable,
+  worldId: string,
+  type: string,
+  pk: string,
+  before: number | null,
+  limit: number,
+): Promise<HistoryEntry[]> {
+  const { rows } = await db.query<{
+    version: string;
+    seq: string;
+    deleted: boolean;
+    properties: Properties | null;
+    schema_version: number;
+    actor: string;
+    written_at: string;
+    world: string;
+  }>(
+    `SELECT v.* FROM world_chain($1, NULL) ch
+       CROSS JOIN LATERAL (
+         (SELECT h.version, h.seq, h.deleted, h.properties, h.schema_version, h.actor,
+                 to_json(h.updated_at)#>>'{}' AS written_at, h.world_id AS world
+            FROM object_heads h
+           WHERE h.world_id = ch.world_id AND h.type = $2 AND h.pk = $3
+             AND (ch.up_to IS NULL OR h.seq <= ch.up_to) AND ($4::bigint IS NULL OR h.seq < $4))
+         UNION ALL
+         (SELECT x.version, x.seq, x.deleted, x.properties, x.schema_version, x.actor,
+                 to_json(x.written_at)#>>'{}', x.world_id
+            FROM object_history x
+           WHERE x.world_id = ch.world_id AND x.type = $2 AND x.pk = $3
+             AND (ch.up_to IS NULL OR x.seq <= ch.up_to) AND ($4::bigint IS NULL OR x.seq < $4)
+           ORDER BY x.seq DESC LIMIT $5)
+       ) v
+      ORDER BY v.seq DESC LIMIT $5`,
+    [worldId, type, pk, before, limit],
+  );
+  return rows.map((r) => ({
+    version: Number(r.version),
+    seq: Number(r.seq),
+    deleted: r.deleted,
+    properties: r.properties,
+    schemaVersion: r.schema_version,
+    actor: r.actor,
+    writtenAt: r.written_at,
+    world: r.world,
+  }));
+}

@@ -20,7 +20,7 @@ import { latestSeries } from '../series/latest.js';
 import { resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
-import { type Head, listObjects, objectAt, objectContext } from './repository.js';
+import { type Head, listObjects, objectAt, objectContext, objectHistory } from './repository.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 413, 422, 503);
@@ -234,6 +234,61 @@ export default fp(
         written(reply, head.version, head.seq);
         const series = await latestSeries(app.pg, world, type, pk, seriesAt);
         return { type: typeName, pk, version: head.version, properties: head.properties, ...(series && { series }) };
+      },
+    );
+
+    app.get(
+      '/v1/worlds/:world/objects/:type/:pk/history',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['objects'],
+          summary: "An object's versions, newest first",
+          description:
+            "Every version the world sees, deletions included (properties null): its own, then, in a fork, its base's up to the fork point (`world` says which wrote it). `seq` is the data commit that wrote the version: read the object as it was with `?at=<seq>`.",
+          params: ObjectParams,
+          querystring: Type.Object(
+            {
+              cursor: Type.Optional(Type.String({ maxLength: 200 })),
+              limit: Type.Integer({ minimum: 1, maximum: 1000, default: 50 }),
+            },
+            { additionalProperties: false },
+          ),
+          response: {
+            200: Type.Object({
+              versions: Type.Array(
+                Type.Object({
+                  version: Type.Integer(),
+                  seq: Type.Integer(),
+                  deleted: Type.Boolean(),
+                  properties: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()]),
+                  schemaVersion: Type.Integer(),
+                  actor: Type.String(),
+                  writtenAt: Type.String(),
+                  world: Type.String(),
+                }),
+              ),
+              next: Type.Union([Type.String(), Type.Null()], { description: 'the cursor of the next page' }),
+            }),
+            ...errors,
+          },
+        },
+      },
+      async (request) => {
+        const { world, type: typeName, pk } = request.params;
+        const { cursor, limit } = request.query;
+        keyParam('pk', pk);
+        const before = decodeCursor(cursor, (c) =>
+          c.h === 1 && Number.isSafeInteger(c.s) ? { seq: c.s as number } : undefined,
+        );
+        const ctx = await objectContext(app.pg, world, typeName, pk);
+        if (!ctx.provisioned) throw notProvisioned(world);
+        await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
+        const rows = await objectHistory(app.pg, world, typeName, pk, before?.seq ?? null, limit + 1);
+        if (rows.length === 0 && !before) throw new NotFound(`${typeName} ${pk} was never written in ${world}`);
+        const page = rows.slice(0, limit);
+        const last = page.at(-1);
+        return { versions: page, next: rows.length > limit && last ? encodeCursor({ h: 1, s: last.seq }) : null };
       },
     );
 
