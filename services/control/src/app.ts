@@ -39,7 +39,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS });
   await fastify.register(worldTags);
   await fastify.register(worldSaga);
-  await fastify.register(worldConsistency);
+  await fastify.register(worldConsistency, { keepSeconds: config.CONSISTENCY_HISTORY_KEEP_SECONDS });
   await fastify.register(merges, { timeoutMs: config.MERGE_TIMEOUT_MS });
   await fastify.register(adminRoutes);
   await fastify.register(consoleFiles, {

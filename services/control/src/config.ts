@@ -92,6 +92,13 @@ export const ConfigSchema = Type.Composite([
       description:
         'Properties marked indexed across all object types of one world (each is an index in data; more is a 422)',
     }),
+    CONSISTENCY_HISTORY_KEEP_SECONDS: Type.Integer({
+      minimum: 60,
+      maximum: 2_592_000,
+      default: 7200,
+      description:
+        'How long control keeps the version vector samples of GET /v1/worlds/{world}/consistency/history (the console charts the last hour)',
+    }),
     CHECKER_INTERVAL_MS: Type.Integer({
       minimum: 0,
       maximum: 86_400_000,

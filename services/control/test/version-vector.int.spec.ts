@@ -4,6 +4,7 @@ import { afterAll, assert, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, expectProblem, type Stack } from '../../data/test/stack.js';
 import * as intelligence from '../../intelligence/src/app.js';
 import { ConfigSchema as IntelligenceConfig } from '../../intelligence/src/config.js';
+import { trimPositionSamples } from '../src/worlds/consistency.js';
 
 /**
  * The version vector (docs/adr/0025) on the real stack: control learns data's and intelligence's
@@ -167,6 +168,69 @@ describe('the version vector of a world', () => {
       control: { ...before.control, reportedAt: null },
     });
   }, 60_000);
+
+  it('keeps its history: recorded from the announcements, each value held until the next, the window carrying the vector in, old samples trimmed', async () => {
+    type Point = {
+      at: string;
+      controlSchemaVersion: number;
+      data: { schemaVersion: number; dataSeq: number };
+      intelligence: { schemaVersion: number; dataSeq: number };
+      spread: number;
+      dataBehind: number;
+    };
+    const history = async (minutes?: number): Promise<Point[]> => {
+      const res = await s.controlCall(
+        'GET',
+        `/v1/worlds/${W}/consistency/history${minutes === undefined ? '' : `?minutes=${minutes}`}`,
+      );
+      expect(res.statusCode, res.body).toBe(200);
+      return res.json().points;
+    };
+    // What control recorded from the real announcements: both services, ending with the vector now.
+    const recorded = await s.control.app.pg.query<{ service: string }>(
+      'SELECT DISTINCT service FROM world_position_samples WHERE world_id = $1 ORDER BY 1',
+      [W],
+    );
+    expect(recorded.rows.map((r) => r.service)).toEqual(['data', 'intelligence']);
+    const points = await history();
+    expect(points.at(-1)).toMatchObject({
+      controlSchemaVersion: schemaVersion,
+      data: { schemaVersion, dataSeq: lastWrite },
+      intelligence: { schemaVersion, dataSeq: lastWrite },
+      spread: 0,
+      dataBehind: 0,
+    });
+    const times = points.map((p) => Date.parse(p.at));
+    expect(times).toEqual([...times].sort((a, b) => a - b));
+    expect(new Set(times).size).toBe(times.length);
+
+    // Samples from before: the window opens with the vector as it stood then, and each service's
+    // value holds until its next sample (a lag shorter than a 10 s bucket is not seen: the
+    // bucket's newest value wins).
+    await s.control.app.pg.query(
+      `INSERT INTO world_position_samples (world_id, service, at, schema_version, data_seq) VALUES
+         ($1, 'data', now() - interval '3 hours', 1, 1), ($1, 'data', now() - interval '50 minutes', 2, 2),
+         ($1, 'intelligence', now() - interval '40 minutes', 2, 1)`,
+      [W],
+    );
+    const hour = await history(60);
+    expect(Date.now() - Date.parse(hour[0]?.at ?? '')).toBeGreaterThanOrEqual(60 * 60_000 - 5_000);
+    expect(hour[0]).toMatchObject({ data: { schemaVersion: 1, dataSeq: 1 }, intelligence: { dataSeq: 0 } });
+    // control's schema versions were all created minutes ago: none yet 50 minutes back
+    expect(hour[1]).toMatchObject({ controlSchemaVersion: 0, data: { dataSeq: 2 }, dataBehind: 2, spread: 2 });
+    expect(hour[2]).toMatchObject({ data: { dataSeq: 2 }, intelligence: { dataSeq: 1 }, dataBehind: 1, spread: 2 });
+    expect((await history(240))[1]).toMatchObject({ data: { dataSeq: 1 } });
+    // the shortest window still ends with the vector as it stands
+    const quiet = await history(1);
+    expect(quiet.at(-1)).toMatchObject({ data: { dataSeq: lastWrite }, intelligence: { dataSeq: lastWrite } });
+
+    // Trimming keeps what is younger than the setting.
+    expect(await trimPositionSamples(s.control.app.pg, 7200)).toBe(1);
+    expect((await history(240))[1]).toMatchObject({ data: { dataSeq: 2 } });
+
+    expectProblem(await s.controlCall('GET', `/v1/worlds/${W}/consistency/history?minutes=0`), 400);
+    expectProblem(await s.controlCall('GET', '/v1/worlds/no-such-world/consistency/history'), 404);
+  }, 30_000);
 
   it('answers 404 problem+json for a world control does not know, and 400 for a malformed id', async () => {
     const unknown = expectProblem(await s.controlCall('GET', '/v1/worlds/no-such-world/consistency'), 404);

@@ -6,6 +6,8 @@ import fp from 'fastify-plugin';
 import { Gauge } from 'prom-client';
 
 type Reporter = 'data' | 'intelligence';
+/** The width of a bucket of world_position_samples. */
+const SAMPLE_SECONDS = 10;
 interface Announced {
   schemaVersion: number;
   dataSeq: number;
@@ -45,14 +47,24 @@ export function recordingPositions(events: ReceivedEvent[]): Statement | null {
   if (folded.size === 0) return null;
   const rows = [...folded.values()];
   return {
-    text: `INSERT INTO world_positions (world_id, service, schema_version, data_seq)
-           SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::int8[])
-           ON CONFLICT (world_id, service) DO UPDATE
-             SET schema_version = greatest(world_positions.schema_version, excluded.schema_version),
-                 data_seq = greatest(world_positions.data_seq, excluded.data_seq),
-                 reported_at = now()
-           WHERE excluded.schema_version > world_positions.schema_version
-              OR excluded.data_seq > world_positions.data_seq`,
+    // The positions that rose are also kept, in their 10-second bucket, for the history route.
+    text: `WITH rose AS (
+             INSERT INTO world_positions (world_id, service, schema_version, data_seq)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::int8[])
+             ON CONFLICT (world_id, service) DO UPDATE
+               SET schema_version = greatest(world_positions.schema_version, excluded.schema_version),
+                   data_seq = greatest(world_positions.data_seq, excluded.data_seq),
+                   reported_at = now()
+             WHERE excluded.schema_version > world_positions.schema_version
+                OR excluded.data_seq > world_positions.data_seq
+             RETURNING world_id, service, schema_version, data_seq
+           )
+           INSERT INTO world_position_samples (world_id, service, at, schema_version, data_seq)
+           SELECT world_id, service, date_bin('${SAMPLE_SECONDS} seconds', now(), 'epoch'), schema_version, data_seq
+             FROM rose
+           ON CONFLICT (world_id, service, at) DO UPDATE
+             SET schema_version = greatest(world_position_samples.schema_version, excluded.schema_version),
+                 data_seq = greatest(world_position_samples.data_seq, excluded.data_seq)`,
     values: [
       rows.map((r) => r.world),
       rows.map((r) => r.service),
@@ -165,6 +177,93 @@ export async function versionVector(db: Queryable, world: string): Promise<Vecto
   };
 }
 
+const Point = Type.Object({
+  at: Type.String({ description: 'the start of a 10-second bucket in which a position rose' }),
+  controlSchemaVersion: Type.Integer(),
+  data: Type.Object({ schemaVersion: Type.Integer(), dataSeq: Type.Integer() }),
+  intelligence: Type.Object({ schemaVersion: Type.Integer(), dataSeq: Type.Integer() }),
+  spread: Type.Integer(),
+  dataBehind: Type.Integer(),
+});
+type Point = Static<typeof Point>;
+
+/**
+ * The version vector of a world over the last `minutes`: a point per bucket in which data's or
+ * intelligence's position rose (the vector holds between points), starting with the vector as it
+ * stood when the window opened. Each service's value at a point is its newest sample at or before
+ * it, control's schema version its newest version created by then. null: no such world.
+ */
+export async function vectorHistory(db: Queryable, world: string, minutes: number): Promise<Point[] | null> {
+  const { rows } = await db.query<{
+    exists: boolean;
+    samples: { service: Reporter; at: string; schemaVersion: number; dataSeq: string }[] | null;
+    schema: { version: number; at: string }[] | null;
+  }>(
+    `WITH since AS (SELECT now() - make_interval(mins => $2) AS t)
+     SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1 AND status <> 'DELETED') AS exists,
+            (SELECT json_agg(json_build_object('service', s.service, 'at', to_json(s.at)#>>'{}',
+                      'schemaVersion', s.schema_version, 'dataSeq', s.data_seq::text) ORDER BY s.at)
+               FROM (SELECT p.service, p.at, p.schema_version, p.data_seq FROM world_position_samples p, since
+                      WHERE p.world_id = $1 AND p.at >= since.t
+                     UNION ALL
+                     (SELECT DISTINCT ON (p.service) p.service, p.at, p.schema_version, p.data_seq
+                        FROM world_position_samples p, since
+                       WHERE p.world_id = $1 AND p.at < since.t ORDER BY p.service, p.at DESC)) s) AS samples,
+            (SELECT json_agg(json_build_object('version', version, 'at', to_json(created_at)#>>'{}') ORDER BY version)
+               FROM schema_versions WHERE world_id = $1) AS schema`,
+    [world, minutes],
+  );
+  const row = rows[0];
+  if (!row?.exists) return null;
+  const since = Date.now() - minutes * 60_000;
+  const schema = row.schema ?? [];
+  const controlAt = (t: number) =>
+    schema.filter((v) => Date.parse(v.at) <= t).reduce((m, v) => Math.max(m, v.version), 0);
+  const now: Record<Reporter, { schemaVersion: number; dataSeq: number }> = {
+    data: { schemaVersion: 0, dataSeq: 0 },
+    intelligence: { schemaVersion: 0, dataSeq: 0 },
+  };
+  const points: Point[] = [];
+  // A sample's bucket starts before what it saw: control's schema counts up to the bucket's end.
+  const push = (at: number, until = at) => {
+    const control = controlAt(until);
+    const versions = [control, now.data.schemaVersion, now.intelligence.schemaVersion];
+    const point = {
+      at: new Date(at).toISOString(),
+      controlSchemaVersion: control,
+      data: { ...now.data },
+      intelligence: { ...now.intelligence },
+      spread: Math.max(...versions) - Math.min(...versions),
+      dataBehind: Math.max(0, now.data.dataSeq - now.intelligence.dataSeq),
+    };
+    // one point per bucket: a later sample of the same bucket replaces the earlier
+    if (points.at(-1)?.at === point.at) points[points.length - 1] = point;
+    else points.push(point);
+  };
+  let opened = false;
+  for (const s of row.samples ?? []) {
+    const at = Date.parse(s.at);
+    if (at >= since && !opened) {
+      push(since);
+      opened = true;
+    }
+    now[s.service] = { schemaVersion: s.schemaVersion, dataSeq: Number(s.dataSeq) };
+    if (at >= since) push(at, at + SAMPLE_SECONDS * 1000);
+  }
+  if (!opened) push(since);
+  return points;
+}
+
+/** Deletes up to 10,000 samples older than `keepSeconds`; returns how many went. */
+export async function trimPositionSamples(db: Queryable, keepSeconds: number): Promise<number> {
+  const { rowCount } = await db.query(
+    `DELETE FROM world_position_samples WHERE ctid = ANY (ARRAY(
+       SELECT ctid FROM world_position_samples WHERE at < now() - make_interval(secs => $1) LIMIT 10000))`,
+    [keepSeconds],
+  );
+  return rowCount ?? 0;
+}
+
 /** The schema spread of every live world, for the gauge. */
 async function spreads(db: Queryable): Promise<{ world: string; spread: number }[]> {
   const { rows } = await db.query<{ world: string; spread: number }>(
@@ -181,9 +280,11 @@ async function spreads(db: Queryable): Promise<{ world: string; spread: number }
   return rows;
 }
 
-/** `GET /v1/worlds/{world}/consistency` and the gauge `onto_version_vector_spread{world}`. */
+/**
+ * `GET /v1/worlds/{world}/consistency`, its history, and the gauge `onto_version_vector_spread{world}`.
+ */
 export default fp(
-  async (fastify: FastifyInstance) => {
+  async (fastify: FastifyInstance, opts: { keepSeconds: number }) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
     const pool = app.pg;
     new Gauge({
@@ -217,6 +318,42 @@ export default fp(
         return vector;
       },
     );
+
+    app.get(
+      '/v1/worlds/:world/consistency/history',
+      {
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['worlds'],
+          summary: "The world's version vector over the last minutes, as control recorded it",
+          description:
+            'A point per 10-second bucket in which data or intelligence announced a newer position, the first at the start of the window; between points the vector stands as at the point before. Kept for CONSISTENCY_HISTORY_KEEP_SECONDS.',
+          params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
+          querystring: Type.Object(
+            { minutes: Type.Integer({ minimum: 1, maximum: 1440, default: 60 }) },
+            { additionalProperties: false },
+          ),
+          response: { 200: Type.Object({ points: Type.Array(Point) }), ...problemResponses(400, 401, 403, 404, 503) },
+        },
+      },
+      async (request) => {
+        const points = await vectorHistory(pool, request.params.world, request.query.minutes);
+        if (!points) throw new NotFound(`world ${request.params.world} does not exist`);
+        return { points };
+      },
+    );
+
+    // Samples older than what is kept go, a batch a minute (every replica; the deletes are idempotent).
+    let trim: NodeJS.Timeout | undefined;
+    app.addHook('onReady', async () => {
+      trim = setInterval(() => {
+        trimPositionSamples(pool, opts.keepSeconds).catch((err) =>
+          app.log.warn({ err }, 'trimming the version vector samples failed'),
+        );
+      }, 60_000);
+      trim.unref();
+    });
+    app.addHook('onClose', async () => clearInterval(trim));
   },
   { name: 'onto-control-consistency', dependencies: ['onto-auth'] },
 );
