@@ -178,7 +178,19 @@ describe('the console in a browser', () => {
     await page.getByTestId('prop-status').fill('"packed"');
     await page.getByTestId('save-object').click();
     await page.getByText('Version 2').waitFor();
+    // Its history: the fork's edit, property by property, then the version inherited from shop.
+    const history = page.getByTestId('object-history');
+    await history.getByText('(in shop)').waitFor();
+    await history.locator('tr', { hasText: 'v2' }).getByText('amount').waitFor();
     await check('object');
+    // v1 was written in shop before the fork: it is read there, at its commit, read only.
+    await history.getByRole('link', { name: 'Read v1 in shop' }).click();
+    await page.getByText('Version 1').waitFor();
+    expect(await page.getByTestId('prop-amount').count()).toBe(0);
+    expect(page.url()).toContain('#/w/shop/object/Order/o-1/');
+    await page.goBack();
+    await page.getByText('Version 2').waitFor();
+    await page.getByTestId('save-object').waitFor();
     expect(await object('shop-fork', 'o-1')).toMatchObject({ amount: 150, status: 'packed' });
     expect(await object('shop', 'o-1')).toMatchObject({ amount: 100, status: 'open' });
 
@@ -243,6 +255,23 @@ describe('the console in a browser', () => {
     expect((await s.intelCall('GET', `/v1/worlds/shop/decisions/${decision.id}`)).json().status).not.toBe(
       'PENDING_APPROVAL',
     );
+    // The action the approval ran, opened with its saga steps.
+    const action = await s.until('the approved action to complete', async () => {
+      const list = (await s.intelCall('GET', '/v1/worlds/shop/actions')).json().actions as Array<{
+        id: string;
+        status: string;
+      }>;
+      return list.find((a) => a.status === 'COMPLETED');
+    });
+    // (the access token lives in memory only: away and back by the hash, not a reload)
+    await page.goto(`${base}/console/#/w/shop/tags`);
+    await page.goto(`${base}/console/#/w/shop/intelligence`);
+    await page.getByRole('button', { name: action.id.slice(-8) }).click();
+    const steps = page.getByTestId('action-steps');
+    await steps.getByText('modifyObject').first().waitFor();
+    await steps.getByText('COMPLETED').first().waitFor();
+    await steps.getByText('applied at v3 (was v2)').waitFor(); // o-2: created, grown to 2000, then the action
+    await check('action-steps');
 
     // A rule the service refuses: its problem, field by field, in place; nothing is stored.
     await page.getByTestId('definition-kind').selectOption('rules');
@@ -294,6 +323,12 @@ describe('the console in a browser', () => {
     for (const service of ['control', 'data', 'intelligence']) {
       await page.locator(`[data-testid="gauge-${service}-onto_outbox_backlog"]`, { hasText: /^\d+$/ }).waitFor();
     }
+    // The vector's last hour comes from control's record, not from the page: on a fresh load the chart
+    // already holds the window's start, the positions recorded since, and the vector now.
+    const behind = page.locator('figure.spark', { hasText: 'intelligence behind data' });
+    await s.until('the recorded hour charted', async () =>
+      Number(await behind.getAttribute('data-points')) >= 3 ? true : undefined,
+    );
     await check('consistency');
     await s.intelligence?.app.close();
     expect(

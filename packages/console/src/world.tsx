@@ -138,13 +138,13 @@ function Objects({ world }: { world: string }) {
 }
 
 /** One object: its properties (editable), links, derived values, and the object at any commit. */
-function ObjectPage({ world, type, pk }: { world: string; type: string; pk: string }) {
+function ObjectPage({ world, type, pk, initialAt }: { world: string; type: string; pk: string; initialAt?: string }) {
   const schema = useSchema(world);
   const vector = useLoad(
     () => get<{ data: { dataSeq: number | null } }>('control', `/v1/worlds/${enc(world)}/consistency`),
     [world],
   );
-  const [at, setAt] = useState('');
+  const [at, setAt] = useState(initialAt ?? '');
   const path = `/v1/worlds/${enc(world)}/objects/${enc(type)}/${enc(pk)}`;
   const object = useLoad(() => get<DataObject>('data', at ? `${path}?at=${enc(at)}` : path), [path, at]);
   const derived = useLoad(
@@ -248,7 +248,141 @@ function ObjectPage({ world, type, pk }: { world: string; type: string; pk: stri
           <Links key={name} world={world} path={`${path}/links/${enc(name)}`} name={name} at={at} />
         ))}
       </Section>
+      <History
+        world={world}
+        type={type}
+        pk={pk}
+        path={path}
+        at={at}
+        setAt={setAt}
+        latest={latest}
+        reloadKey={object.data?.version}
+      />
     </>
+  );
+}
+
+interface Version {
+  version: number;
+  seq: number;
+  deleted: boolean;
+  properties: Record<string, unknown> | null;
+  actor: string;
+  writtenAt: string;
+  world: string;
+}
+
+/**
+ * Every version of the object, newest first (its base's too, in a fork), each with what changed
+ * from the one before it; "Read" moves the time slider to its commit. A version the fork inherited
+ * is read in the world that wrote it (a fork has no commits before its fork point).
+ */
+function History(props: {
+  world: string;
+  type: string;
+  pk: string;
+  path: string;
+  at: string;
+  setAt: (at: string) => void;
+  latest: number;
+  reloadKey: number | undefined;
+}) {
+  const [pages, setPages] = useState<{ versions: Version[]; next: string | null }>({ versions: [], next: null });
+  const [error, setError] = useState<unknown>(undefined);
+  const load = async (cursor: string | null) => {
+    try {
+      const page = await get<{ versions: Version[]; next: string | null }>(
+        'data',
+        `${props.path}/history?limit=20${cursor ? `&cursor=${enc(cursor)}` : ''}`,
+      );
+      setPages((prev) => ({
+        versions: cursor ? [...prev.versions, ...page.versions] : page.versions,
+        next: page.next,
+      }));
+      setError(undefined);
+    } catch (err) {
+      setError(err);
+    }
+  };
+  useEffect(() => {
+    void load(null);
+  }, [props.path, props.reloadKey]);
+  const { versions } = pages;
+  return (
+    <Section title="History">
+      <ProblemView error={error} />
+      <table data-testid="object-history">
+        <thead>
+          <tr>
+            <th scope="col">Version</th>
+            <th scope="col">Commit</th>
+            <th scope="col">Written</th>
+            <th scope="col">By</th>
+            <th scope="col">Changed</th>
+            <th scope="col">
+              <span class="sr-only">Read</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {versions.map((v, i) => {
+            const before = versions[i + 1];
+            return (
+              <tr key={v.seq} aria-current={props.at === String(v.seq) ? 'true' : undefined}>
+                <td>
+                  v{v.version}
+                  {v.world !== props.world ? <span class="muted"> (in {v.world})</span> : null}
+                </td>
+                <td>{v.seq}</td>
+                <td>{new Date(v.writtenAt).toLocaleString()}</td>
+                <td>{v.actor}</td>
+                <td>
+                  {v.deleted ? (
+                    <span class="badge badge-deleted">deleted</span>
+                  ) : (
+                    <Changes before={before && !before.deleted ? before.properties : null} after={v.properties ?? {}} />
+                  )}
+                </td>
+                <td>
+                  {v.deleted ? null : v.world !== props.world ? (
+                    <a href={`#/w/${enc(v.world)}/object/${enc(props.type)}/${enc(props.pk)}/${v.seq}`}>
+                      Read v{v.version} in {v.world}
+                    </a>
+                  ) : (
+                    <button
+                      type="button"
+                      class="link"
+                      onClick={() => props.setAt(String(v.seq) === String(props.latest) ? '' : String(v.seq))}
+                    >
+                      Read v{v.version}
+                    </button>
+                  )}
+                </td>
+              </tr>
+            );
+          })}
+        </tbody>
+      </table>
+      {pages.next ? <Action label="Older versions" run={() => load(pages.next)} /> : null}
+    </Section>
+  );
+}
+
+/** The properties a version set, removed or changed, against the one before it (null: it created the object). */
+function Changes({ before, after }: { before: Record<string, unknown> | null; after: Record<string, unknown> }) {
+  if (before === null) return <span class="muted">created</span>;
+  const names = [...new Set([...Object.keys(before), ...Object.keys(after)])].filter(
+    (n) => JSON.stringify(before[n]) !== JSON.stringify(after[n]),
+  );
+  if (names.length === 0) return <span class="muted">no change</span>;
+  return (
+    <ul class="changes">
+      {names.map((n) => (
+        <li key={n}>
+          <code>{n}</code>: <Value value={before[n]} /> → <Value value={after[n]} />
+        </li>
+      ))}
+    </ul>
   );
 }
 
@@ -690,7 +824,8 @@ function Actions({ world }: { world: string }) {
   );
   const [open, setOpen] = useState<string | undefined>(undefined);
   const detail = useLoad(
-    async () => (open ? get<unknown>('intelligence', `/v1/worlds/${enc(world)}/actions/${enc(open)}`) : undefined),
+    async () =>
+      open ? get<ActionDetailView>('intelligence', `/v1/worlds/${enc(world)}/actions/${enc(open)}`) : undefined,
     [world, open],
   );
   return (
@@ -730,8 +865,135 @@ function Actions({ world }: { world: string }) {
         </tbody>
       </table>
       <ProblemView error={detail.error} />
-      {open && detail.data ? <pre data-testid="action-detail">{JSON.stringify(detail.data, null, 2)}</pre> : null}
+      {open && detail.data ? <ActionDetail action={detail.data} /> : null}
     </Section>
+  );
+}
+
+interface Step {
+  n: number;
+  command: { op: string; objectType?: string; linkType?: string; pk?: string; from?: string; to?: string };
+  state: string;
+  result: unknown;
+  refusal: { code?: string; detail?: string } | null;
+  compensation: unknown;
+  compensationResult: unknown;
+  compensationRefusal: { code?: string; detail?: string } | null;
+}
+interface ActionDetailView {
+  id: string;
+  actionType: string;
+  status: string;
+  parameters: Record<string, unknown>;
+  actor: string;
+  idempotencyKey: string | null;
+  refusal: { code?: string; detail?: string; step?: number } | null;
+  createdAt: string;
+  finishedAt: string | null;
+  steps: Step[];
+}
+
+/** What a command touches, as a person reads it: `modifyObject Order o-1`, `createLink placed c-1 → o-1`. */
+const target = (c: Step['command']) =>
+  c.linkType ? `${c.linkType} ${c.from} → ${c.to}` : `${c.objectType ?? ''} ${c.pk ?? ''}`;
+
+/** data's answer to a step as a line per command (applied at which version, from which), the whole answer folded. */
+function Answer({ result }: { result: unknown }) {
+  const items = (Array.isArray(result) ? result : [result]) as Array<{
+    changed?: boolean;
+    version?: number;
+    before?: { version?: number; deleted?: boolean } | null;
+  }>;
+  return (
+    <details>
+      <summary>
+        {items
+          .map(
+            (r) =>
+              `${r.changed === false ? 'unchanged' : 'applied'}${r.version !== undefined ? ` at v${r.version}` : ''}${
+                r.before?.version !== undefined
+                  ? ` (was v${r.before.version}${r.before.deleted ? ', deleted' : ''})`
+                  : ''
+              }`,
+          )
+          .join('; ')}
+      </summary>
+      <Value value={result} />
+    </details>
+  );
+}
+
+/** An action's saga: each step's command, state, data's answer, and its compensation when it was undone. */
+function ActionDetail({ action }: { action: ActionDetailView }) {
+  return (
+    <div data-testid="action-detail">
+      <h3>
+        {action.actionType} <span class={statusClass(action.status)}>{action.status}</span>
+      </h3>
+      <p>
+        Parameters <Value value={action.parameters} />
+        {action.idempotencyKey ? (
+          <>
+            {' '}
+            · Idempotency-Key <code>{action.idempotencyKey}</code>
+          </>
+        ) : null}
+        {action.finishedAt ? ` · finished ${new Date(action.finishedAt).toLocaleString()}` : ''}
+      </p>
+      {action.refusal ? (
+        <p class="problem-inline" role="status">
+          Refused{action.refusal.step !== undefined ? ` at step ${action.refusal.step}` : ''}: {action.refusal.code}{' '}
+          {action.refusal.detail}
+        </p>
+      ) : null}
+      <table data-testid="action-steps">
+        <caption>Saga steps</caption>
+        <thead>
+          <tr>
+            <th scope="col">Step</th>
+            <th scope="col">Command</th>
+            <th scope="col">State</th>
+            <th scope="col">Data answered</th>
+            <th scope="col">Compensation</th>
+          </tr>
+        </thead>
+        <tbody>
+          {action.steps.map((s) => (
+            <tr key={s.n}>
+              <td>{s.n}</td>
+              <td>
+                <code>{s.command.op}</code> {target(s.command)}
+              </td>
+              <td>
+                <span class={statusClass(s.state)}>{s.state}</span>
+              </td>
+              <td>
+                {s.refusal ? (
+                  <span class="problem-inline">
+                    {s.refusal.code} {s.refusal.detail}
+                  </span>
+                ) : s.result ? (
+                  <Answer result={s.result} />
+                ) : (
+                  <span class="muted">—</span>
+                )}
+              </td>
+              <td>
+                {s.compensationRefusal ? (
+                  <span class="problem-inline">
+                    {s.compensationRefusal.code} {s.compensationRefusal.detail}
+                  </span>
+                ) : s.compensation ? (
+                  <Value value={s.compensationResult ?? s.compensation} />
+                ) : (
+                  <span class="muted">—</span>
+                )}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
   );
 }
 
@@ -781,22 +1043,18 @@ async function pipelines(): Promise<Record<(typeof SERVICES)[number], Record<Gau
 }
 
 /** A small line chart of one series over the last hour, its newest value as text beside it. */
-function Sparkline({ label, points }: { label: string; points: Array<[number, number]> }) {
+function Sparkline({ label, points, step }: { label: string; points: Array<[number, number]>; step?: boolean }) {
   const now = Date.now();
   const max = Math.max(1, ...points.map(([, y]) => y));
-  const line = points
+  // A step chart holds each value until the next point (a position stands until the next announcement).
+  const drawn = step ? points.flatMap((p, i) => (i === 0 ? [p] : [[p[0], points[i - 1]?.[1] ?? p[1]], p])) : points;
+  const line = drawn
     .map(([t, y]) => `${(((t - now + HOUR) / HOUR) * 200).toFixed(1)},${(40 - (y / max) * 38).toFixed(1)}`)
     .join(' ');
   const last = points.at(-1)?.[1];
   return (
-    <figure class="spark">
-      <svg
-        viewBox="0 0 200 42"
-        width="200"
-        height="42"
-        role="img"
-        aria-label={`${label} over the last hour, now ${last ?? 'unknown'}`}
-      >
+    <figure class="spark" data-points={points.length}>
+      <svg viewBox="0 0 200 42" width="200" height="42" role="img" aria-label={`${label}, now ${last ?? 'unknown'}`}>
         <polyline points={line} fill="none" stroke="#0b4f9c" stroke-width="1.5" />
       </svg>
       <figcaption>
@@ -806,25 +1064,45 @@ function Sparkline({ label, points }: { label: string; points: Array<[number, nu
   );
 }
 
-/** The version vector, polled every 2 s, the laggard highlighted; the last hour charted while the page is open. */
+/**
+ * The version vector, polled every 2 s, the laggard highlighted; its last hour charted from what
+ * control recorded, consumer lag since the page opened.
+ */
 function Consistency({ world }: { world: string }) {
   const vector = useLoad(() => get<Vector>('control', `/v1/worlds/${enc(world)}/consistency`), [world]);
   const flows = useLoad(pipelines, []);
-  const [history, setHistory] = useState<Array<{ t: number; behind: number; spread: number; lag: number }>>([]);
+  // The vector's last hour as control recorded it (whoever had the page open), read again every 10 s.
+  const recorded = useLoad(
+    () =>
+      get<{ points: Array<{ at: string; spread: number; dataBehind: number }> }>(
+        'control',
+        `/v1/worlds/${enc(world)}/consistency/history?minutes=60`,
+      ),
+    [world],
+  );
+  // Consumer lag comes from the services' /metrics: charted since the page opened (Prometheus keeps more).
+  const [lags, setLags] = useState<Array<[number, number]>>([]);
   useEffect(() => {
+    let ticks = 0;
     const timer = setInterval(() => {
       void vector.reload();
       void flows.reload();
+      if (++ticks % 5 === 0) void recorded.reload();
     }, 2000);
     return () => clearInterval(timer);
-  }, [vector.reload, flows.reload]);
+  }, [vector.reload, flows.reload, recorded.reload]);
   const v = vector.data;
   useEffect(() => {
-    if (!v) return;
+    if (!flows.data) return;
     const t = Date.now();
     const lag = SERVICES.reduce((sum, s) => sum + (flows.data?.[s]?.onto_consumer_lag ?? 0), 0);
-    setHistory((h) => [...h.filter((p) => p.t > t - HOUR), { t, behind: v.dataBehind, spread: v.spread, lag }]);
-  }, [v]);
+    setLags((h) => [...h.filter(([at]) => at > t - HOUR), [t, lag]]);
+  }, [flows.data]);
+  // The recorded points, then the vector as it stands now.
+  const vectorPoints = [
+    ...(recorded.data?.points ?? []).map((p) => ({ t: Date.parse(p.at), behind: p.dataBehind, spread: p.spread })),
+    ...(v ? [{ t: Date.now(), behind: v.dataBehind, spread: v.spread }] : []),
+  ];
   return (
     <Section title="Consistency">
       <ProblemView error={vector.error} />
@@ -859,9 +1137,13 @@ function Consistency({ world }: { world: string }) {
             </tbody>
           </table>
           <div class="row">
-            <Sparkline label="intelligence behind data (writes)" points={history.map((p) => [p.t, p.behind])} />
-            <Sparkline label="schema spread" points={history.map((p) => [p.t, p.spread])} />
-            <Sparkline label="consumer lag, all services" points={history.map((p) => [p.t, p.lag])} />
+            <Sparkline
+              label="intelligence behind data (writes), last hour"
+              points={vectorPoints.map((p) => [p.t, p.behind])}
+              step
+            />
+            <Sparkline label="schema spread, last hour" points={vectorPoints.map((p) => [p.t, p.spread])} step />
+            <Sparkline label="consumer lag, all services, since this page opened" points={lags} />
           </div>
           <h3>Pipelines (each service as a whole)</h3>
           <table data-testid="pipelines">
@@ -919,7 +1201,9 @@ export function WorldPage({ world, tab, rest }: { world: string; tab: string; re
         ))}
       </nav>
       {tab === 'objects' ? <Objects world={world} /> : null}
-      {tab === 'object' && rest[0] && rest[1] ? <ObjectPage world={world} type={rest[0]} pk={rest[1]} /> : null}
+      {tab === 'object' && rest[0] && rest[1] ? (
+        <ObjectPage key={rest.join('/')} world={world} type={rest[0]} pk={rest[1]} initialAt={rest[2]} />
+      ) : null}
       {tab === 'diff' ? <DiffView world={world} /> : null}
       {tab === 'merges' ? <Merges world={world} selected={rest[0]} /> : null}
       {tab === 'schema' ? <SchemaView world={world} /> : null}
