@@ -10,6 +10,7 @@ FROM base AS deps
 COPY pnpm-lock.yaml pnpm-workspace.yaml package.json ./
 COPY patches patches
 COPY packages/shared/package.json packages/shared/
+COPY packages/console/package.json packages/console/
 COPY services/control/package.json services/control/
 COPY services/data/package.json services/data/
 COPY services/intelligence/package.json services/intelligence/
@@ -20,6 +21,8 @@ COPY tsconfig.base.json tsconfig.json ./
 COPY packages packages
 COPY services services
 RUN pnpm exec tsc -b packages/shared services/control services/data services/intelligence
+# The console's bundle, which control serves under /console.
+RUN node packages/console/build.mjs
 
 # Production dependencies only, with the compiled output and migrations beside them.
 FROM base AS runtime
@@ -27,6 +30,7 @@ ENV NODE_ENV=production
 COPY --from=deps /app/pnpm-lock.yaml /app/pnpm-workspace.yaml /app/package.json ./
 COPY --from=deps /app/patches patches
 COPY --from=deps /app/packages/shared/package.json packages/shared/
+COPY --from=deps /app/packages/console/package.json packages/console/
 COPY --from=deps /app/services/control/package.json services/control/
 COPY --from=deps /app/services/data/package.json services/data/
 COPY --from=deps /app/services/intelligence/package.json services/intelligence/
@@ -34,6 +38,7 @@ RUN pnpm install --frozen-lockfile --prod
 COPY --from=build /app/packages/shared/dist packages/shared/dist
 COPY --from=build /app/packages/shared/migrations packages/shared/migrations
 COPY --from=build /app/packages/shared/migrations-identity-replica packages/shared/migrations-identity-replica
+COPY --from=build /app/packages/console/dist packages/console/dist
 COPY --from=build /app/services/control/dist services/control/dist
 COPY --from=build /app/services/control/migrations services/control/migrations
 COPY --from=build /app/services/data/dist services/data/dist
