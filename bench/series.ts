@@ -76,6 +76,13 @@ try {
     if (summary.written !== points) throw new Error(`bulk wrote ${summary.written}, not ${points}`);
     bulkRates.push(points / (bulkMs / 1000));
 
+    // data's relay publishes the round's events after the request: the \copy runs once it is done,
+    // so that it does not share the machine with them (they are not in the bulk's time either).
+    await until(
+      "data's outbox drained",
+      async () => Number((await db.query('SELECT count(*) AS n FROM outbox_pending')).rows[0]?.n) === 0,
+      120_000,
+    );
     const file = join(dir, `copy-${round}.tsv`);
     const rows: string[] = [];
     for (let i = 0; i < points; i++) {

@@ -145,14 +145,50 @@ export function objectChangeTemplate(
       after: mark('after'),
     },
   });
+  return { ...splitMarked<ChangeField>(text), sample };
+}
+
+/** Canonical JSON holding marks (`"\u0000field\u0000"`) as the constant parts around its fields. */
+function splitMarked<Field extends string>(text: string): { parts: string[]; fields: Field[] } {
   const parts: string[] = [];
-  const fields: ChangeField[] = [];
+  const fields: Field[] = [];
   let at = 0;
   for (const m of text.matchAll(MARKED)) {
     parts.push(text.slice(at, m.index));
-    fields.push(m[1] as ChangeField);
+    fields.push(m[1] as Field);
     at = m.index + m[0].length;
   }
   parts.push(text.slice(at));
-  return { parts, fields, sample };
+  return { parts, fields };
+}
+
+/** The parts of a series.points.written event that differ from one series (or chunk of points) to the next. */
+export type SeriesPointsField = 'eventId' | 'key' | 'type' | 'pk' | 'series' | 'points';
+
+/**
+ * The canonical JSON body of a batch's `series.points.written` events as constant text around the
+ * fields that vary by series, from a `sample` of them (series/events.ts), as objectChangeTemplate
+ * does for object changes: a batch fills it in as outbox bundles, writing the same bytes as
+ * `canonicalJson(seriesPointsWritten(…).event)` with the same occurred_at.
+ */
+export function seriesPointsTemplate(
+  sample: OutboxMessage,
+  occurredAt: Date,
+): { parts: string[]; fields: SeriesPointsField[]; sample: OutboxMessage } {
+  const mark = (field: SeriesPointsField) => `${MARK}${field}${MARK}`;
+  const { event } = sample;
+  const text = canonicalJson({
+    ...event,
+    event_id: mark('eventId'),
+    key: mark('key'),
+    occurred_at: occurredAt.toISOString(),
+    payload: {
+      ...event.payload,
+      type: mark('type'),
+      pk: mark('pk'),
+      series: mark('series'),
+      points: mark('points'),
+    },
+  });
+  return { ...splitMarked<SeriesPointsField>(text), sample };
 }

@@ -280,6 +280,37 @@ describe('time series', () => {
     expect(expectProblem(unknown, 422).errors).toEqual([{ line: 1, path: '/series', message: expect.any(String) }]);
   });
 
+  it('concurrent batches of the same points: each point stored once and announced once, whichever batch wrote it', async () => {
+    // Appends are COPYed straight in; a batch that meets a point another one stored falls back to
+    // the upsert (docs/adr/0034): three identical bodies at once, and a fourth overlapping them.
+    const line = (i: number, value = i) =>
+      JSON.stringify({ type: 'Machine', pk: `c${i % 10}`, series: 'cycles', time: iso(base + i * 1000), value });
+    const body = Array.from({ length: 1000 }, (_, i) => line(i)).join('\n');
+    const overlapping = Array.from({ length: 1000 }, (_, i) => line(i + 500, i < 500 ? i + 500 : -1)).join('\n');
+    const results = await Promise.all(
+      [body, body, body, overlapping].map((b) =>
+        s.dataCall('POST', `/v1/worlds/${W}/series`, { token: editor, body: b, headers: NDJSON }),
+      ),
+    );
+    for (const r of results) expect(r.statusCode, r.body).toBe(200);
+    const totals = results.map((r) => r.json() as { written: number; unchanged: number });
+    // 1,500 instants in all; the overlap's second half carries other values, which may land
+    // before or after the first bodies' (each write is whole; the last one wins).
+    const stored = (await Promise.all(Array.from({ length: 10 }, (_, k) => points(`c${k}`, 'cycles')))).flat();
+    expect(stored).toHaveLength(1500);
+    const written = totals.reduce((n, t) => n + t.written, 0);
+    expect(totals.reduce((n, t) => n + t.written + t.unchanged, 0)).toBe(4000);
+    // Every written point announced once: the events carry exactly what the answers say was written.
+    const count = (events: { event: { payload: unknown } }[]) =>
+      events
+        .map((r) => r.event.payload as { pk: string; points: { time: string }[] })
+        .filter((p) => /^c\d$/.test(p.pk))
+        .reduce((n, p) => n + p.points.length, 0);
+    const seen = await s.records('onto.series.points', (events) => count(events) >= written, 30_000);
+    expect(count(seen)).toBe(written);
+    expect(written).toBeGreaterThanOrEqual(1500);
+  });
+
   it('drops whole day partitions once past the longest retention, and keeps the rest', async () => {
     // cycles, running and mode keep their points forever: nothing may be dropped yet.
     const far = new Date(base + 30 * 86_400_000);

@@ -5,6 +5,7 @@
 import { copyField, copyLines, type FieldError, type Queryable, Unprocessable } from '@onto/shared';
 import type pg from 'pg';
 import type { Aggregate, StoredPoint } from './model.js';
+import type { SeriesPoints } from './write.js';
 
 /** Days whose partition exists, as far as this process knows (maintenance forgets dropped ones). */
 const knownDays = new Set<string>();
@@ -86,45 +87,81 @@ export async function seriesIds(
 
 export const seriesKey = (type: string, pk: string, series: string) => `${type}\u0000${pk}\u0000${series}`;
 
-export interface PointRow extends StoredPoint {
-  seriesId: number;
-}
+const UNIQUE_VIOLATION = '23505';
 
 /**
- * Writes points: COPYed into a staging table of the connection, then one statement adds a new
- * instant, replaces a known instant with another value (last write wins) and leaves a known
- * instant with the same value as it was (docs/adr/0034). Answers the points added or changed,
- * which are the ones to announce, by series then time. The points hold one point per instant.
+ * Writes a batch's points, grouped by series and in time order within each (series/write.ts),
+ * at `seq`, and answers the ones added or changed (the ones to announce): 'all', or their
+ * indexes per series (docs/adr/0034).
+ *
+ * Most batches only append: they are COPYed straight into series_points, as fast as a COPY can
+ * be. A point already stored makes that COPY fail on the primary key; it is then undone (to a
+ * savepoint) and the batch goes through a staging table and one upsert instead: a new instant
+ * is added, a known one with another value replaced (last write wins), a known one with the
+ * same value left as it was.
  */
-export async function upsertPoints(tx: pg.ClientBase, seq: number, points: PointRow[]): Promise<PointRow[]> {
-  if (points.length === 0) return [];
+export async function writePoints(
+  tx: pg.ClientBase,
+  seq: number,
+  groups: SeriesPoints[],
+): Promise<'all' | Map<SeriesPoints, number[]>> {
+  if (groups.length === 0) return 'all';
+  await tx.query('SAVEPOINT series_append');
+  try {
+    await copyLines(tx, 'series_points (series_id, time, seq, num, label)', pointLines(groups, String(seq)));
+    await tx.query('RELEASE SAVEPOINT series_append');
+    return 'all';
+  } catch (error) {
+    if ((error as { code?: string }).code !== UNIQUE_VIOLATION) throw error;
+    await tx.query('ROLLBACK TO SAVEPOINT series_append');
+  }
   // Kept by the connection, emptied at each commit: no catalogue churn per batch.
   await tx.query(
     `CREATE TEMP TABLE IF NOT EXISTS series_staging
        (series_id bigint, time timestamptz, num float8, label text, i int) ON COMMIT DELETE ROWS`,
   );
-  await copyLines(tx, 'series_staging (series_id, time, num, label, i)', stagingLines(points));
+  await copyLines(tx, 'series_staging (series_id, time, num, label, i)', pointLines(groups, null));
   // The staged rows are taken out by the statement itself (the table is empty for a next batch),
-  // and the changed points come back as their index in `points`: no timestamp parsed back.
+  // and the changed points come back as their index in the batch: no timestamp parsed back.
   const { rows } = await tx.query<{ i: number }>(
     `WITH staged AS (DELETE FROM series_staging RETURNING *),
      up AS (
        INSERT INTO series_points AS p (series_id, time, seq, num, label)
-       SELECT series_id, time, $1, num, label FROM staged
+       SELECT series_id, time, $1, num, label FROM staged ORDER BY series_id, time
        ON CONFLICT (series_id, time) DO UPDATE SET seq = excluded.seq, num = excluded.num, label = excluded.label
          WHERE (p.num, p.label) IS DISTINCT FROM (excluded.num, excluded.label)
        RETURNING series_id, time)
-     SELECT s.i FROM up JOIN staged s USING (series_id, time) ORDER BY s.series_id, s.time`,
+     SELECT s.i FROM up JOIN staged s USING (series_id, time) ORDER BY s.i`,
     [seq],
   );
-  return rows.map((r) => points[r.i] as PointRow);
+  // i runs over the groups in order, then over each group's points.
+  const changed = new Map<SeriesPoints, number[]>();
+  let g = 0;
+  let base = 0;
+  for (const { i } of rows) {
+    while (i >= base + (groups[g] as SeriesPoints).times.length) base += (groups[g++] as SeriesPoints).times.length;
+    const group = groups[g] as SeriesPoints;
+    let list = changed.get(group);
+    if (!list) {
+      list = [];
+      changed.set(group, list);
+    }
+    list.push(i - base);
+  }
+  return changed;
 }
 
-function* stagingLines(points: PointRow[]): Generator<string> {
-  for (let i = 0; i < points.length; i++) {
-    const p = points[i] as PointRow;
-    const label = p.label === null ? '\\N' : copyField(p.label);
-    yield `${p.seriesId}\t${p.time}\t${p.num === null ? '\\N' : p.num}\t${label}\t${i}\n`;
+/** COPY text of the points: into series_points with `seq`, or into series_staging with each point's index (seq null). */
+function* pointLines(groups: SeriesPoints[], seq: string | null): Generator<string> {
+  let n = 0;
+  for (const g of groups) {
+    const id = String(g.id);
+    for (let i = 0; i < g.times.length; i++, n++) {
+      const num = g.nums[i];
+      const label = g.labels[i];
+      const value = `${num === null || num === undefined ? '\\N' : num}\t${label === null || label === undefined ? '\\N' : copyField(label)}`;
+      yield seq === null ? `${id}\t${g.times[i]}\t${value}\t${n}\n` : `${id}\t${g.times[i]}\t${seq}\t${value}\n`;
+    }
   }
 }
 

@@ -8,7 +8,6 @@ import {
   NotFound,
   normaliseInstant,
   type ObjectType,
-  Outbox,
   PayloadTooLarge,
   problemResponses,
   Unprocessable,
@@ -16,15 +15,13 @@ import {
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import type { Origin } from '../events.js';
-import { inWorldTransaction, keyParam, originOf } from '../http.js';
+import { keyParam, originOf } from '../http.js';
 import { ndjsonLines } from '../ndjson.js';
 import { LIMITS } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { At, NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { resolveRef } from '../worlds/refs.js';
-import { seriesPointsWritten } from './events.js';
 import {
   AGGREGATES,
   type Aggregate,
@@ -35,20 +32,10 @@ import {
   pointValue,
   SERIES_LIMITS,
   type SeriesDef,
-  type StoredPoint,
   seriesOf,
 } from './model.js';
-import {
-  ensurePartitions,
-  nextSeq,
-  readPoints,
-  readRollup,
-  type SeriesSource,
-  seriesIdOf,
-  seriesIds,
-  seriesKey,
-  upsertPoints,
-} from './repository.js';
+import { readPoints, readRollup, type SeriesSource, seriesIdOf } from './repository.js';
+import { SeriesBatch, writeSeriesBatch } from './write.js';
 
 const NDJSON = 'application/x-ndjson';
 const errors = problemResponses(400, 401, 403, 404, 409, 413, 422, 503);
@@ -72,15 +59,6 @@ const WriteHeaders = Type.Object({
   ),
 });
 
-/** One checked point of one series of one object, with where it came from (for faults). */
-interface Pending {
-  type: string;
-  pk: string;
-  series: SeriesDef;
-  point: StoredPoint;
-  path: string;
-}
-
 /** The series a path names, or a 404 naming it. */
 function seriesNamed(type: ObjectType, name: string, world: string): SeriesDef {
   const series = seriesOf(type, name);
@@ -94,74 +72,6 @@ function seriesNamed(type: ObjectType, name: string, world: string): SeriesDef {
 function pastRetention(series: SeriesDef, time: string, now: number): string | undefined {
   if (series.retentionMs === undefined || Date.parse(time) >= now - series.retentionMs) return undefined;
   return `is older than the retention of ${series.name}`;
-}
-
-/**
- * Writes one batch in one transaction (all or nothing): the last point of each instant wins
- * within the batch; a repeated point changes nothing; the points that changed are announced,
- * one event per series (docs/adr/0028).
- */
-async function writeBatch(
-  app: FastifyInstance,
-  w: { worldId: string; schemaVersion: number; origin: Origin },
-  batch: Pending[],
-): Promise<{ written: number; unchanged: number; seq: number }> {
-  const byInstant = new Map<string, Pending>();
-  for (const p of batch) {
-    const key = `${seriesKey(p.type, p.pk, p.series.name)}\u0000${p.point.time}`;
-    byInstant.delete(key);
-    byInstant.set(key, p);
-  }
-  const points = [...byInstant.values()];
-  await ensurePartitions(
-    app.pg,
-    points.map((p) => ({ time: p.point.time, path: p.path })),
-  );
-  return inWorldTransaction(app.pg, w.worldId, async (tx) => {
-    const ctx = await worldContext(tx, w.worldId);
-    if (!ctx.provisioned) throw notProvisioned(w.worldId);
-    const keys = new Map(points.map((p) => [seriesKey(p.type, p.pk, p.series.name), p]));
-    const ids = await seriesIds(
-      tx,
-      w.worldId,
-      [...keys.values()].map((p) => ({ type: p.type, pk: p.pk, series: p.series.name })),
-    );
-    const seq = await nextSeq(tx, w.worldId);
-    const owners = new Map<number, Pending>();
-    const rows = points.map((p) => {
-      const seriesId = ids.get(seriesKey(p.type, p.pk, p.series.name)) as number;
-      owners.set(seriesId, p);
-      return { seriesId, ...p.point };
-    });
-    const changed = await upsertPoints(tx, seq, rows);
-    const messages = [];
-    for (let i = 0; i < changed.length; ) {
-      const seriesId = changed[i]?.seriesId as number;
-      let j = i;
-      while (j < changed.length && changed[j]?.seriesId === seriesId) j++;
-      const owner = owners.get(seriesId) as Pending;
-      const written = changed
-        .slice(i, j)
-        .map((p) => ({ time: p.time, value: pointValue(owner.series, p.num, p.label) }));
-      messages.push(
-        ...seriesPointsWritten(
-          {
-            worldId: w.worldId,
-            type: owner.type,
-            pk: owner.pk,
-            series: owner.series.name,
-            seq,
-            schemaVersion: w.schemaVersion,
-          },
-          written,
-          w.origin,
-        ),
-      );
-      i = j;
-    }
-    if (messages.length > 0) await new Outbox(tx, app.topicPrefix).add(messages);
-    return { written: changed.length, unchanged: points.length - changed.length, seq };
-  });
 }
 
 /** A query instant (`from`, `to`) as stored, or a 400 naming it. */
@@ -229,14 +139,14 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       const { type } = await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
       const series = seriesNamed(type, seriesName, world);
       const faults: FieldError[] = [];
-      const batch: Pending[] = [];
+      const batch = new SeriesBatch((i) => `/points/${i}`);
       const now = Date.now();
       request.body.points.forEach((raw, i) => {
         const path = `/points/${i}`;
         const point = checkPoint(series, raw, path, faults);
         const old = point && pastRetention(series, point.time, now);
         if (old) faults.push({ path: `${path}/time`, message: old });
-        else if (point) batch.push({ type: typeName, pk, series, point, path });
+        else if (point) batch.add(typeName, pk, series, point.time, point.num, point.label, i);
       });
       if (faults.length > 0) {
         throw new Unprocessable(
@@ -244,7 +154,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           faults.slice(0, SERIES_LIMITS.errors),
         );
       }
-      const result = await writeBatch(app, { worldId: world, schemaVersion: ctx.schemaVersion, origin }, batch);
+      const result = await writeSeriesBatch(app, { worldId: world, schemaVersion: ctx.schemaVersion, origin }, batch);
       if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);
       return result;
     },
@@ -304,8 +214,8 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       const now = Date.now();
       const totals = { lines: 0, written: 0, unchanged: 0, seq: 0 };
       let stored = 0;
-      let batch: Pending[] = [];
-      let lineOf: number[] = [];
+      const newBatch = () => new SeriesBatch((line) => `/${line}`);
+      let batch = newBatch();
       const faults: LineFault[] = [];
       let writing: Promise<void> = Promise.resolve();
       let failure: unknown;
@@ -313,11 +223,10 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       // overlap, and at most two batches are held.
       const flush = async () => {
         await writing;
-        const [mine, mineLines, upTo] = [batch, lineOf, totals.lines];
-        batch = [];
-        lineOf = [];
-        if (faults.length > 0 || failure !== undefined || mine.length === 0) return;
-        writing = writeBatch(app, w, mine).then(
+        const [mine, upTo] = [batch, totals.lines];
+        batch = newBatch();
+        if (faults.length > 0 || failure !== undefined || mine.size === 0) return;
+        writing = writeSeriesBatch(app, w, mine).then(
           (r) => {
             totals.written += r.written;
             totals.unchanged += r.unchanged;
@@ -328,8 +237,8 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
             // A fault found while writing (a point on too many new days) names its line.
             if (error instanceof Unprocessable && error.extensions.errors) {
               for (const e of error.extensions.errors) {
-                const index = Number(e.path.split('/')[1]);
-                faults.push({ line: mineLines[index] ?? 0, path: e.path.replace(/^\/\d+/, ''), message: e.message });
+                const line = Number(e.path.split('/')[1]);
+                faults.push({ line, path: e.path.replace(/^\/\d+/, ''), message: e.message });
               }
             } else failure = error;
           },
@@ -384,9 +293,8 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           const old = checked && pastRetention(series, checked.time, now);
           if (old) fault('/time', old);
           if (!checked || old) continue;
-          batch.push({ type: typeName as string, pk, series, point: checked, path: `/${batch.length}` });
-          lineOf.push(n);
-          if (batch.length >= SERIES_LIMITS.bulkBatch) await flush();
+          batch.add(typeName as string, pk, series, checked.time, checked.num, checked.label, n);
+          if (batch.size >= SERIES_LIMITS.bulkBatch) await flush();
           if (faults.length > 0 || failure !== undefined) break reading;
         }
       await flush();
