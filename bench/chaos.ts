@@ -834,52 +834,34 @@ async function check(
     }
   };
 
+  const outboxesEmpty = async () => {
+    for (const svc of ['control', 'data', 'intelligence'] as const) {
+      const [r] = await q(svc, 'SELECT count(*)::int AS n FROM outbox_pending');
+      if (r.n > 0) return false;
+    }
+    return true;
+  };
+  const running = async () =>
+    (
+      await q(
+        'intelligence',
+        `SELECT count(*)::int AS n FROM actions WHERE world_id = $1 AND status IN ('RUNNING','COMPENSATING')`,
+        [WORLD],
+      )
+    )[0].n as number;
   say('draining: waiting for every outbox to empty');
-  await waitFor(
-    'the outboxes to drain',
-    async () => {
-      for (const svc of ['control', 'data', 'intelligence'] as const) {
-        const [r] = await q(svc, 'SELECT count(*)::int AS n FROM outbox_pending');
-        if (r.n > 0) return false;
-      }
-      return true;
-    },
-    180_000,
-  );
+  await waitFor('the outboxes to drain', outboxesEmpty, 180_000);
 
   // An action's step reaches data through Kafka after intelligence's outbox has emptied, and a
   // step retried after a kill lands later still: data is read only once no action is running,
   // and once the outboxes its replies went through have emptied again.
   const actionBad: string[] = [];
-  const [running] = await q(
-    'intelligence',
-    `SELECT count(*)::int AS n FROM actions WHERE world_id = $1 AND status IN ('RUNNING','COMPENSATING')`,
-    [WORLD],
+  const stillRunning = await running();
+  if (stillRunning > 0) say(`${stillRunning} action(s) still running after the outboxes drained: waiting for them`);
+  await waitFor('the actions to finish', async () => (await running()) === 0, 60_000).catch((e) =>
+    actionBad.push(String(e)),
   );
-  if (running.n > 0) say(`${running.n} action(s) still running after the outboxes drained: waiting for them`);
-  await waitFor(
-    'the actions to finish',
-    async () =>
-      (
-        await q(
-          'intelligence',
-          `SELECT count(*)::int AS n FROM actions WHERE world_id = $1 AND status IN ('RUNNING','COMPENSATING')`,
-          [WORLD],
-        )
-      )[0].n === 0,
-    60_000,
-  ).catch((e) => actionBad.push(String(e)));
-  await waitFor(
-    'the outboxes to drain again',
-    async () => {
-      for (const svc of ['control', 'data', 'intelligence'] as const) {
-        const [r] = await q(svc, 'SELECT count(*)::int AS n FROM outbox_pending');
-        if (r.n > 0) return false;
-      }
-      return true;
-    },
-    60_000,
-  );
+  await waitFor('the outboxes to drain again', outboxesEmpty, 60_000);
 
   // 1. data: every acknowledged write at its version or a later one; nothing refused applied
   const heads = new Map<string, { version: number; seq: number; amount: number }>();
