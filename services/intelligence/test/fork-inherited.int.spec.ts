@@ -200,7 +200,14 @@ describe('inherited objects in a fork', () => {
     await s.until('a1 cleared in base', async () =>
       (await alerts('base', 'pk=a1&status=OPEN')).length === 0 ? true : undefined,
     );
-    expect(await alerts('alerting', 'pk=a1')).toMatchObject([{ status: 'OPEN', inherited: true, world: 'base' }]);
+    const [a1] = await alerts('alerting', 'pk=a1');
+    expect(a1).toMatchObject({ status: 'OPEN', inherited: true, world: 'base' });
+    // Read by its id in the child as the child lists it, and in the base as the base holds it now.
+    const one = await s.intelCall('GET', `/v1/worlds/alerting/alerts/${(a1 as { id: string }).id}`);
+    expect(one.statusCode, one.body).toBe(200);
+    expect(one.json()).toEqual(a1);
+    const inBase = await s.intelCall('GET', `/v1/worlds/base/alerts/${(a1 as { id: string }).id}`);
+    expect(inBase.json()).toMatchObject({ status: 'CLEARED', inherited: false });
 
     // Nothing in the child acted on them: the child has no alert of its own.
     expect((await alerts('alerting')).filter((a) => !a.inherited)).toEqual([]);

@@ -34,7 +34,7 @@ const inheritedView = ({ worldId, ...alert }: Alert) => ({ ...alert, inherited: 
  * A fork's alerts: its own, and its bases' that were open at the fork point (each base at its
  * point, docs/adr/0033) on objects no nearer world of the chain wrote by its point, and of
  * rules the fork has no open alert of on them — shown as they were then (OPEN). Ordered and
- * paged by id like the world's own.
+ * paged by id like the world's own; $10, when given, is the one alert id read.
  */
 const FORK_ALERTS = `SELECT * FROM (
     SELECT ${ALERT_COLUMNS}, false AS inherited FROM alerts
@@ -64,6 +64,7 @@ const FORK_ALERTS = `SELECT * FROM (
   WHERE ($3::text IS NULL OR rule = $3) AND ($4::text IS NULL OR "alertType" = $4)
     AND ($5::text IS NULL OR severity = $5) AND ($6::text IS NULL OR "objectType" = $6)
     AND ($7::text IS NULL OR pk = $7) AND ($8::uuid IS NULL OR id::uuid < $8)
+    AND ($10::text IS NULL OR id = $10)
   ORDER BY id::uuid DESC LIMIT $9`;
 
 /** `GET /v1/worlds/{world}/alerts` (filters, newest first, cursor) and `GET …/alerts/{id}`. */
@@ -136,6 +137,7 @@ export async function alertRoutes(fastify: FastifyInstance) {
           q.pk ?? null,
           keyset.after,
           q.limit + 1,
+          ...(forked ? [null] : []),
         ],
       );
       const { page, next } = keyset.page(rows);
@@ -163,10 +165,27 @@ export async function alertRoutes(fastify: FastifyInstance) {
         `SELECT ${ALERT_COLUMNS} FROM alerts WHERE world_id = $1 AND id = $2`,
         [world, id],
       );
-      const alert = rows[0];
+      let alert: (Alert & { inherited?: boolean }) | undefined = rows[0];
+      // In a fork, a base's alert it lists as inherited is read by its id too.
+      if (!alert && (await provisioned(app.pg, world)) && (await app.awaitBase(world)).kind !== 'none') {
+        const inherited = await app.pg.query<Alert & { inherited: boolean }>(FORK_ALERTS, [
+          world,
+          null,
+          null,
+          null,
+          null,
+          null,
+          null,
+          null,
+          1,
+          id,
+        ]);
+        alert = inherited.rows[0];
+      }
       if (!alert) throw new NotFound(`alert ${id} is not in ${world}`);
       await app.consistencyHeader(reply, world, watermark);
-      return view(alert);
+      const { inherited, ...a } = alert;
+      return inherited ? inheritedView(a) : view(a);
     },
   );
 }
