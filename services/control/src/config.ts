@@ -15,6 +15,13 @@ export const ConfigSchema = Type.Composite([
       description:
         "Required. 32 random bytes, base64 (openssl rand -base64 32) or hex, that seal the token-signing keys' private halves in control's database (AES-256-GCM, ADR 42); control refuses to boot when it does not open the stored keys",
     }),
+    ONTO_KEY_ENCRYPTION_KEY_PREVIOUS: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          'While rotating the key-encryption key: the one being replaced. At boot control opens the signing keys it sealed and seals them again under ONTO_KEY_ENCRYPTION_KEY; remove it once every replica runs with the new key (ADR 42)',
+      }),
+    ),
     SIGNING_KEY_MAX_AGE_SECONDS: Type.Integer({
       minimum: 0,
       maximum: 31_536_000,

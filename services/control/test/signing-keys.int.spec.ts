@@ -191,4 +191,58 @@ describe('control signing keys', () => {
       }
     }, ageing);
   });
+  it('rotates the key-encryption key: the keys sealed again under the new one at boot, the same keys signing', async () => {
+    // Many exchanges in a minute here: the limit of one token's exchanges is not what is tested.
+    const rate = { TOKEN_EXCHANGES_PER_MINUTE_PER_TOKEN: '100000', TOKEN_EXCHANGES_PER_MINUTE_PER_IP: '100000' };
+    const oldKek = testKeyEncryptionKey();
+    const newKek = randomBytes(32).toString('base64');
+    const sealedRows = async () =>
+      (
+        await db.query<{ kid: string; private_key_sealed: Buffer }>(
+          'SELECT kid, private_key_sealed FROM signing_keys WHERE private_key_sealed IS NOT NULL ORDER BY kid',
+        )
+      ).rows;
+    const before = await sealedRows();
+    expect(before.length).toBeGreaterThan(0);
+    const { kid: signing } = await withControl(exchange, rate);
+
+    // The new key alone opens nothing yet; a malformed previous one is named.
+    await expect(boot({ ONTO_KEY_ENCRYPTION_KEY: newKek })).rejects.toThrow(/ONTO_KEY_ENCRYPTION_KEY does not open/);
+    await expect(boot({ ONTO_KEY_ENCRYPTION_KEY: newKek, ONTO_KEY_ENCRYPTION_KEY_PREVIOUS: 'short' })).rejects.toThrow(
+      /ONTO_KEY_ENCRYPTION_KEY_PREVIOUS must be 32 random bytes/,
+    );
+    // Neither of two wrong keys: refused, naming both.
+    await expect(
+      boot({
+        ONTO_KEY_ENCRYPTION_KEY: newKek,
+        ONTO_KEY_ENCRYPTION_KEY_PREVIOUS: randomBytes(32).toString('base64'),
+      }),
+    ).rejects.toThrow(/neither ONTO_KEY_ENCRYPTION_KEY nor ONTO_KEY_ENCRYPTION_KEY_PREVIOUS/);
+    expect(await sealedRows()).toEqual(before); // nothing touched by the refused boots
+
+    // New and previous: every key sealed again under the new one, and the same key signs.
+    expect(
+      (
+        await withControl(exchange, {
+          ...rate,
+          ONTO_KEY_ENCRYPTION_KEY: newKek,
+          ONTO_KEY_ENCRYPTION_KEY_PREVIOUS: oldKek,
+        })
+      ).kid,
+    ).toBe(signing);
+    const after = await sealedRows();
+    expect(after.map((r) => r.kid)).toEqual(before.map((r) => r.kid));
+    for (const [i, row] of after.entries()) {
+      expect(row.private_key_sealed.equals(before[i]?.private_key_sealed as Buffer)).toBe(false);
+      expect(openPrivateKey(parseKeyEncryptionKey(newKek), row.kid, row.private_key_sealed).kty).toBe('OKP');
+      expect(() => openPrivateKey(parseKeyEncryptionKey(oldKek), row.kid, row.private_key_sealed)).toThrow();
+    }
+    // The previous key can go; the old one alone no longer boots.
+    expect((await withControl(exchange, { ...rate, ONTO_KEY_ENCRYPTION_KEY: newKek })).kid).toBe(signing);
+    await expect(boot()).rejects.toThrow(/ONTO_KEY_ENCRYPTION_KEY does not open/);
+
+    // And back, as the other tests here use the test KEK.
+    await withControl(exchange, { ...rate, ONTO_KEY_ENCRYPTION_KEY: oldKek, ONTO_KEY_ENCRYPTION_KEY_PREVIOUS: newKek });
+    expect((await withControl(exchange, rate)).kid).toBe(signing);
+  });
 });

@@ -14,13 +14,11 @@ const IV_BYTES = 12;
 const TAG_BYTES = 16;
 
 /** The KEK: 32 bytes as base64 (`openssl rand -base64 32`) or as 64 hexadecimal digits. */
-export function parseKeyEncryptionKey(text: string): Buffer {
+export function parseKeyEncryptionKey(text: string, name = 'ONTO_KEY_ENCRYPTION_KEY'): Buffer {
   const trimmed = text.trim();
   const bytes = /^[0-9a-f]{64}$/i.test(trimmed) ? Buffer.from(trimmed, 'hex') : Buffer.from(trimmed, 'base64');
   if (bytes.length !== 32 || (!/^[0-9a-f]{64}$/i.test(trimmed) && !/^[A-Za-z0-9+/_-]+={0,2}$/.test(trimmed))) {
-    throw new Error(
-      'ONTO_KEY_ENCRYPTION_KEY must be 32 random bytes, base64 (openssl rand -base64 32) or 64 hexadecimal digits',
-    );
+    throw new Error(`${name} must be 32 random bytes, base64 (openssl rand -base64 32) or 64 hexadecimal digits`);
   }
   return bytes;
 }

@@ -58,13 +58,16 @@ export class SigningKeys {
     private readonly topicPrefix: string,
     private readonly identityKey: KeyObject,
     private readonly kek: Buffer,
+    /** The KEK being rotated away from (ONTO_KEY_ENCRYPTION_KEY_PREVIOUS): keys it sealed are sealed again under `kek`. */
+    private readonly previousKek?: Buffer,
   ) {}
 
   /**
-   * At boot: seals private keys an earlier version stored in the clear, refuses to go on when the
-   * KEK does not open the stored ones, and makes a key when there is none.
+   * At boot: seals private keys an earlier version stored in the clear, seals again under the KEK
+   * the keys the previous KEK sealed (a KEK rotation), refuses to go on when neither opens a
+   * stored key, and makes a key when there is none.
    */
-  async prepare(): Promise<{ sealed: number }> {
+  async prepare(): Promise<{ sealed: number; resealed: number }> {
     const sealed = await transaction(this.pool, async (tx) => {
       const { rows } = await tx.query<{ kid: string; private_jwk: JWK }>(
         'SELECT kid, private_jwk FROM signing_keys WHERE private_jwk IS NOT NULL FOR UPDATE',
@@ -77,12 +80,41 @@ export class SigningKeys {
       }
       return rows.length;
     });
-    const { rows } = await this.pool.query<{ kid: string; private_key_sealed: Buffer }>(
-      'SELECT kid, private_key_sealed FROM signing_keys WHERE private_key_sealed IS NOT NULL',
-    );
-    for (const row of rows) openPrivateKey(this.kek, row.kid, row.private_key_sealed); // throws: boot refused
+    const resealed = await transaction(this.pool, async (tx) => {
+      // Locked, so that replicas booting at once each see the other's work, and reseal nothing twice.
+      const { rows } = await tx.query<{ kid: string; private_key_sealed: Buffer }>(
+        'SELECT kid, private_key_sealed FROM signing_keys WHERE private_key_sealed IS NOT NULL ORDER BY kid FOR UPDATE',
+      );
+      let n = 0;
+      for (const row of rows) {
+        const jwk = this.openEither(row.kid, row.private_key_sealed); // throws: boot refused
+        if (jwk.under === 'current') continue;
+        await tx.query('UPDATE signing_keys SET private_key_sealed = $2 WHERE kid = $1', [
+          row.kid,
+          sealPrivateKey(this.kek, row.kid, jwk.jwk),
+        ]);
+        n++;
+      }
+      return n;
+    });
     await this.active();
-    return { sealed };
+    return { sealed, resealed };
+  }
+
+  /** The JWK sealed in `sealed`, by the KEK or else the previous one; throws the KEK's error when neither opens it. */
+  private openEither(kid: string, sealed: Buffer): { jwk: JWK; under: 'current' | 'previous' } {
+    try {
+      return { jwk: openPrivateKey(this.kek, kid, sealed), under: 'current' };
+    } catch (error) {
+      if (!this.previousKek) throw error;
+      try {
+        return { jwk: openPrivateKey(this.previousKek, kid, sealed), under: 'previous' };
+      } catch {
+        throw new Error(
+          `neither ONTO_KEY_ENCRYPTION_KEY nor ONTO_KEY_ENCRYPTION_KEY_PREVIOUS opens the signing key ${kid} stored in control's database`,
+        );
+      }
+    }
   }
 
   /** The key that signs now: read on every call, so a rotation by another replica takes effect at once. */
@@ -183,7 +215,8 @@ export class SigningKeys {
   private async open(kid: string, sealed: Buffer): Promise<CryptoKey> {
     const known = this.opened.get(kid);
     if (known) return known;
-    const key = await importSigningKey(openPrivateKey(this.kek, kid, sealed));
+    // A key another replica has not sealed again yet opens with the previous KEK.
+    const key = await importSigningKey(this.openEither(kid, sealed).jwk);
     this.opened.set(kid, key);
     return key;
   }

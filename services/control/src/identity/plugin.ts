@@ -26,10 +26,15 @@ export default fp(
       app.topicPrefix,
       identityKey,
       parseKeyEncryptionKey(config.ONTO_KEY_ENCRYPTION_KEY),
+      config.ONTO_KEY_ENCRYPTION_KEY_PREVIOUS === undefined
+        ? undefined
+        : parseKeyEncryptionKey(config.ONTO_KEY_ENCRYPTION_KEY_PREVIOUS, 'ONTO_KEY_ENCRYPTION_KEY_PREVIOUS'),
     );
     // Refused at boot as well: stored keys the KEK does not open (a wrong or a new KEK).
-    const { sealed } = await signingKeys.prepare();
+    const { sealed, resealed } = await signingKeys.prepare();
     if (sealed > 0) app.log.info({ sealed }, 'sealed signing keys stored in the clear by an earlier version');
+    if (resealed > 0)
+      app.log.info({ resealed }, 'sealed the signing keys again under ONTO_KEY_ENCRYPTION_KEY (a KEK rotation)');
     const graceSeconds = config.SIGNING_KEY_GRACE_SECONDS ?? config.ACCESS_TOKEN_TTL_SECONDS;
     await app.register(authPlugin, { keys: new ControlKeyRing(app.pg), revocations: new ControlRevocations(app.pg) });
     await app.register(identityRoutes, {
