@@ -136,6 +136,40 @@ describe('derived properties and rules over windows of time series (docs/adr/002
     expect((await derived('m2'))?.samples?.value).toBe(2);
   });
 
+  it("in a fork, a window reads the base's points up to the fork point with the fork's own, not the base's later ones", async () => {
+    const put = await s.dataCall('PUT', `/v1/worlds/${W}/objects/Machine/m3`, {
+      body: { properties: { id: 'm3', limit: 1000 } },
+    });
+    expect(put.statusCode, put.body).toBe(201);
+    const t = (minutes: number) => Date.UTC(2026, 2, 1) + minutes * 60_000;
+    await points('m3', [
+      [t(0), 10],
+      [t(10), 20],
+    ]);
+    await until('m3', 'avgTemp', 15);
+    const forked = await s.controlCall('POST', '/v1/worlds', { body: { id: 'windows-fork', from: { world: W } } });
+    expect(forked.statusCode, forked.body).toBe(202);
+    await s.until('windows-fork READY', async () =>
+      (await s.controlCall('GET', '/v1/worlds/windows-fork')).json().status === 'READY' ? true : undefined,
+    );
+    const inFork = async () => {
+      const res = await s.intelCall('GET', '/v1/worlds/windows-fork/objects/Machine/m3');
+      return res.statusCode === 200 ? (res.json().derived as Record<string, { value: unknown }>) : undefined;
+    };
+    // The base moves on after the fork point; the fork writes a point of its own.
+    await points('m3', [[t(20), 100]]);
+    await until('m3', 'avgTemp', (10 + 20 + 100) / 3);
+    const own = await s.dataCall('POST', '/v1/worlds/windows-fork/series/Machine/m3/temperature', {
+      body: { points: [{ time: new Date(t(30)).toISOString(), value: 30 }] },
+    });
+    expect(own.statusCode, own.body).toBe(200);
+    // 10 and 20 from the base, 30 of its own: not 30 alone, and not the base's 100.
+    await s.until('the fork window over the chain', async () =>
+      (await inFork())?.avgTemp?.value === 20 ? true : undefined,
+    );
+    expect((await derived('m3'))?.avgTemp?.value).toBe((10 + 20 + 100) / 3);
+  });
+
   it('refuses windows over what is not a numeric series, and durations that are not ones', async () => {
     for (const [aggregates, path] of [
       [{ a: { function: 'avg', series: 'mode', window: '1h' } }, '/aggregates/a/function'],

@@ -427,7 +427,7 @@ export class Evaluation {
     };
   }
 
-  /** A window of an object's own series, ending at its latest point (docs/adr/0028). */
+  /** A window of an object's own series, ending at its latest point (docs/adr/0028); in a fork, up the chain. */
   private windowStatement(spec: AggregateSpec, pks: string[]): Statement {
     const fn =
       spec.function === 'count'
@@ -435,6 +435,30 @@ export class Evaluation {
         : spec.function === 'avg'
           ? 'avg(p.num)::float8'
           : `${spec.function}(p.num::numeric)::text`;
+    const values = [this.world, spec.targetType, spec.series, pks, spec.windowMs];
+    if (this.forked) {
+      // Through the chain (docs/adr/0033): the fork's own points, and each base's written by its
+      // fork point, the nearest world's winning an instant; the window ends at the latest of them.
+      return {
+        text: `WITH p AS (
+           SELECT k.pk, x.time, x.num, x.seq
+             FROM unnest($4::text[]) AS k(pk)
+            CROSS JOIN LATERAL (
+              SELECT DISTINCT ON (r.time) r.time, r.num, r.seq
+                FROM rm_chain($1) c
+                JOIN rm_series_points r
+                  ON r.world_id = c.world_id AND r.type = $2 AND r.pk = k.pk AND r.series = $3
+                 AND (c.point IS NULL OR r.seq <= c.point)
+               ORDER BY r.time, c.depth
+            ) x
+         )
+         SELECT p.pk, count(*)::int AS n, max(p.seq)::text AS seq, ${fn} AS v, true AS ints
+           FROM p JOIN (SELECT pk, max(time) AS last FROM p GROUP BY pk) m USING (pk)
+          WHERE p.time > m.last - make_interval(secs => $5::float8 / 1000)
+          GROUP BY p.pk`,
+        values,
+      };
+    }
     return {
       text: `SELECT k.pk, count(*)::int AS n, max(p.seq)::text AS seq, ${fn} AS v, true AS ints
          FROM unnest($4::text[]) AS k(pk)
@@ -444,7 +468,7 @@ export class Evaluation {
            ON p.world_id = $1 AND p.type = $2 AND p.pk = k.pk AND p.series = $3
           AND p.time > m.last - make_interval(secs => $5::float8 / 1000)
         GROUP BY k.pk`,
-      values: [this.world, spec.targetType, spec.series, pks, spec.windowMs],
+      values,
     };
   }
 
