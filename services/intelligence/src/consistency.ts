@@ -23,6 +23,8 @@ declare module 'fastify' {
      * has applied version v; else 503 with Retry-After. Answers the watermark it saw.
      */
     awaitConsistency(request: FastifyRequest, worldId: string): Promise<number>;
+    /** Waits (bounded, then 503) until intelligence has applied the world's data up to write n, itself or through its chain. */
+    awaitDataApplied(worldId: string, n: number): Promise<number>;
     /** Sets `X-Consistency-Token: data=<watermark>` — what this answer reflects of data. */
     consistencyHeader(reply: FastifyReply, worldId: string, watermark?: number): Promise<void>;
     /** The world's base (docs/adr/0033), waiting (bounded) while a fork's commit is not recorded yet. */
@@ -82,8 +84,10 @@ export default fp(
       }
       if (token.control !== undefined) await app.schemaReplica.awaitVersion(worldId, token.control);
       if (token.data === undefined) return dataWatermark(pool, worldId);
-      const wanted = token.data;
-      return awaitApplied(
+      return awaitData(worldId, token.data);
+    });
+    const awaitData = (worldId: string, wanted: number) =>
+      awaitApplied(
         async () => {
           const own = await dataWatermark(pool, worldId);
           // A write the fork inherits (a base's, at or before the fork point) is covered when
@@ -93,10 +97,9 @@ export default fp(
         },
         wanted,
         { boundMs: opts.waitBoundMs, poll: { initialMs: 5, maxMs: 100 } },
-        (have) =>
-          `intelligence has applied data of ${worldId} up to write ${have}, not yet ${token.data}; retry shortly`,
+        (have) => `intelligence has applied data of ${worldId} up to write ${have}, not yet ${wanted}; retry shortly`,
       );
-    });
+    app.decorate('awaitDataApplied', awaitData);
     app.decorate('awaitBase', (worldId: string) => awaitBase(pool, worldId, opts.waitBoundMs));
     app.decorate('consistencyHeader', async (reply: FastifyReply, worldId: string, watermark?: number) => {
       reply.header('x-consistency-token', `data=${watermark ?? (await dataWatermark(pool, worldId))}`);

@@ -156,6 +156,45 @@ describe('inherited objects in a fork', () => {
     expect(await derived('past', 'p2')).toBe(404);
   }, 120_000);
 
+  it('reads an object and its derived values at a data commit (?at=), in a world and in a fork', async () => {
+    const commit = () => Number(/data=(\d+)/.exec(token)?.[1]);
+    const at = (world: string, n: number | string, path = '') =>
+      s.intelCall('GET', `/v1/worlds/${world}/objects/Customer/h1${path}?at=${n}`);
+    await customer('base', 'h1', 10);
+    const v1 = commit();
+    await until('base', 'h1', { doubled: 20 });
+    await customer('base', 'h1', 30);
+    const v2 = commit();
+    await until('base', 'h1', { doubled: 60 });
+
+    expect((await at('base', v1)).json()).toMatchObject({
+      version: 1,
+      properties: { creditLimit: 10 },
+      derived: { doubled: { value: 20 } },
+    });
+    expect((await at('base', v1, '/derived')).json()).toMatchObject({
+      version: 1,
+      derived: { doubled: { value: 20 } },
+    });
+    expect((await at('base', v2)).json()).toMatchObject({ version: 2, derived: { doubled: { value: 60 } } });
+    expect((await s.intelCall('GET', '/v1/worlds/base/objects/Customer/h1')).json()).toMatchObject({ version: 2 });
+    // Before it was written: not there.
+    expect((await at('base', v1 - 1)).statusCode).toBe(404);
+
+    // A fork: before its fork point it has no commits; at its own write, its own version.
+    await fork('history', 'base');
+    await customer('history', 'h1', 5);
+    const v3 = commit();
+    await until('history', 'h1', { doubled: 10 });
+    expect((await at('history', v3)).json()).toMatchObject({ version: 3, derived: { doubled: { value: 10 } } });
+    const before = await at('history', v1);
+    expect(before.statusCode, before.body).toBe(422);
+    expect(before.json().errors[0].path).toBe('querystring/at');
+    const malformed = await at('history', 'yesterday');
+    expect(malformed.statusCode).toBe(400);
+    expect(malformed.body).toContain('at');
+  }, 120_000);
+
   it('a fork of a fork reads each base at its own fork point', async () => {
     await customer('base', 'g1', 1);
     await customer('base', 'g2', 2);

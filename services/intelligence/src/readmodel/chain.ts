@@ -66,8 +66,8 @@ export interface ChainObject {
 }
 
 /**
- * One object through the chain with its derived values, in one statement; undefined when absent
- * or deleted at the deciding world. Per name, a value is the nearest world's by its point, and is
+ * One object through the chain with its derived values, in one statement, now or at a data
+ * commit; undefined when absent or deleted at the deciding world. Per name, a value is the nearest world's by its point, and is
  * current when the fork's own definition of that name has the version it was computed by.
  */
 export async function inheritedObject(
@@ -75,7 +75,11 @@ export async function inheritedObject(
   worldId: string,
   type: string,
   pk: string,
+  /** A data commit to read the world at (`?at=`, migration 015); absent: now. */
+  commit?: number,
 ): Promise<{ object: ChainObject; values: StoredValue[] } | undefined> {
+  const params = commit === undefined ? [worldId, type, pk] : [worldId, type, pk, commit];
+  const args = commit === undefined ? '$1, $2, $3' : '$1, $4::bigint, $2, $3';
   const { rows } = await db.query<{
     world: string;
     version: number;
@@ -91,10 +95,10 @@ export async function inheritedObject(
                       'sourceVersion', v.source_version, 'sourceSeq', v.source_seq, 'sources', v.sources,
                       'current', coalesce(d.state = 'valid' AND v.definition_version = d.version
                                           AND v.computed_at >= d.valid_since, false)) ORDER BY v.name), '[]')
-               FROM rm_derived_at($1, $2, $3) v
+               FROM rm_derived_at(${args}) v
                LEFT JOIN derived_definitions d ON d.world_id = $1 AND d.name = v.name) AS values
-       FROM rm_object_at($1, $2, $3) o`,
-    [worldId, type, pk],
+       FROM rm_object_at(${args}) o`,
+    params,
   );
   const row = rows[0];
   if (!row || row.deleted) return undefined;

@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { NotFound, setOwn, WORLD_ID } from '@onto/shared';
+import { NotFound, setOwn, Unprocessable, WORLD_ID } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listDerived, valuesOf } from '../derived/repository.js';
@@ -67,11 +67,16 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     return inheritedObject(app.pg, world, type, pk);
   }
 
-  async function read(world: string, type: string, pk: string) {
-    const [found, definitions] = await Promise.all([find(world, type, pk), listDerived(app.pg, world)]);
+  async function read(world: string, type: string, pk: string, at?: number) {
+    const [found, definitions] = await Promise.all([
+      at === undefined ? find(world, type, pk) : inheritedObject(app.pg, world, type, pk, at),
+      listDerived(app.pg, world),
+    ]);
     if (!found) {
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
-      throw new NotFound(`${type} ${pk} is not in the read model of ${world}`);
+      throw new NotFound(
+        `${type} ${pk} is not in the read model of ${world}${at === undefined ? '' : ` at commit ${at}`}`,
+      );
     }
     const { object, values } = found;
     const byName = new Map(values.map((v) => [v.name, v]));
@@ -100,12 +105,40 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     request: FastifyRequest,
     reply: FastifyReply,
     { world, type, pk }: Static<typeof Params>,
+    atText: string | undefined,
   ) {
     const watermark = await app.awaitConsistency(request, world);
-    const found = await read(world, type, pk);
+    let at: number | undefined;
+    if (atText !== undefined) {
+      at = Number(atText);
+      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      // A fork has no commits before its fork point (as data answers).
+      const base = await app.awaitBase(world);
+      if (base.kind === 'known' && at < base.seq) {
+        throw new Unprocessable(
+          `${world} was forked from ${base.world} at commit ${base.seq}: it has no commit ${at}`,
+          [{ path: 'querystring/at', message: `must be at or after the fork point, ${base.seq}` }],
+        );
+      }
+      // What intelligence held at n is known once it has applied the world's data up to n.
+      await app.awaitDataApplied(world, at);
+    }
+    const found = await read(world, type, pk, at);
     await app.consistencyHeader(reply, world, watermark);
     return found;
   }
+  const At = Type.Object(
+    {
+      at: Type.Optional(
+        Type.String({
+          pattern: '^[0-9]{1,15}$',
+          description:
+            "read at a data commit (the n of X-Consistency-Token: data=<n>, or a version's seq in data's history): the object and its derived values as intelligence held them once it had applied the world's data up to n; waits, bounded, until it has. Instants and tags are resolved by data and control.",
+        }),
+      ),
+    },
+    { additionalProperties: false },
+  );
 
   app.get(
     '/v1/worlds/:world/objects/:type/:pk',
@@ -118,6 +151,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
           'X-Consistency-Token: data=<seq> (from a write in data) waits, bounded, until intelligence has applied data up to that write.',
         params: Params,
         headers: ReadHeaders,
+        querystring: At,
         response: {
           200: Type.Object({
             type: Type.String(),
@@ -133,7 +167,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     },
     async (request, reply) => {
       const { type, pk } = request.params;
-      const { object, derived } = await readConsistent(request, reply, request.params);
+      const { object, derived } = await readConsistent(request, reply, request.params, request.query.at);
       return { type, pk, version: object.version, seq: object.seq, properties: object.properties, derived };
     },
   );
@@ -147,6 +181,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
         summary: "An object's derived values, each with the source versions it was computed from",
         params: Params,
         headers: ReadHeaders,
+        querystring: At,
         response: {
           200: Type.Object({ type: Type.String(), pk: Type.String(), version: Type.Integer(), derived: Derived }),
           ...errors,
@@ -155,7 +190,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     },
     async (request, reply) => {
       const { type, pk } = request.params;
-      const { object, derived } = await readConsistent(request, reply, request.params);
+      const { object, derived } = await readConsistent(request, reply, request.params, request.query.at);
       return { type, pk, version: object.version, derived };
     },
   );
