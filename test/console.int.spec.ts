@@ -186,6 +186,8 @@ describe('the console in a browser', () => {
     // v1 was written in shop before the fork: it is read there, at its commit, read only.
     await history.getByRole('link', { name: 'Read v1 in shop' }).click();
     await page.getByText('Version 1').waitFor();
+    // intelligence's derived values are read at the same commit (Order has none: its answer is there, empty)
+    await page.getByText('No derived properties on Order.').waitFor();
     expect(await page.getByTestId('prop-amount').count()).toBe(0);
     expect(page.url()).toContain('#/w/shop/object/Order/o-1/');
     await page.goBack();

@@ -154,8 +154,8 @@ function ObjectPage({ world, type, pk, initialAt }: { world: string; type: strin
           string,
           { value: unknown; stale: boolean; computedAt: string | null; error: { message: string } | null }
         >;
-      }>('intelligence', `${path}/derived`),
-    [path],
+      }>('intelligence', at ? `${path}/derived?at=${enc(at)}` : `${path}/derived`),
+    [path, at],
   );
   const [edits, setEdits] = useState<Record<string, string>>({});
   const [editError, setEditError] = useState<unknown>(undefined);
