@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { enc, get, may, send } from './api.js';
-import { Action, ProblemView, Section, statusClass, useLoad, Value } from './ui.js';
+import { Action, ProblemView, Section, statusClass, useLoad, Value, WorldSelect } from './ui.js';
 import type { World } from './worlds.js';
 
 interface Conflict {
@@ -245,16 +245,7 @@ export function Merges({ world, selected }: { world: string; selected?: string |
       {may(world, 'owner') ? (
         <Section title={`Merge into ${world}`}>
           <form class="row" onSubmit={(e) => e.preventDefault()}>
-            <label>
-              Source world
-              <select value={source} onChange={(e) => setSource(e.currentTarget.value)} name="source">
-                {others.map((w) => (
-                  <option key={w.id} value={w.id}>
-                    {w.id}
-                  </option>
-                ))}
-              </select>
-            </label>
+            <WorldSelect label="Source world" worlds={others} value={source} onChange={setSource} name="source" />
             <label>
               Strategy
               <select value={strategy} onChange={(e) => setStrategy(e.currentTarget.value)} name="strategy">

@@ -100,3 +100,33 @@ export function Section(props: { title: string; children: ComponentChildren }) {
 }
 
 export const statusClass = (status: string) => `badge badge-${status.toLowerCase()}`;
+
+/** A labelled <select> of world ids: `none` first when given (its value ''), then `worlds`. */
+export function WorldSelect(props: {
+  label: string;
+  worlds: Array<{ id: string }>;
+  value: string;
+  onChange: (id: string) => void;
+  name: string;
+  none?: string;
+  testid?: string;
+}) {
+  return (
+    <label>
+      {props.label}
+      <select
+        value={props.value}
+        onChange={(e) => props.onChange(e.currentTarget.value)}
+        name={props.name}
+        data-testid={props.testid}
+      >
+        {props.none !== undefined ? <option value="">{props.none}</option> : null}
+        {props.worlds.map((w) => (
+          <option key={w.id} value={w.id}>
+            {w.id}
+          </option>
+        ))}
+      </select>
+    </label>
+  );
+}

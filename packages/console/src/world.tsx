@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { enc, get, may, request, send } from './api.js';
 import { Merges } from './merge.js';
-import { Action, ProblemView, Section, statusClass, useLoad, Value } from './ui.js';
+import { Action, ProblemView, Section, statusClass, useLoad, Value, WorldSelect } from './ui.js';
 
 interface PropertyDef {
   type: string;
@@ -429,17 +429,15 @@ function DiffView({ world }: { world: string }) {
   );
   return (
     <Section title={`Diff of ${world}`}>
-      <label>
-        Against world
-        <select value={against} onChange={(e) => setAgainst(e.currentTarget.value)} data-testid="diff-against">
-          <option value="">— pick a world —</option>
-          {(worlds.data?.worlds ?? [])
-            .filter((w) => w.id !== world)
-            .map((w) => (
-              <option key={w.id}>{w.id}</option>
-            ))}
-        </select>
-      </label>
+      <WorldSelect
+        label="Against world"
+        worlds={(worlds.data?.worlds ?? []).filter((w) => w.id !== world)}
+        value={against}
+        onChange={setAgainst}
+        name="against"
+        none="— pick a world —"
+        testid="diff-against"
+      />
       <ProblemView error={diff.error ?? worlds.error} />
       {diff.data ? (
         <table data-testid="diff">

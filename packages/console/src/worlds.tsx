@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
 import { enc, get, may, send } from './api.js';
-import { Action, ProblemView, Section, statusClass, useLoad } from './ui.js';
+import { Action, ProblemView, Section, statusClass, useLoad, WorldSelect } from './ui.js';
 
 export interface World {
   id: string;
@@ -102,17 +102,14 @@ export function Worlds() {
               Id
               <input value={id} onInput={(e) => setId(e.currentTarget.value)} name="id" required />
             </label>
-            <label>
-              Fork from (optional)
-              <select value={from} onChange={(e) => setFrom(e.currentTarget.value)} name="from">
-                <option value="">— a new, empty world —</option>
-                {list.map((w) => (
-                  <option key={w.id} value={w.id}>
-                    {w.id}
-                  </option>
-                ))}
-              </select>
-            </label>
+            <WorldSelect
+              label="Fork from (optional)"
+              worlds={list}
+              value={from}
+              onChange={setFrom}
+              name="from"
+              none="— a new, empty world —"
+            />
             <label>
               At ref (commit, instant or tag; empty: now)
               <input value={ref} onInput={(e) => setRef(e.currentTarget.value)} name="ref" />
