@@ -4,6 +4,7 @@ import {
   inboxReleaseRoute,
   newEvent,
   Outbox,
+  type OutboxMessage,
   outboxSetAsideRoutes,
   problemResponses,
   recordAudit,
@@ -13,6 +14,7 @@ import {
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type pg from 'pg';
 import { linkPk, type Origin } from '../events.js';
 import { inWorldTransaction, originOf } from '../http.js';
 import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
@@ -43,12 +45,22 @@ interface HeadRow {
 }
 
 /**
- * Re-announces each live object of a type as `object.announced` with its current version, in
- * transactions of ANNOUNCE_BATCH objects; answers how many. The admin recount's and the checker's
- * repair (objects.recount.requested).
+ * The loop both announcers share: a transaction per page of ANNOUNCE_BATCH rows in keyset order,
+ * each checking the world (and the type, by `checkType`) at the schema version it holds, reading
+ * the page after `after` and enqueuing one event per row; answers how many rows were announced.
  */
-export async function announceObjects(app: FastifyInstance, world: string, type: string, origin: Origin) {
-  let after = '';
+async function announcePages<Row, Cursor>(
+  app: FastifyInstance,
+  world: string,
+  first: Cursor,
+  page: {
+    checkType: (tx: pg.PoolClient, schemaVersion: number) => Promise<unknown>;
+    read: (tx: pg.PoolClient, after: Cursor) => Promise<Row[]>;
+    event: (row: Row) => OutboxMessage;
+    next: (row: Row) => Cursor;
+  },
+): Promise<number> {
+  let after = first;
   let announced = 0;
   for (;;) {
     const batch = await inWorldTransaction(app.pg, world, async (tx) => {
@@ -58,48 +70,62 @@ export async function announceObjects(app: FastifyInstance, world: string, type:
         [world],
       );
       if (!ctx[0]?.provisioned) throw notProvisioned(world);
-      await objectTypeOf(app, tx, world, type, ctx[0].schema_version);
-      const { rows } = await tx.query<HeadRow>(
-        `SELECT pk, version::text, seq::text, properties, schema_version FROM object_heads
-          WHERE world_id = $1 AND type = $2 AND NOT deleted AND pk > $3
-          ORDER BY pk LIMIT $4`,
-        [world, type, after, ANNOUNCE_BATCH],
-      );
-      if (rows.length === 0) return rows;
-      await new Outbox(tx, app.topicPrefix).add(
-        rows.map((row) => {
-          const key = TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk });
-          return {
-            event: newEvent({
-              type: 'object.announced',
-              worldId: world,
-              key,
-              version: Number(row.version),
-              producer: 'data',
-              producerSeq: Number(row.seq),
-              causedBy: origin.causedBy,
-              payload: {
-                type,
-                pk: row.pk,
-                version: Number(row.version),
-                after: row.properties,
-                actor: origin.actor,
-                requestId: origin.requestId,
-                schemaVersion: row.schema_version,
-              },
-            }),
-            key,
-            headers: { 'x-request-id': origin.requestId },
-          };
-        }),
-      );
+      await page.checkType(tx, ctx[0].schema_version);
+      const rows = await page.read(tx, after);
+      if (rows.length > 0) await new Outbox(tx, app.topicPrefix).add(rows.map(page.event));
       return rows;
     });
     announced += batch.length;
     const last = batch.at(-1);
-    if (!last || batch.length < ANNOUNCE_BATCH) return announced;
-    after = last.pk;
+    if (last === undefined || batch.length < ANNOUNCE_BATCH) return announced;
+    after = page.next(last);
   }
+}
+
+/**
+ * Re-announces each live object of a type as `object.announced` with its current version, in
+ * transactions of ANNOUNCE_BATCH objects; answers how many. The admin recount's and the checker's
+ * repair (objects.recount.requested).
+ */
+export function announceObjects(app: FastifyInstance, world: string, type: string, origin: Origin) {
+  return announcePages<HeadRow, string>(app, world, '', {
+    checkType: (tx, schemaVersion) => objectTypeOf(app, tx, world, type, schemaVersion),
+    read: async (tx, after) =>
+      (
+        await tx.query<HeadRow>(
+          `SELECT pk, version::text, seq::text, properties, schema_version FROM object_heads
+            WHERE world_id = $1 AND type = $2 AND NOT deleted AND pk > $3
+            ORDER BY pk LIMIT $4`,
+          [world, type, after, ANNOUNCE_BATCH],
+        )
+      ).rows,
+    event: (row) => {
+      const key = TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk });
+      return {
+        event: newEvent({
+          type: 'object.announced',
+          worldId: world,
+          key,
+          version: Number(row.version),
+          producer: 'data',
+          producerSeq: Number(row.seq),
+          causedBy: origin.causedBy,
+          payload: {
+            type,
+            pk: row.pk,
+            version: Number(row.version),
+            after: row.properties,
+            actor: origin.actor,
+            requestId: origin.requestId,
+            schemaVersion: row.schema_version,
+          },
+        }),
+        key,
+        headers: { 'x-request-id': origin.requestId },
+      };
+    },
+    next: (row) => row.pk,
+  });
 }
 
 interface LinkHeadRow {
@@ -116,60 +142,51 @@ interface LinkHeadRow {
  * transactions of ANNOUNCE_BATCH links; answers how many. The admin link recount's and the
  * checker's repair (links.recount.requested). Only the world's own link heads, as for objects.
  */
-export async function announceLinks(app: FastifyInstance, world: string, linkType: string, origin: Origin) {
-  let after = { from: '', to: '' };
-  let announced = 0;
-  for (;;) {
-    const batch = await inWorldTransaction(app.pg, world, async (tx) => {
-      const { rows: ctx } = await tx.query<{ provisioned: boolean; schema_version: number }>(
-        `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
-                (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version`,
-        [world],
-      );
-      if (!ctx[0]?.provisioned) throw notProvisioned(world);
-      await linkTypeOf(app, tx, world, linkType, ctx[0].schema_version);
-      const { rows } = await tx.query<LinkHeadRow>(
-        `SELECT from_pk, to_pk, from_type, to_type, version::text, seq::text FROM link_heads
-          WHERE world_id = $1 AND link_type = $2 AND NOT deleted AND (from_pk, to_pk) > ($3, $4)
-          ORDER BY from_pk, to_pk LIMIT $5`,
-        [world, linkType, after.from, after.to, ANNOUNCE_BATCH],
-      );
-      if (rows.length === 0) return rows;
-      await new Outbox(tx, app.topicPrefix).add(
-        rows.map((row) => {
-          const pk = linkPk(row.from_pk, row.to_pk);
-          const key = TOPICS['onto.changes.links'].key({ worldId: world, linkType, linkPk: pk });
-          return {
-            event: newEvent({
-              type: 'link.announced',
-              worldId: world,
-              key,
-              version: Number(row.version),
-              producer: 'data',
-              producerSeq: Number(row.seq),
-              causedBy: origin.causedBy,
-              payload: {
-                type: linkType,
-                pk,
-                from: { type: row.from_type, pk: row.from_pk },
-                to: { type: row.to_type, pk: row.to_pk },
-                version: Number(row.version),
-                actor: origin.actor,
-                requestId: origin.requestId,
-              },
-            }),
+export function announceLinks(app: FastifyInstance, world: string, linkType: string, origin: Origin) {
+  return announcePages<LinkHeadRow, { from: string; to: string }>(
+    app,
+    world,
+    { from: '', to: '' },
+    {
+      checkType: (tx, schemaVersion) => linkTypeOf(app, tx, world, linkType, schemaVersion),
+      read: async (tx, after) =>
+        (
+          await tx.query<LinkHeadRow>(
+            `SELECT from_pk, to_pk, from_type, to_type, version::text, seq::text FROM link_heads
+            WHERE world_id = $1 AND link_type = $2 AND NOT deleted AND (from_pk, to_pk) > ($3, $4)
+            ORDER BY from_pk, to_pk LIMIT $5`,
+            [world, linkType, after.from, after.to, ANNOUNCE_BATCH],
+          )
+        ).rows,
+      event: (row) => {
+        const pk = linkPk(row.from_pk, row.to_pk);
+        const key = TOPICS['onto.changes.links'].key({ worldId: world, linkType, linkPk: pk });
+        return {
+          event: newEvent({
+            type: 'link.announced',
+            worldId: world,
             key,
-            headers: { 'x-request-id': origin.requestId },
-          };
-        }),
-      );
-      return rows;
-    });
-    announced += batch.length;
-    const last = batch.at(-1);
-    if (!last || batch.length < ANNOUNCE_BATCH) return announced;
-    after = { from: last.from_pk, to: last.to_pk };
-  }
+            version: Number(row.version),
+            producer: 'data',
+            producerSeq: Number(row.seq),
+            causedBy: origin.causedBy,
+            payload: {
+              type: linkType,
+              pk,
+              from: { type: row.from_type, pk: row.from_pk },
+              to: { type: row.to_type, pk: row.to_pk },
+              version: Number(row.version),
+              actor: origin.actor,
+              requestId: origin.requestId,
+            },
+          }),
+          key,
+          headers: { 'x-request-id': origin.requestId },
+        };
+      },
+      next: (row) => ({ from: row.from_pk, to: row.to_pk }),
+    },
+  );
 }
 
 /**
