@@ -1,6 +1,8 @@
 -- Reads at a data commit (`?at=<n>`, as data's reads take it): the world read at n, then each
 -- base at the smaller of its fork point and n. The same as rm_chain, rm_object_at and
--- rm_derived_at (migration 014) with the world's own point given; NULL reads its heads.
+-- rm_derived_at (migration 014) with the world's own point given; NULL reads its heads. Those
+-- three stay as they are rather than call these: every read of a fork's inherited object goes
+-- through them, and their plans are the ones measured (bench/RESULTS.md, intelligence-fork-reads).
 CREATE FUNCTION rm_chain_at(w text, c bigint) RETURNS TABLE (world_id text, point bigint, depth integer)
 LANGUAGE sql STABLE AS $$
   WITH RECURSIVE ch(world_id, point, depth) AS (
