@@ -41,7 +41,7 @@ interface ReplicaService {
 }
 
 /** The service as server.ts builds it, plus probe routes that need a role in a world or admin. */
-export async function buildWithProbes(service: ReplicaService, prefix: string) {
+export async function buildWithProbes(service: ReplicaService, prefix: string, env: Record<string, string> = {}) {
   const endpoints = testEndpoints();
   const db = await createTestDatabase(endpoints.postgresUrl, service.migrations);
   const config = loadConfig(service.schema, {
@@ -52,6 +52,7 @@ export async function buildWithProbes(service: ReplicaService, prefix: string) {
     ONTO_TOPIC_PREFIX: prefix,
     IDENTITY_MAX_LAG_MS: String(BOUND_MS), // the strict mode: these tests assert failing closed (ADR 22)
     ...testIdentityEnv(),
+    ...env,
   }) as { LOG_LEVEL: string };
   const app = Fastify(fastifyOptions(config));
   await app.register(service.app, { config: config as never });
@@ -226,7 +227,11 @@ export function describeIdentityReplica(service: ReplicaService) {
       return metric?.values.find((v) => v.labels.reason === reason)?.value ?? 0;
     }
     /** Produces an identity event as anyone with access to the topic could: a plain kafkajs client. */
-    async function produceAsStranger(type: 'identity.keys.published' | 'identity.heartbeat', payload: object) {
+    async function produceAsStranger(
+      type: 'identity.keys.published' | 'identity.heartbeat',
+      payload: object,
+      topicPrefix = prefix,
+    ) {
       const key = type === 'identity.heartbeat' ? HEARTBEAT_KEY : 'keys';
       const event = newEvent({
         type,
@@ -243,7 +248,7 @@ export function describeIdentityReplica(service: ReplicaService) {
       await producer.connect();
       try {
         await producer.send({
-          topic: physicalTopic(prefix, 'onto.identity'),
+          topic: physicalTopic(topicPrefix, 'onto.identity'),
           messages: [
             { key, value, headers: { 'onto-event-id': event.event_id, ...cloudEventHeaders(event.event_id, value) } },
           ],
@@ -252,9 +257,9 @@ export function describeIdentityReplica(service: ReplicaService) {
         await producer.disconnect();
       }
     }
-    async function replicaState() {
+    async function replicaState(databaseUrl = replica.databaseUrl) {
       const { Client } = (await import('pg')).default;
-      const db = new Client({ connectionString: replica.databaseUrl });
+      const db = new Client({ connectionString: databaseUrl });
       await db.connect();
       try {
         const keys = await db.query<{ kid: string }>('SELECT kid FROM identity_keys');
@@ -284,6 +289,51 @@ export function describeIdentityReplica(service: ReplicaService) {
       expect(replica.app.identityReplica.describe().keys).not.toContain(forged.kid);
       // Genuine heartbeats still land: the replica stays fresh.
       expect((await call(replica.app, 'GET', '/v1/probe/admin', admin)).statusCode).toBe(200);
+    });
+
+    it('accepts what the next identity key signs once ONTO_IDENTITY_PUBLIC_KEY_NEXT names it (a rotation), and still the current one', async () => {
+      // A replica of its own (its own topics: the suite's replica holds the consumer group there).
+      const topics = await createTestTopics(testEndpoints().kafkaBrokers, 1);
+      const next = generateIdentityKeyPair();
+      const rotating = await buildWithProbes(service, topics.prefix, { ONTO_IDENTITY_PUBLIC_KEY_NEXT: next.publicKey });
+      try {
+        const [byNext, byStranger] = [await generateSigningKey(), await generateSigningKey()];
+        const sign = (privateKey: string, payload: Record<string, unknown>) =>
+          signIdentityPayload(parseIdentityPrivateKey(privateKey), payload);
+        await produceAsStranger(
+          'identity.keys.published',
+          sign(next.privateKey, { keys: [byNext.publicJwk] }),
+          topics.prefix,
+        );
+        const stranger = generateIdentityKeyPair().privateKey;
+        await produceAsStranger(
+          'identity.keys.published',
+          sign(stranger, { keys: [byStranger.publicJwk] }),
+          topics.prefix,
+        );
+        const beat = Date.now();
+        await produceAsStranger(
+          'identity.heartbeat',
+          sign(testIdentityKeys().privateKey, { watermark: beat, keys: [] }),
+          topics.prefix,
+        );
+        // The next key's and the current key's are taken; a stranger's is not.
+        const state = await eventually("the next key's publication and the current key's heartbeat", async () => {
+          const st = await replicaState(rotating.databaseUrl);
+          return st.kids.includes(byNext.kid) && st.watermarkMs >= beat ? st : undefined;
+        });
+        expect(state.kids).not.toContain(byStranger.kid);
+        // Without ONTO_IDENTITY_PUBLIC_KEY_NEXT the next key's signature is refused (the suite's replica).
+        const before = await refusedCount('signature');
+        await produceAsStranger('identity.keys.published', sign(next.privateKey, { keys: [byNext.publicJwk] }));
+        await eventually('refused where the next key is not configured', async () =>
+          (await refusedCount('signature')) >= before + 1 ? true : undefined,
+        );
+        expect((await replicaState()).kids).not.toContain(byNext.kid);
+      } finally {
+        await rotating.close();
+        await topics.drop();
+      }
     });
 
     it('refuses a genuinely signed heartbeat whose watermark is far ahead of its clock', async () => {

@@ -35,6 +35,8 @@ export interface IdentityReplicaOptions {
   consumerStatus?: () => ConsumerStatus | undefined;
   /** control's identity key: keys and heartbeats not signed by it are refused. */
   identityPublicKey: KeyObject;
+  /** The identity key control is being moved to (a rotation, ADR 35): what it signs is accepted too. */
+  nextIdentityPublicKey?: KeyObject;
   /** A heartbeat whose watermark is further ahead of this clock is refused. */
   maxClockAheadMs?: number;
 }
@@ -311,6 +313,8 @@ export class IdentityReplica implements KeyRing, RevocationView {
   /** Whether a key set or heartbeat is signed by control's identity key; counts it when not. */
   private accepts(payload: Record<string, unknown>, eventId: string): boolean {
     if (identityPayloadSigned(this.opts.identityPublicKey, payload)) return true;
+    const next = this.opts.nextIdentityPublicKey;
+    if (next && identityPayloadSigned(next, payload)) return true;
     this.refuse('signature', eventId, {});
     return false;
   }
@@ -404,6 +408,8 @@ export interface IdentityReplicaPluginOptions {
   pollIntervalMs?: number;
   /** ONTO_IDENTITY_PUBLIC_KEY: PEM or base64. */
   identityPublicKey: string;
+  /** ONTO_IDENTITY_PUBLIC_KEY_NEXT, during a rotation of the identity key. */
+  nextIdentityPublicKey?: string | undefined;
   maxClockAheadMs?: number;
 }
 
@@ -419,6 +425,9 @@ export const identityReplicaPlugin = fp(
       registry: app.metrics,
       consumerStatus: () => (consumer ? app.consumerStatus(consumer) : undefined),
       identityPublicKey: parseIdentityPublicKey(opts.identityPublicKey),
+      ...(opts.nextIdentityPublicKey === undefined
+        ? {}
+        : { nextIdentityPublicKey: parseIdentityPublicKey(opts.nextIdentityPublicKey) }),
       ...(opts.maxClockAheadMs !== undefined ? { maxClockAheadMs: opts.maxClockAheadMs } : {}),
     });
     // Started and stopped with the service's other consumers.

@@ -157,6 +157,13 @@ export function replicaConfigSchema() {
       description:
         "Required. The public half of control's identity key (Ed25519, PEM or base64 of PEM/DER): signing keys and heartbeats on onto.identity that it does not verify are refused (ADR 35)",
     }),
+    ONTO_IDENTITY_PUBLIC_KEY_NEXT: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          "While control's identity key is rotated: the public half of the new one, whose signatures are accepted too. Set it on data and intelligence first, then give control the new private key, then make it ONTO_IDENTITY_PUBLIC_KEY and unset this (ADR 35)",
+      }),
+    ),
     IDENTITY_MAX_CLOCK_AHEAD_MS: Type.Integer({
       minimum: 0,
       maximum: 3_600_000,

@@ -15,6 +15,7 @@ export default fp(
       maxLagMs: config.IDENTITY_MAX_LAG_MS,
       maxClockAheadMs: config.IDENTITY_MAX_CLOCK_AHEAD_MS,
       identityPublicKey: config.ONTO_IDENTITY_PUBLIC_KEY,
+      nextIdentityPublicKey: config.ONTO_IDENTITY_PUBLIC_KEY_NEXT,
     });
   },
   { name: 'onto-identity' },
