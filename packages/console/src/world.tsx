@@ -548,10 +548,7 @@ function SchemaView({ world }: { world: string }) {
 function Tags({ world }: { world: string }) {
   const tags = useLoad(
     () =>
-      get<{ tags: Array<{ name: string; status: string; failure: string | null; ref: unknown }> }>(
-        'control',
-        `/v1/worlds/${enc(world)}/tags`,
-      ),
+      get<{ tags: Array<{ name: string; status: string; ref: unknown }> }>('control', `/v1/worlds/${enc(world)}/tags`),
     [world],
   );
   const [name, setName] = useState('');
@@ -572,7 +569,6 @@ function Tags({ world }: { world: string }) {
               <td>{t.name}</td>
               <td>
                 <span class={statusClass(t.status)}>{t.status}</span>
-                {t.failure ? <span class="problem-inline"> {t.failure}</span> : null}
               </td>
               <td>
                 <Value value={t.ref} />

@@ -37,7 +37,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     maxIndexedProperties: config.MAX_INDEXED_PROPERTIES_PER_WORLD,
   });
   await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS });
-  await fastify.register(worldTags, { timeoutMs: config.TAG_TIMEOUT_MS });
+  await fastify.register(worldTags);
   await fastify.register(worldSaga);
   await fastify.register(worldConsistency, { keepSeconds: config.CONSISTENCY_HISTORY_KEEP_SECONDS });
   await fastify.register(merges, { timeoutMs: config.MERGE_TIMEOUT_MS });

@@ -99,13 +99,6 @@ export const ConfigSchema = Type.Composite([
       description:
         'Properties marked indexed across all object types of one world (each is an index in data; more is a 422)',
     }),
-    TAG_TIMEOUT_MS: Type.Integer({
-      minimum: 1000,
-      maximum: 86_400_000,
-      default: 300_000,
-      description:
-        "How long a new tag waits for data's and intelligence's positions before it is FAILED (naming the one that did not answer)",
-    }),
     CONSISTENCY_HISTORY_KEEP_SECONDS: Type.Integer({
       minimum: 60,
       maximum: 2_592_000,

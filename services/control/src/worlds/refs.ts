@@ -69,7 +69,7 @@ export interface ForkPoint {
  * Resolves a fork's ref against the base world (already locked and READY): a commit or no ref
  * copies the base's current schema (data checks the commit); an instant copies the schema of
  * that instant; a tag copies its schema version and forks data at its data commit (a tag made
- * before tags had vectors: at the moment it was made). A tag still PENDING, or FAILED, is a 409.
+ * before tags had vectors: at the moment it was made). A tag still PENDING is a 409.
  */
 export async function forkPoint(tx: pg.ClientBase, base: string, raw: string | undefined): Promise<ForkPoint> {
   if (raw === undefined) return { schema: await currentSchema(tx, base) };
@@ -86,11 +86,6 @@ export async function forkPoint(tx: pg.ClientBase, base: string, raw: string | u
     if (!tag) {
       throw new HttpProblem(404, 'not-found', 'Not Found', `world ${base} has no tag ${ref.tag}`, {
         errors: [{ path: REF_PATH, message: `no tag ${ref.tag} in world ${base}` }],
-      });
-    }
-    if (tag.status === 'FAILED') {
-      throw new HttpProblem(409, 'conflict', 'Conflict', `tag ${ref.tag} of ${base} FAILED: delete it and tag again`, {
-        errors: [{ path: REF_PATH, message: `tag ${ref.tag} did not get data's and intelligence's positions` }],
       });
     }
     if (tag.status === 'PENDING') {

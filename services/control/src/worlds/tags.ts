@@ -8,7 +8,6 @@ import {
   newEvent,
   Outbox,
   problemResponses,
-  type Queryable,
   type ReceivedEvent,
   recordAudit,
   TOPICS,
@@ -44,11 +43,10 @@ const Vector = Type.Object(
 const Tag = Type.Object({
   world: Type.String(),
   name: Type.String(),
-  status: Type.Union([Type.Literal('PENDING'), Type.Literal('COMPLETE'), Type.Literal('FAILED')], {
+  status: Type.Union([Type.Literal('PENDING'), Type.Literal('COMPLETE')], {
     description:
-      'PENDING until data and intelligence have replied with their positions (tags made before vectors: COMPLETE with control alone); FAILED when one did not within TAG_TIMEOUT_MS (delete it and tag again)',
+      'PENDING until data and intelligence have replied with their positions (tags made before vectors: COMPLETE with control alone)',
   }),
-  failure: Type.Union([Type.String(), Type.Null()], { description: 'why a FAILED tag failed' }),
   ref: Vector,
   createdBy: Type.String(),
   createdAt: Type.String(),
@@ -61,28 +59,7 @@ const NewTagParams = Type.Object({
     description: 'a name that a fork ref can tell from a commit (all digits) and an instant',
   }),
 });
-const SELECT_TAG = `SELECT world_id AS world, name, status, failure, ref, created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt" FROM world_tags`;
-
-/**
- * Fails the tags PENDING for longer than `timeoutMs`, naming the services that did not answer;
- * answers them. Every replica may run it: the update is idempotent.
- */
-export async function failOverdueTags(
-  db: Queryable,
-  timeoutMs: number,
-): Promise<{ world: string; name: string; failure: string }[]> {
-  const { rows } = await db.query<{ world: string; name: string; failure: string }>(
-    `UPDATE world_tags
-        SET status = 'FAILED',
-            failure = concat_ws(' and ', CASE WHEN NOT ref ? 'data' THEN 'data' END,
-                                CASE WHEN NOT ref ? 'intelligence' THEN 'intelligence' END)
-                      || ' did not give a position within ' || $1::text || ' ms'
-      WHERE status = 'PENDING' AND created_at < now() - make_interval(secs => $1::float8 / 1000)
-      RETURNING world_id AS world, name, failure`,
-    [timeoutMs],
-  );
-  return rows;
-}
+const SELECT_TAG = `SELECT world_id AS world, name, status, ref, created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt" FROM world_tags`;
 
 /** The replies to `world.tag.requested`, and the part of the vector each fills. */
 const POSITIONS: Record<string, { part: 'data' | 'intelligence'; value: (p: Record<string, unknown>) => number }> = {
@@ -106,7 +83,7 @@ export async function applyTagPositions(tx: pg.ClientBase, events: ReceivedEvent
           SET ref = ref || jsonb_build_object($4::text, $5::bigint),
               status = CASE WHEN (ref || jsonb_build_object($4::text, $5::bigint)) ?& array['data', 'intelligence']
                             THEN 'COMPLETE' ELSE 'PENDING' END
-        WHERE world_id = $1 AND name = $2 AND request_id = $3 AND NOT ref ? $4::text AND status = 'PENDING'`,
+        WHERE world_id = $1 AND name = $2 AND request_id = $3 AND NOT ref ? $4::text`,
       [event.world_id, payload.tag, payload.request, position.part, position.value(payload)],
     );
   }
@@ -122,23 +99,8 @@ export async function applyTagPositions(tx: pg.ClientBase, events: ReceivedEvent
  * readable for as long as the tag exists.
  */
 export default fp(
-  async (fastify: FastifyInstance, opts: { timeoutMs: number }) => {
+  async (fastify: FastifyInstance) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-    let sweep: NodeJS.Timeout | undefined;
-    app.addHook('onReady', async () => {
-      sweep = setInterval(
-        () => {
-          failOverdueTags(app.pg, opts.timeoutMs)
-            .then((failed) => {
-              if (failed.length > 0) app.log.warn({ tags: failed }, 'tags passed their deadline');
-            })
-            .catch((err) => app.log.warn({ err }, 'checking tag deadlines failed'));
-        },
-        Math.min(1000, opts.timeoutMs),
-      );
-      sweep.unref();
-    });
-    app.addHook('onClose', async () => clearInterval(sweep));
 
     app.put(
       '/v1/worlds/:world/tags/:name',
