@@ -9,7 +9,7 @@ export interface Origin {
 }
 
 /** A change event of data's on `key`, caused by the request and carrying its id as a header. */
-function changeMessage(
+export function changeMessage(
   key: OutboxMessage['key'],
   type: Parameters<typeof newEvent>[0]['type'],
   change: { worldId: string; version: number; seq: number },

@@ -2,7 +2,6 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BODY_LIMITS,
   inboxReleaseRoute,
-  newEvent,
   Outbox,
   type OutboxMessage,
   outboxSetAsideRoutes,
@@ -15,7 +14,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
-import { linkPk, type Origin } from '../events.js';
+import { changeMessage, linkPk, type Origin } from '../events.js';
 import { inWorldTransaction, originOf } from '../http.js';
 import { linkTypeOf, notProvisioned, objectTypeOf } from '../schema/lookup.js';
 
@@ -99,31 +98,22 @@ export function announceObjects(app: FastifyInstance, world: string, type: strin
           [world, type, after, ANNOUNCE_BATCH],
         )
       ).rows,
-    event: (row) => {
-      const key = TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk });
-      return {
-        event: newEvent({
-          type: 'object.announced',
-          worldId: world,
-          key,
+    event: (row) =>
+      changeMessage(
+        TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk }),
+        'object.announced',
+        { worldId: world, version: Number(row.version), seq: Number(row.seq) },
+        {
+          type,
+          pk: row.pk,
           version: Number(row.version),
-          producer: 'data',
-          producerSeq: Number(row.seq),
-          causedBy: origin.causedBy,
-          payload: {
-            type,
-            pk: row.pk,
-            version: Number(row.version),
-            after: row.properties,
-            actor: origin.actor,
-            requestId: origin.requestId,
-            schemaVersion: row.schema_version,
-          },
-        }),
-        key,
-        headers: { 'x-request-id': origin.requestId },
-      };
-    },
+          after: row.properties,
+          actor: origin.actor,
+          requestId: origin.requestId,
+          schemaVersion: row.schema_version,
+        },
+        origin,
+      ),
     next: (row) => row.pk,
   });
 }
@@ -160,29 +150,21 @@ export function announceLinks(app: FastifyInstance, world: string, linkType: str
         ).rows,
       event: (row) => {
         const pk = linkPk(row.from_pk, row.to_pk);
-        const key = TOPICS['onto.changes.links'].key({ worldId: world, linkType, linkPk: pk });
-        return {
-          event: newEvent({
-            type: 'link.announced',
-            worldId: world,
-            key,
+        return changeMessage(
+          TOPICS['onto.changes.links'].key({ worldId: world, linkType, linkPk: pk }),
+          'link.announced',
+          { worldId: world, version: Number(row.version), seq: Number(row.seq) },
+          {
+            type: linkType,
+            pk,
+            from: { type: row.from_type, pk: row.from_pk },
+            to: { type: row.to_type, pk: row.to_pk },
             version: Number(row.version),
-            producer: 'data',
-            producerSeq: Number(row.seq),
-            causedBy: origin.causedBy,
-            payload: {
-              type: linkType,
-              pk,
-              from: { type: row.from_type, pk: row.from_pk },
-              to: { type: row.to_type, pk: row.to_pk },
-              version: Number(row.version),
-              actor: origin.actor,
-              requestId: origin.requestId,
-            },
-          }),
-          key,
-          headers: { 'x-request-id': origin.requestId },
-        };
+            actor: origin.actor,
+            requestId: origin.requestId,
+          },
+          origin,
+        );
       },
       next: (row) => ({ from: row.from_pk, to: row.to_pk }),
     },
