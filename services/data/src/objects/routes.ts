@@ -20,7 +20,7 @@ import { latestSeries } from '../series/latest.js';
 import { resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
-import { type Head, listObjects, objectAt, objectContext, objectHistory } from './repository.js';
+import { type Head, listObjects, objectAt, objectContext, objectHistory, worldContext } from './repository.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 413, 422, 503);
@@ -281,7 +281,7 @@ export default fp(
         const before = decodeCursor(cursor, (c) =>
           c.h === 1 && Number.isSafeInteger(c.s) ? { seq: c.s as number } : undefined,
         );
-        const ctx = await objectContext(app.pg, world, typeName, pk);
+        const ctx = await worldContext(app.pg, world);
         if (!ctx.provisioned) throw notProvisioned(world);
         await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
         const rows = await objectHistory(app.pg, world, typeName, pk, before?.seq ?? null, limit + 1);
