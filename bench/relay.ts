@@ -24,7 +24,7 @@ import {
 } from '@onto/shared';
 import { createTestDatabase, createTestTopics, testBroker, testEndpoints, testLogger } from '@onto/shared/testing';
 import pg from 'pg';
-import { fmt, kafkaTool, until } from './lib/harness.js';
+import { fmt, kafkaTool, report, until } from './lib/harness.js';
 
 const rows = Number(process.argv[2] ?? 200_000);
 const cpuMicros = (u: NodeJS.CpuUsage) => u.user + u.system;
@@ -208,6 +208,12 @@ try {
   console.log(
     `(consumer wrote ${fmt(items ?? 0)} items; relay ${fmt(relaySeconds, 1)} s, consumer ${fmt(consumerSeconds, 1)} s of which ${fmt(consumerSeconds - steadySeconds, 1)} s before its first effect)`,
   );
+  report('relay', {
+    'relay ÷ ProducerPerformance': relayRate / raw,
+    'consumer ÷ relay': consumerRate / relayRate,
+    'relay CPU µs/record': relayCpuUs / rows,
+    'consumer CPU µs/record': consumerCpuUs / rows,
+  });
 } finally {
   await pool.end();
   await topics.drop();
