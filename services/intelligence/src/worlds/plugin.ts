@@ -33,12 +33,14 @@ export default fp(
       name: 'intelligence-worlds',
       topics: ['onto.worlds'],
       apply: async (tx, events) => {
-        // The forks of the batch locked at once, in the one order all lockers use (see lockWorlds).
+        // The forks of the batch and their bases locked at once, in the one order all lockers use
+        // (see lockWorlds): a base's definitions and alerts hold still while its fork point is read.
+        const forks = events.filter(
+          (e) => e.event.type === 'world.created' && (e.event.payload.from as WorldOrigin | null),
+        );
         await lockWorlds(
           tx,
-          events
-            .filter((e) => e.event.type === 'world.created' && (e.event.payload.from as WorldOrigin | null))
-            .map((e) => e.event.world_id),
+          forks.flatMap((e) => [e.event.world_id, (e.event.payload.from as WorldOrigin).world]),
         );
         await provisioning(tx, events);
         await answerChecker(tx, events);
