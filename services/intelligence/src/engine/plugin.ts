@@ -59,9 +59,10 @@ export default fp(
     });
     app.addConsumer({
       name: 'intelligence-definitions',
-      // onto.worlds too, applying nothing: data's replies on onto.storage (world.provisioned,
-      // world.dropped) are caused by its events, and would otherwise wait for a cause this
-      // consumer never sees, holding up the world's schema events queued behind them.
+      // onto.worlds too: data's replies on onto.storage (world.provisioned, world.dropped,
+      // world.tag.positioned) are caused by its events, and would otherwise wait for a cause this
+      // consumer never sees, holding up the world's schema events queued behind them. Of those it
+      // applies world.tag.requested only (a tag's name, docs/adr/0046).
       topics: ['onto.schema', 'onto.storage', 'onto.worlds'],
       apply: applySchemaChanges(app.schemaReplica, log, {
         wake: () => worker.wake(),

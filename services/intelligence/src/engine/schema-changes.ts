@@ -153,6 +153,8 @@ const WORLD_TABLES = [
   'decision_definitions',
   'definition_revisions',
   'definition_history',
+  'fork_points',
+  'world_tags',
 ];
 
 /** Forgets a dropped world: its read model, definitions, values, alerts and decisions. */
@@ -173,6 +175,29 @@ async function recordBase(tx: Queryable, worldId: string, base: { world: string;
   await tx.query(
     `INSERT INTO world_bases (world_id, base_world, base_seq) VALUES ($1, $2, $3) ON CONFLICT (world_id) DO NOTHING`,
     [worldId, base.world, base.commit],
+  );
+}
+
+/**
+ * A world's tags for `?at=<tag>` (docs/adr/0046), from control's request and data's reply: the
+ * request records the name (a newer request replaces an older one of the name: the tag was made
+ * again), data's reply — caused by the request, so applied after it here — its commit and the
+ * world's own newest write in it. A reply to a request that was replaced changes nothing.
+ */
+async function recordTag(tx: Queryable, worldId: string, type: string, payload: Record<string, unknown>) {
+  if (type === 'world.tag.requested') {
+    await tx.query(
+      `INSERT INTO world_tags (world_id, name, request_id) VALUES ($1, $2, $3)
+       ON CONFLICT (world_id, name) DO UPDATE SET request_id = EXCLUDED.request_id, commit = NULL, written = NULL
+        WHERE world_tags.request_id < EXCLUDED.request_id`,
+      [worldId, payload.tag, payload.request],
+    );
+    return;
+  }
+  await tx.query(
+    `UPDATE world_tags SET commit = $4, written = $5
+      WHERE world_id = $1 AND name = $2 AND request_id = $3 AND commit IS NULL`,
+    [worldId, payload.tag, payload.request, payload.commit, payload.written ?? null],
   );
 }
 
@@ -209,6 +234,8 @@ export function applySchemaChanges(
         }
       } else if (event.type === 'world.provisioned') {
         await recordBase(tx, event.world_id, event.payload.base as { world: string; commit: number } | undefined);
+      } else if (event.type === 'world.tag.requested' || event.type === 'world.tag.positioned') {
+        await recordTag(tx, event.world_id, event.type, event.payload);
       } else if (DROPS.has(event.type)) {
         await dropWorld(tx, event.world_id);
         hooks.dropped(event.world_id);

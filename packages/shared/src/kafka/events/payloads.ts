@@ -431,6 +431,13 @@ export const EVENT_PAYLOADS = {
         minimum: 0,
         description: 'a commit of the world cut when the request was applied: every write acknowledged before is in it',
       }),
+      written: Type.Optional(
+        Type.Integer({
+          minimum: 0,
+          description:
+            "the world's own newest write at or before the commit (0: none): once a reader has applied it, it has all of the world's own data the tag names",
+        }),
+      ),
     },
     "data's position in a world for a tag: the reply to world.tag.requested",
   ),
