@@ -181,14 +181,19 @@ async function recordBase(tx: Queryable, worldId: string, base: { world: string;
 /**
  * A world's tags for `?at=<tag>` (docs/adr/0046), from control's request and data's reply: the
  * request records the name (a newer request replaces an older one of the name: the tag was made
- * again), data's reply — caused by the request, so applied after it here — its commit and the
+ * again) with the world's definition position and intelligence's moment now, under the world's
+ * lock (what a fork at the tag's commit starts from, docs/adr/0045), data's reply — caused by the request, so applied after it here — its commit and the
  * world's own newest write in it. A reply to a request that was replaced changes nothing.
  */
 async function recordTag(tx: Queryable, worldId: string, type: string, payload: Record<string, unknown>) {
   if (type === 'world.tag.requested') {
     await tx.query(
-      `INSERT INTO world_tags (world_id, name, request_id) VALUES ($1, $2, $3)
-       ON CONFLICT (world_id, name) DO UPDATE SET request_id = EXCLUDED.request_id, commit = NULL, written = NULL
+      `INSERT INTO world_tags (world_id, name, request_id, definitions, moment)
+       VALUES ($1, $2, $3, (SELECT coalesce(max(seq), 0) FROM definition_history WHERE world_id = $1),
+               (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM intelligence_seq))
+       ON CONFLICT (world_id, name) DO UPDATE
+         SET request_id = EXCLUDED.request_id, commit = NULL, written = NULL,
+             definitions = EXCLUDED.definitions, moment = EXCLUDED.moment
         WHERE world_tags.request_id < EXCLUDED.request_id`,
       [worldId, payload.tag, payload.request],
     );
@@ -220,7 +225,12 @@ export function applySchemaChanges(
     await lockWorlds(
       tx,
       events
-        .filter((e) => e.event.type === 'storage.schema.updated' || DROPS.has(e.event.type))
+        .filter(
+          (e) =>
+            e.event.type === 'storage.schema.updated' ||
+            e.event.type === 'world.tag.requested' ||
+            DROPS.has(e.event.type),
+        )
         .map((e) => e.event.world_id),
     );
     for (const { event } of events) {

@@ -13,16 +13,36 @@ export interface Copied {
 }
 
 /**
- * The base's definition position at the fork point (docs/adr/0045), read under the base's lock:
- * - no ref (now): the base's position now;
- * - a commit c (a tag arrives as its commit): the last change made while the base's data
- *   watermark was at most c — the changes are a prefix of the history in that order, and the
- *   values a fork at c inherits (valid_seq <= c) are the ones computed up to that change;
- * - an instant: the last change written at or before it.
+ * The fork point in the base (docs/adr/0045), read under the base's lock: its definition
+ * position `p` and its `moment` (the last intelligence_seq: every alert the base raised or
+ * cleared by then has a seq at or below it).
+ * - No ref (now): the base's position and moment now.
+ * - A commit c (a tag arrives as its commit): the changes made while the base's data watermark
+ *   was at most c (within a world they are a prefix of its history, since definition writes and
+ *   watermark advances hold its lock) — the definitions the values a fork at c inherits
+ *   (valid_seq <= c) were computed with — but none after the first *anchor* at or after c: a tag
+ *   of the base (its position and moment when intelligence took its request) or an earlier fork
+ *   of it. Without an anchor, a change the base made later with no data write in between would
+ *   count as "at c" too, and a fork at a tag would take definitions and alerts made after the tag.
+ * - An instant: the last change written at or before it.
  * Never past the position now: a change the base makes after this transaction is after the fork.
  */
-const FORK_POSITION = `SELECT coalesce(max(seq), 0) FROM definition_history
-   WHERE world_id = $1 AND ($3::bigint IS NULL OR data_seq <= $3) AND ($4::timestamptz IS NULL OR written_at <= $4)`;
+const FORK_POINT = `anchor AS (
+       SELECT x.definitions, x.moment FROM (
+         SELECT t.commit, t.definitions, t.moment FROM world_tags t
+          WHERE $3::bigint IS NOT NULL AND t.world_id = $1 AND t.commit >= $3
+         UNION ALL
+         SELECT b.base_seq, f.definitions, f.moment FROM fork_points f JOIN world_bases b ON b.world_id = f.world_id
+          WHERE $3::bigint IS NOT NULL AND f.base_world = $1 AND b.base_seq >= $3
+       ) x ORDER BY x.commit, x.definitions LIMIT 1
+     ), point AS (
+       SELECT (SELECT coalesce(max(h.seq), 0) FROM definition_history h
+                WHERE h.world_id = $1 AND ($3::bigint IS NULL OR h.data_seq <= $3)
+                  AND ($4::timestamptz IS NULL OR h.written_at <= $4)
+                  AND h.seq <= coalesce((SELECT definitions FROM anchor), h.seq)) AS p,
+              coalesce((SELECT moment FROM anchor),
+                       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM intelligence_seq)) AS moment
+     )`;
 
 /**
  * Copies the base world's definitions as they were at the fork point — derived properties, rules,
@@ -46,7 +66,7 @@ export async function copyDefinitions(
   from: WorldOrigin,
 ): Promise<Copied> {
   const { rows } = await tx.query<{ derived: number; rules: number; decisions: number; position: string }>(
-    `WITH point AS (SELECT (${FORK_POSITION}) AS p),
+    `WITH ${FORK_POINT},
      at AS (
        SELECT DISTINCT ON (h.kind, h.name) h.kind, h.name, h.version, h.body, h.written_at,
               (SELECT min(f.written_at) FROM definition_history f
@@ -98,8 +118,7 @@ export async function copyDefinitions(
        ON CONFLICT (world_id, name) DO NOTHING RETURNING 1
      ), fork_point AS (
        INSERT INTO fork_points (world_id, base_world, definitions, moment)
-       SELECT $2, $1, point.p, (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM intelligence_seq)
-         FROM point
+       SELECT $2, $1, point.p, point.moment FROM point
        ON CONFLICT (world_id) DO NOTHING
      )
      SELECT (SELECT count(*) FROM derived)::int AS derived, (SELECT count(*) FROM copied_rules)::int AS rules,
