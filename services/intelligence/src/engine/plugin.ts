@@ -61,8 +61,7 @@ export default fp(
       name: 'intelligence-definitions',
       // onto.worlds too: data's replies on onto.storage (world.provisioned, world.dropped,
       // world.tag.positioned) are caused by its events, and would otherwise wait for a cause this
-      // consumer never sees, holding up the world's schema events queued behind them. Of those it
-      // applies world.tag.requested only (a tag's name, docs/adr/0046).
+      // consumer never sees, holding up the world's schema events queued behind them.
       topics: ['onto.schema', 'onto.storage', 'onto.worlds'],
       apply: applySchemaChanges(app.schemaReplica, log, {
         wake: () => worker.wake(),

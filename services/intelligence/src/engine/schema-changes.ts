@@ -179,29 +179,18 @@ async function recordBase(tx: Queryable, worldId: string, base: { world: string;
 }
 
 /**
- * A world's tags for `?at=<tag>` (docs/adr/0046), from control's request and data's reply: the
- * request records the name (a newer request replaces an older one of the name: the tag was made
- * again) with the world's definition position and intelligence's moment now, under the world's
- * lock (what a fork at the tag's commit starts from, docs/adr/0045), data's reply — caused by the request, so applied after it here — its commit and the
- * world's own newest write in it. A reply to a request that was replaced changes nothing.
+ * A tag's commit from data's reply (docs/adr/0046; the row's other half is written by the
+ * intelligence-worlds consumer, in either order): for the newest request of the name only — an
+ * older request's reply changes nothing, a newer one replaces the row (the tag was made again).
  */
-async function recordTag(tx: Queryable, worldId: string, type: string, payload: Record<string, unknown>) {
-  if (type === 'world.tag.requested') {
-    await tx.query(
-      `INSERT INTO world_tags (world_id, name, request_id, definitions, moment)
-       VALUES ($1, $2, $3, (SELECT coalesce(max(seq), 0) FROM definition_history WHERE world_id = $1),
-               (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM intelligence_seq))
-       ON CONFLICT (world_id, name) DO UPDATE
-         SET request_id = EXCLUDED.request_id, commit = NULL, written = NULL,
-             definitions = EXCLUDED.definitions, moment = EXCLUDED.moment
-        WHERE world_tags.request_id < EXCLUDED.request_id`,
-      [worldId, payload.tag, payload.request],
-    );
-    return;
-  }
+async function recordTagCommit(tx: Queryable, worldId: string, payload: Record<string, unknown>) {
   await tx.query(
-    `UPDATE world_tags SET commit = $4, written = $5
-      WHERE world_id = $1 AND name = $2 AND request_id = $3 AND commit IS NULL`,
+    `INSERT INTO world_tags (world_id, name, request_id, commit, written) VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (world_id, name) DO UPDATE
+       SET request_id = EXCLUDED.request_id, commit = EXCLUDED.commit, written = EXCLUDED.written,
+           definitions = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.definitions END,
+           moment = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.moment END
+     WHERE world_tags.request_id <= EXCLUDED.request_id`,
     [worldId, payload.tag, payload.request, payload.commit, payload.written ?? null],
   );
 }
@@ -225,12 +214,7 @@ export function applySchemaChanges(
     await lockWorlds(
       tx,
       events
-        .filter(
-          (e) =>
-            e.event.type === 'storage.schema.updated' ||
-            e.event.type === 'world.tag.requested' ||
-            DROPS.has(e.event.type),
-        )
+        .filter((e) => e.event.type === 'storage.schema.updated' || DROPS.has(e.event.type))
         .map((e) => e.event.world_id),
     );
     for (const { event } of events) {
@@ -244,8 +228,8 @@ export function applySchemaChanges(
         }
       } else if (event.type === 'world.provisioned') {
         await recordBase(tx, event.world_id, event.payload.base as { world: string; commit: number } | undefined);
-      } else if (event.type === 'world.tag.requested' || event.type === 'world.tag.positioned') {
-        await recordTag(tx, event.world_id, event.type, event.payload);
+      } else if (event.type === 'world.tag.positioned') {
+        await recordTagCommit(tx, event.world_id, event.payload);
       } else if (DROPS.has(event.type)) {
         await dropWorld(tx, event.world_id);
         hooks.dropped(event.world_id);

@@ -30,7 +30,7 @@ export interface Copied {
 const FORK_POINT = `anchor AS (
        SELECT x.definitions, x.moment FROM (
          SELECT t.commit, t.definitions, t.moment FROM world_tags t
-          WHERE $3::bigint IS NOT NULL AND t.world_id = $1 AND t.commit >= $3
+          WHERE $3::bigint IS NOT NULL AND t.world_id = $1 AND t.commit >= $3 AND t.definitions IS NOT NULL
          UNION ALL
          SELECT b.base_seq, f.definitions, f.moment FROM fork_points f JOIN world_bases b ON b.world_id = f.world_id
           WHERE $3::bigint IS NOT NULL AND f.base_world = $1 AND b.base_seq >= $3
@@ -43,6 +43,27 @@ const FORK_POINT = `anchor AS (
               coalesce((SELECT moment FROM anchor),
                        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM intelligence_seq)) AS moment
      )`;
+
+/** How long a fork at a commit waits for the commit of a base's tag data has not reported yet. */
+const PENDING_TAG_WAIT = '60 seconds';
+
+/**
+ * A fork at a tag arrives as the tag's commit, and the tag is its anchor only once data's reply
+ * has reached this service's other consumer (control saw it first: the tag is COMPLETE). While a
+ * tag of the base requested recently has no commit here, the provisioning fails and is retried
+ * (the consumer's backoff); a tag data never answers stops counting after PENDING_TAG_WAIT.
+ */
+async function awaitTagCommits(tx: Queryable, base: string): Promise<void> {
+  const { rows } = await tx.query<{ name: string }>(
+    `SELECT name FROM world_tags
+      WHERE world_id = $1 AND commit IS NULL AND definitions IS NOT NULL
+        AND requested_at > now() - interval '${PENDING_TAG_WAIT}' LIMIT 1`,
+    [base],
+  );
+  if (rows[0]) {
+    throw new Error(`tag ${rows[0].name} of ${base} has no commit here yet: the fork's point waits for data's reply`);
+  }
+}
 
 /**
  * Copies the base world's definitions as they were at the fork point — derived properties, rules,
@@ -65,6 +86,7 @@ export async function copyDefinitions(
   worldId: string,
   from: WorldOrigin,
 ): Promise<Copied> {
+  if (from.ref?.commit !== undefined) await awaitTagCommits(tx, from.world);
   const { rows } = await tx.query<{ derived: number; rules: number; decisions: number; position: string }>(
     `WITH ${FORK_POINT},
      at AS (
