@@ -127,5 +127,16 @@ describe('reads at a tag in data', () => {
       { world_id: W, name: 'v1' },
       { world_id: W, name: 'v2' },
     ]);
+    // A tag deleted in control (world.tag.deleted) no longer resolves; made again, it names its new commit.
+    expect((await s.controlCall('DELETE', `/v1/worlds/${W}/tags/v1`)).statusCode).toBe(204);
+    await s.until('v1 forgotten by data', async () =>
+      (await s.dataCall('GET', `/v1/worlds/${W}/objects/Machine/m1?at=v1`)).statusCode === 404 ? true : undefined,
+    );
+    const gone = expectProblem(await s.dataCall('GET', `/v1/worlds/${W}/objects/Machine/m1?at=v1`), 404);
+    expect(gone.errors[0].path).toBe('querystring/at');
+    const again = await tag('v1');
+    const m1 = await s.dataCall('GET', `/v1/worlds/${W}/objects/Machine/m1?at=v1`);
+    expect(m1.json()).toEqual((await s.dataCall('GET', `/v1/worlds/${W}/objects/Machine/m1?at=${again}`)).json());
+    expect(m1.json().properties.load).toBe(100);
   }, 60_000);
 });

@@ -16,6 +16,8 @@ CREATE TABLE world_tags (
   definitions bigint,
   moment      bigint,
   requested_at timestamptz NOT NULL DEFAULT now(),
+  -- Deleted in control (`world.tag.deleted`): no longer resolved, still an anchor.
+  deleted      boolean NOT NULL DEFAULT false,
   PRIMARY KEY (world_id, name)
 );
 CREATE INDEX world_tags_by_commit ON world_tags (world_id, commit);

@@ -302,21 +302,23 @@ describe('a fork is a snapshot of its base at the fork point', () => {
     const o1t2 = (await s.intelCall('GET', '/v1/worlds/base/objects/Order/o1/derived?at=t2')).json();
     expect(o1t2.derived.double.value).toBe(10);
 
-    await expectProblem(
-      await s.intelCall('GET', '/v1/worlds/base/objects/Order/o1?at=nosuchtag'),
-      404,
-      'querystring/at',
+    /** A problem of this status naming `at`. */
+    const atProblem = async (ref: string, status: number) =>
+      expect(
+        expectProblem(await s.intelCall('GET', `/v1/worlds/base/objects/Order/o1?at=${ref}`), status).errors[0].path,
+      ).toBe('querystring/at');
+    await atProblem('nosuchtag', 404);
+    await atProblem('ft', 404); // f1's tag, not base's
+    await atProblem('2026-01-01T00:00:00Z', 422);
+    await atProblem('no%20such', 400);
+    // A tag deleted in control no longer resolves here; a fork at its commit still starts where it did.
+    expect((await s.controlCall('DELETE', '/v1/worlds/base/tags/t2')).statusCode).toBe(204);
+    await s.until('t2 forgotten by intelligence', async () =>
+      (await s.intelCall('GET', '/v1/worlds/base/objects/Order/o1?at=t2')).statusCode === 404 ? true : undefined,
     );
-    await expectProblem(await s.intelCall('GET', '/v1/worlds/base/objects/Order/o1?at=ft'), 404, 'querystring/at');
-    await expectProblem(
-      await s.intelCall('GET', '/v1/worlds/base/objects/Order/o1?at=2026-01-01T00:00:00Z'),
-      422,
-      'querystring/at',
-    );
-    await expectProblem(
-      await s.intelCall('GET', '/v1/worlds/base/objects/Order/o1?at=no%20such'),
-      400,
-      'querystring/at',
-    );
+    await atProblem('t2', 404);
+    await fork('f2c', 'base', String(atT2.commit));
+    expect(await definitions('f2c')).toEqual(atT2.defs);
+    expect((await openAlerts('f2c')).map((a) => a.id)).toEqual(atT2.alerts.map((a) => a.id));
   }, 120_000);
 });

@@ -53,13 +53,16 @@ export interface WorldHooks {
    * `tag` names the tag and the request, so the service can also keep the tag for `?at=` (docs/adr/0046).
    */
   position?: (tx: pg.ClientBase, worldId: string, tag: TagRequest) => Promise<Record<string, number>>;
+  /** Forgets a deleted tag (`world.tag.deleted`, docs/adr/0046); nothing is replied. */
+  untag?: (tx: pg.ClientBase, worldId: string, tag: TagRequest) => Promise<void>;
 }
 
 /**
  * The provisioner's side of the world saga, for data and intelligence: `world.created` records
  * the world (table `worlds`, see the service's migration) and replies provisioned;
  * `world.deleted` and `world.drop.requested` (compensation) drop it and reply dropped;
- * `world.tag.requested` replies the service's position (a world it does not have: none). Replies
+ * `world.tag.requested` replies the service's position (a world it does not have: none);
+ * `world.tag.deleted` forgets the tag, with no reply. Replies
  * carry `caused_by` and are enqueued in the inbox transaction, so each is sent exactly once in
  * effect.
  */
@@ -87,6 +90,9 @@ export function worldProvisioning(service: 'data' | 'intelligence', topicPrefix:
         await hooks.drop?.(tx, event.world_id);
         await tx.query('DELETE FROM worlds WHERE id = $1', [event.world_id]);
         type = reply.dropped;
+      } else if (event.type === 'world.tag.deleted') {
+        await hooks.untag?.(tx, event.world_id, event.payload as unknown as TagRequest);
+        continue;
       } else if (event.type === 'world.tag.requested' && hooks.position) {
         const known = await tx.query('SELECT 1 FROM worlds WHERE id = $1', [event.world_id]);
         if (known.rowCount === 0) continue; // dropped since: control deletes its tags with it

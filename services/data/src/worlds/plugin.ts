@@ -128,6 +128,14 @@ export default fp(
       provision: provisionWorld,
       drop: dropWorld,
       position: tagPosition,
+      // A deleted tag's name no longer resolves (its request and deletion arrive in order here).
+      untag: async (tx, worldId, { tag, request }) => {
+        await tx.query('DELETE FROM world_tags WHERE world_id = $1 AND name = $2 AND request_id = $3', [
+          worldId,
+          tag,
+          request,
+        ]);
+      },
     });
     const answerChecker = checkerAnswers(app);
     app.addConsumer({

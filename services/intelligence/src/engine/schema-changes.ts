@@ -189,7 +189,8 @@ async function recordTagCommit(tx: Queryable, worldId: string, payload: Record<s
      ON CONFLICT (world_id, name) DO UPDATE
        SET request_id = EXCLUDED.request_id, commit = EXCLUDED.commit, written = EXCLUDED.written,
            definitions = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.definitions END,
-           moment = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.moment END
+           moment = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.moment END,
+           deleted = world_tags.deleted AND world_tags.request_id = EXCLUDED.request_id
      WHERE world_tags.request_id <= EXCLUDED.request_id`,
     [worldId, payload.tag, payload.request, payload.commit, payload.written ?? null],
   );

@@ -25,7 +25,8 @@ async function tagPosition(
        SET request_id = EXCLUDED.request_id, definitions = EXCLUDED.definitions, moment = EXCLUDED.moment,
            requested_at = now(),
            commit = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.commit END,
-           written = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.written END
+           written = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.written END,
+           deleted = world_tags.deleted AND world_tags.request_id = EXCLUDED.request_id
      WHERE world_tags.request_id <= EXCLUDED.request_id`,
     [worldId, tag, request],
   );
@@ -48,6 +49,15 @@ export default fp(
         return { reply: { base: { world: from.world, definitions: position } } };
       },
       position: tagPosition,
+      // A deleted tag no longer resolves; the row stays (deleted) as the anchor it was for forks
+      // (docs/adr/0045), and so that data's reply, applied by the other consumer, cannot revive it.
+      untag: async (tx, worldId, { tag, request }) => {
+        await tx.query(
+          `INSERT INTO world_tags (world_id, name, request_id, deleted) VALUES ($1, $2, $3, true)
+           ON CONFLICT (world_id, name) DO UPDATE SET deleted = true WHERE world_tags.request_id = EXCLUDED.request_id`,
+          [worldId, tag, request],
+        );
+      },
     });
     const answerChecker = checkerAnswers(app.topicPrefix);
     app.addConsumer({

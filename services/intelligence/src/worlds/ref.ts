@@ -34,7 +34,7 @@ type TagRow = { commit: string | null; written: string | null };
 
 async function tagOf(db: Queryable, world: string, name: string): Promise<TagRow | undefined> {
   const { rows } = await db.query<TagRow>(
-    'SELECT commit::text, written::text FROM world_tags WHERE world_id = $1 AND name = $2',
+    'SELECT commit::text, written::text FROM world_tags WHERE world_id = $1 AND name = $2 AND NOT deleted',
     [world, name],
   );
   return rows[0];

@@ -357,6 +357,13 @@ export const EVENT_PAYLOADS = {
     },
     'a world-level tag was made: data and intelligence reply with their position in the world (docs/adr/0029)',
   ),
+  'world.tag.deleted': closed(
+    {
+      tag: Text,
+      request: Type.String({ pattern: UUID_V7.source, description: 'the request that made the tag deleted' }),
+    },
+    'a world-level tag was deleted: data and intelligence stop resolving its name in ?at= (docs/adr/0046); no reply',
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
