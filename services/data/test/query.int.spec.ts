@@ -61,7 +61,7 @@ interface State {
 }
 const LINK_ENDS: Record<string, [string, string]> = { placed: ['Customer', 'Order'], refers: ['Customer', 'Customer'] };
 
-const termsOf = (s: string) => new Set(s.toLowerCase().match(/[\p{L}\p{N}_]+/gu) ?? []);
+const termsOf = (s: string) => new Set(s.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []);
 
 /** The reference semantics of a where-clause (docs/adr/0047), written independently of the SQL. */
 function matches(state: State, type: string, pk: string, o: Props, w: Where): boolean {

@@ -306,7 +306,7 @@ export function parseWhere(
  * `simple` configuration splits and folds a document (`Foo-bar` → foo, bar).
  */
 export function textTerms(text: string): string[] {
-  return [...new Set(text.toLowerCase().match(/[\p{L}\p{N}_]+/gu) ?? [])];
+  return [...new Set(text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])];
 }
 
 /** What compiled SQL needs from its caller. */
@@ -372,8 +372,16 @@ function compileCondition(n: Extract<WhereNode, { kind: 'cmp' }>, ctx: SqlContex
         if (n.op in SQL_CMP) return `${k} ${SQL_CMP[n.op]} ${ctx.param(n.value)}`;
     }
   }
-  const v = valueExpr(ctx, a, n.property);
   const json = (value: unknown) => `${ctx.param(JSON.stringify(value))}::jsonb`;
+  if (n.op === '$startsWith') {
+    return `starts_with(${a}.properties ->> ${ctx.param(n.property)}::text, ${ctx.param(n.value)})`;
+  }
+  if (n.op === '$containsAnyTerm' || n.op === '$containsAllTerms') {
+    const terms = (n.value as string[]).map((t) => `'${t.replaceAll("'", "''")}'`);
+    const query = terms.join(n.op === '$containsAnyTerm' ? ' | ' : ' & ');
+    return `${textExpr(ctx, a, n.property)} @@ to_tsquery('simple'::regconfig, ${ctx.param(query)})`;
+  }
+  const v = valueExpr(ctx, a, n.property);
   switch (n.op) {
     case '$eq':
       return `${v} = ${json(n.value)}`;
@@ -389,16 +397,10 @@ function compileCondition(n: Extract<WhereNode, { kind: 'cmp' }>, ctx: SqlContex
       return `(${v} ${SQL_CMP[n.op]} ${json(n.value)} AND jsonb_typeof(${v}) = ${ctx.param(jsonTypeOf(n.propertyKind))})`;
     case '$isNull':
       return n.value ? `${v} IS NULL` : `${v} IS NOT NULL`;
-    case '$startsWith':
-      return `starts_with(${a}.properties ->> ${ctx.param(n.property)}::text, ${ctx.param(n.value)})`;
     case '$contains':
       return `${v} @> ${json([n.value])}`;
-    case '$containsAnyTerm':
-    case '$containsAllTerms': {
-      const terms = (n.value as string[]).map((t) => `'${t.replaceAll("'", "''")}'`);
-      const query = terms.join(n.op === '$containsAnyTerm' ? ' | ' : ' & ');
-      return `${textExpr(ctx, a, n.property)} @@ to_tsquery('simple'::regconfig, ${ctx.param(query)})`;
-    }
+    default:
+      throw new Error(`no SQL for ${n.op}`);
   }
 }
 
