@@ -77,8 +77,13 @@ function objectBranches(p: Params, chain: Chain, type: string, conditions: strin
   });
 }
 
-/** The live links of `linkType` through `chain` whose `side` end is `outerPk` (SELECTs of from_pk, to_pk). */
-function linkBranches(p: Params, chain: Chain, linkType: string, side: 'from' | 'to', outerPk: string): string[] {
+/**
+ * The live links of `linkType` through `chain` (SELECTs of from_pk, to_pk): in each world, its
+ * heads written by its point, and for the keys written after it (found through history's
+ * `(world_id, seq)` index: history holds every link version, the current one too) the newest
+ * version by its point; without the keys a nearer world wrote by its point.
+ */
+function linkBranches(p: Params, chain: Chain, linkType: string): string[] {
   const lt = p.add(linkType);
   return chain.flatMap((seg, depth) => {
     const w = p.add(seg.world);
@@ -89,15 +94,18 @@ function linkBranches(p: Params, chain: Chain, linkType: string, side: 'from' | 
       return `NOT EXISTS (SELECT 1 FROM link_history s WHERE s.world_id = ${nw} AND s.link_type = ${lt}
                  AND s.from_pk = l.from_pk AND s.to_pk = l.to_pk AND s.seq <= ${nu})`;
     });
-    const where = [`l.world_id = ${w}`, `l.link_type = ${lt}`, `l.${side}_pk = ${outerPk}`, ...shadows].join(' AND ');
+    const shadowed = shadows.map((x) => ` AND ${x}`).join('');
     return [
-      `SELECT l.from_pk, l.to_pk FROM link_heads l WHERE ${where} AND l.seq <= ${u} AND NOT l.deleted`,
       `SELECT l.from_pk, l.to_pk FROM link_heads l
+        WHERE l.world_id = ${w} AND l.link_type = ${lt} AND l.seq <= ${u} AND NOT l.deleted${shadowed}`,
+      `SELECT l.from_pk, l.to_pk
+         FROM (SELECT DISTINCT n.from_pk, n.to_pk FROM link_history n
+                WHERE n.world_id = ${w} AND n.seq > ${u} AND n.link_type = ${lt}) k
          CROSS JOIN LATERAL (
-           SELECT x.deleted FROM link_history x
-            WHERE x.world_id = l.world_id AND x.link_type = l.link_type AND x.from_pk = l.from_pk AND x.to_pk = l.to_pk
-              AND x.seq <= ${u} ORDER BY x.seq DESC LIMIT 1) x
-        WHERE ${where} AND l.seq > ${u} AND NOT x.deleted`,
+           SELECT x.from_pk, x.to_pk, x.deleted FROM link_history x
+            WHERE x.world_id = ${w} AND x.link_type = ${lt} AND x.from_pk = k.from_pk AND x.to_pk = k.to_pk
+              AND x.seq <= ${u} ORDER BY x.seq DESC LIMIT 1) l
+        WHERE NOT l.deleted${shadowed}`,
     ];
   });
 }
@@ -111,12 +119,14 @@ export function chainContext(p: Params, chain: Chain): SqlContext {
     linkExists(link: LinkNode, outer: string, inner: (alias: string) => string): string {
       const n = ++aliases % 1_000_000;
       const l = `l${n}`;
-      const o = `o${n}`;
       const other = link.side === 'from' ? 'to' : 'from';
-      const links = linkBranches(p, chain, link.linkType, link.side, `${outer}.pk`);
-      const ends = objectBranches(p, chain, link.target, [`r.pk = ${l}.${other}_pk`]);
-      return `EXISTS (SELECT 1 FROM (${links.join(' UNION ALL ')}) ${l}
-                WHERE EXISTS (SELECT 1 FROM (${ends.join(' UNION ALL ')}) ${o} WHERE ${inner(o)}))`;
+      const links = linkBranches(p, chain, link.linkType).join(' UNION ALL ');
+      // A link never outlives its ends (docs/adr/0008): without a condition on the linked
+      // objects, the live links say it all. Uncorrelated, so that the planner can start from
+      // whichever side is narrower (an index on the linked objects' condition) and hash it.
+      if (link.where === null) return `${outer}.pk IN (SELECT ${l}.${link.side}_pk FROM (${links}) ${l})`;
+      const ends = objectBranches(p, chain, link.target, [inner('r')]).join(' UNION ALL ');
+      return `${outer}.pk IN (SELECT ${l}.${link.side}_pk FROM (${links}) ${l} JOIN (${ends}) o${n} ON o${n}.pk = ${l}.${other}_pk)`;
     },
   };
   return ctx;
