@@ -128,7 +128,7 @@ const QueryBody = Type.Object(
       ),
     ),
     select: Type.Optional(Type.Array(Type.String({ pattern: NAME }), { maxItems: 1000 })),
-    pageSize: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+    pageSize: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
     pageToken: Type.Optional(Type.String({ maxLength: 8192, description: 'nextPageToken of the previous page' })),
     at: AtField,
     pivotTo: Type.Optional(
@@ -347,7 +347,8 @@ export default fp(
         const { world, type: typeName } = request.params;
         const body = request.body;
         await app.awaitSchemaConsistency(request, world);
-        const { pageSize, pageToken, ...rest } = body;
+        const { pageSize: size, pageToken, ...rest } = body;
+        const pageSize = size ?? 100;
         const q = createHash('sha256')
           .update(JSON.stringify(['query', world, typeName, rest]))
           .digest('base64url')
