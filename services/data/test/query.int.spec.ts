@@ -654,7 +654,14 @@ describe('object-set queries and aggregations', () => {
         else await put(P, 'Order', { id: `n${seed}-${n++}`, amount: Math.floor(rnd() * 997), status: 'new' });
       }
     };
-    const writers = [writer(1), writer(2)];
+    // A writer's failure stops both and fails the test after the pages (never an unhandled rejection).
+    const failures: unknown[] = [];
+    const writers = [1, 2].map((seed) =>
+      writer(seed).catch((error) => {
+        failures.push(error);
+        stop = true;
+      }),
+    );
     try {
       // Let the writers get going, then page the whole set, ordered by a property they change.
       await new Promise((r) => setTimeout(r, 300));
@@ -665,6 +672,7 @@ describe('object-set queries and aggregations', () => {
       });
       stop = true;
       await Promise.all(writers);
+      expect(failures).toEqual([]);
       // The state at the pinned commit, from every version stored (heads and history).
       const { rows } = await s.data.app.pg.query<{ pk: string; version: string }>(
         `SELECT DISTINCT ON (pk) pk, version, deleted FROM object_versions
