@@ -46,6 +46,17 @@ export {
 } from './http/platform.js';
 export * from './http/problem.js';
 export { runService } from './http/server.js';
+export { type JobsPluginOptions, jobsPlugin } from './jobs/plugin.js';
+export {
+  type EnqueueOptions,
+  enqueueJob,
+  type JobContext,
+  type JobHandler,
+  type JobOutcome,
+  JobRunner,
+  type JobRunnerOptions,
+  type TaskOptions,
+} from './jobs/runner.js';
 export { type AclRule, kafkaAclsCommands, producedTopics, serviceAcls } from './kafka/acls.js';
 export type * from './kafka/broker.js';
 export * from './kafka/events/index.js';
