@@ -343,17 +343,8 @@ export default fp(
       },
     );
 
-    // Samples older than what is kept go, a batch a minute (every replica; the deletes are idempotent).
-    let trim: NodeJS.Timeout | undefined;
-    app.addHook('onReady', async () => {
-      trim = setInterval(() => {
-        trimPositionSamples(pool, opts.keepSeconds).catch((err) =>
-          app.log.warn({ err }, 'trimming the version vector samples failed'),
-        );
-      }, 60_000);
-      trim.unref();
-    });
-    app.addHook('onClose', async () => clearInterval(trim));
+    // Samples older than what is kept go, a batch a minute (one replica a minute).
+    app.jobs.every('control.trim-position-samples', 60_000, () => trimPositionSamples(pool, opts.keepSeconds));
   },
-  { name: 'onto-control-consistency', dependencies: ['onto-auth'] },
+  { name: 'onto-control-consistency', dependencies: ['onto-auth', 'onto-jobs'] },
 );

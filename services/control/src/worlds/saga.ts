@@ -132,18 +132,10 @@ export default fp(
         if (reports) await tx.query(reports.text, [...(reports.values ?? [])]);
       },
     });
-    let timer: NodeJS.Timeout | undefined;
-    app.addHook('onReady', async () => {
-      timer = setInterval(() => {
-        failOverdue(app.pg, app.topicPrefix)
-          .then((failed) => {
-            if (failed.length > 0) app.log.warn({ worlds: failed }, 'world provisioning timed out; compensating');
-          })
-          .catch((err) => app.log.warn({ err }, 'checking provisioning deadlines failed'));
-      }, 500);
-      timer.unref();
+    app.jobs.every('control.provisioning-deadlines', 500, async () => {
+      const failed = await failOverdue(app.pg, app.topicPrefix);
+      if (failed.length > 0) app.log.warn({ worlds: failed }, 'world provisioning timed out; compensating');
     });
-    app.addHook('onClose', async () => clearInterval(timer));
   },
-  { name: 'onto-control-world-saga', dependencies: ['onto-consumers'] },
+  { name: 'onto-control-world-saga', dependencies: ['onto-consumers', 'onto-jobs'] },
 );

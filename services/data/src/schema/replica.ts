@@ -10,6 +10,7 @@ import {
 } from '@onto/shared';
 import type { FastifyBaseLogger } from 'fastify';
 import type pg from 'pg';
+import { enqueueIndexBuild } from './indexes.js';
 
 /** The name of the index shared by every world that indexes `property` of `objectType`. */
 export function indexName(objectType: string, property: string): string {
@@ -39,6 +40,7 @@ async function requestIndexes(tx: Queryable, schema: SchemaDocument) {
       ORDER BY w.object_type, w.property`,
     [wanted.map((w) => w.name), wanted.map((w) => w.objectType), wanted.map((w) => w.property)],
   );
+  for (const row of rows) if (row.state === 'pending') await enqueueIndexBuild(tx, row.name);
   return rows;
 }
 
