@@ -86,6 +86,15 @@ export {
 } from './messaging/consumers-plugin.js';
 export { DeadLetters, type DeadRecord, DLQ_HEADERS } from './messaging/dead-letters.js';
 export * from './messaging/envelope.js';
+export {
+  type EventHandlers,
+  type EventOf,
+  type EventPayload,
+  type EventReadings,
+  eventHandlers,
+  eventReadings,
+  isEvent,
+} from './messaging/event-handlers.js';
 export { ConcurrencyConflictError, isConflict, type OccOptions, StaleWriteError, withOcc } from './messaging/occ.js';
 export * from './messaging/outbox.js';
 export { outboxOldestAgeSeconds } from './messaging/outbox-age.js';
