@@ -82,8 +82,8 @@ const LAYERS = {
   ],
 };
 
-const escape = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-const entry = (root, name) => `^${escape(root)}/${escape(name)}${name.endsWith('.ts') ? '$' : '/'}`;
+const escapeRegExp = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const entry = (root, name) => `^${escapeRegExp(root)}/${escapeRegExp(name)}${name.endsWith('.ts') ? '$' : '/'}`;
 
 const layerRules = Object.entries(LAYERS).flatMap(([root, layers]) =>
   layers.slice(0, -1).map((layer, i) => ({

@@ -54,6 +54,8 @@ export interface JobRunnerOptions {
   pollMs?: number;
   /** This runner's name in `locked_by`; unique per process unless said. */
   workerId?: string;
+  /** Jobs of every task running at once in this instance (each may hold a pooled connection); 5 unless said. */
+  concurrency?: number;
 }
 
 export interface EnqueueOptions {
@@ -238,7 +240,7 @@ export class JobRunner {
   /** Claims due jobs one at a time while a task has room, and starts each. */
   private async fill(): Promise<void> {
     for (;;) {
-      if (this.stopped) return;
+      if (this.stopped || this.inFlight.size >= (this.opts.concurrency ?? 5)) return;
       const free = [...this.tasks].filter(([, t]) => t.running < t.concurrency);
       if (free.length === 0) return;
       const { rows } = await this.opts.pool.query<Claimed>(

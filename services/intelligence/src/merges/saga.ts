@@ -12,7 +12,6 @@ import { schemaDocument } from './check.js';
 import { type Body, definitionsAt, type Kind, keyOf, positionOf, sameBody } from './history.js';
 import { counts, type Entry, finalBody, planEntries, readPoints, writes } from './plan.js';
 import { insertMerge, lockMerge, type Merge, type Replaced, reply, updateMerge } from './store.js';
-import type { Strategy } from './three-way.js';
 import { type Write, writeAll } from './writes.js';
 
 export interface SagaContext {
