@@ -37,7 +37,7 @@ export type JobOutcome = undefined | { rerunInMs: number };
 export type JobHandler<P = unknown> = (job: JobContext<P>) => Promise<JobOutcome | undefined | unknown>;
 
 export interface TaskOptions<P = unknown> {
-  /** How long a claim holds without being extended (the runner extends it every third of it). */
+  /** How long a claim holds without being extended (every third of it while the job runs): how soon a crashed instance's job is taken again. 10 s unless said. */
   leaseMs?: number;
   /** Jobs of this task running at once in this instance; 1 unless said. */
   concurrency?: number;
@@ -159,7 +159,7 @@ export class JobRunner {
     if (!this.stopped) throw new Error(`the task ${task} is defined after the runner started`);
     this.tasks.set(task, {
       handler,
-      leaseMs: options.leaseMs ?? 30_000,
+      leaseMs: options.leaseMs ?? 10_000,
       concurrency: options.concurrency ?? 1,
       backoff: options.backoff ?? DEFAULT_BACKOFF,
       onFailed: options.onFailed,
