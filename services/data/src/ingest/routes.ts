@@ -6,6 +6,7 @@ import {
   type ObjectType,
   ownValue,
   PayloadTooLarge,
+  parseBoundedJson,
   problemResponses,
   WORLD_ID,
 } from '@onto/shared';
@@ -219,7 +220,7 @@ export default async function bulk(fastify: FastifyInstance) {
             if (text === '') continue;
             let value: unknown;
             try {
-              value = JSON.parse(text);
+              value = parseBoundedJson(text);
             } catch (e) {
               if (++total > BULK.maxObjects) throw tooMany();
               errors.push({ line, path: '', message: `is not JSON: ${(e as Error).message}` });

@@ -5,6 +5,7 @@ import {
   BODY_LIMITS,
   decodeCursor,
   encodeCursor,
+  installBoundedJsonParser,
   NotFound,
   type ObjectType,
   problemResponses,
@@ -111,11 +112,7 @@ export default fp(
   async (fastify: FastifyInstance, opts: { groups?: ObjectWritesOptions }) => {
     fastify.decorate('objectWrites', new ObjectWrites(fastify, opts.groups ?? { inFlight: 2, maxGroup: 64 }));
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-    app.addContentTypeParser(
-      'application/merge-patch+json',
-      { parseAs: 'string' },
-      app.getDefaultJsonParser('error', 'error'),
-    );
+    installBoundedJsonParser(app, 'application/merge-patch+json');
 
     /** A whole-object write (PUT, PATCH): `decide` turns the locked head into the new properties. */
     async function write(

@@ -9,6 +9,7 @@ import {
   normaliseInstant,
   type ObjectType,
   PayloadTooLarge,
+  parseBoundedJson,
   problemResponses,
   Unprocessable,
   WORLD_ID,
@@ -260,7 +261,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           };
           let value: unknown;
           try {
-            value = JSON.parse(text);
+            value = parseBoundedJson(text);
           } catch (e) {
             fault('', `is not JSON: ${(e as Error).message}`);
             continue;
