@@ -12,7 +12,7 @@ import {
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { inWorldTransaction, originOf } from '../http.js';
+import { CAUSED_BY_HEADER, inWorldTransaction, originOf } from '../http.js';
 import { ndjsonLines } from '../ndjson.js';
 import { checkObject, pointer } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
@@ -148,9 +148,7 @@ export default async function bulk(fastify: FastifyInstance) {
         }),
         headers: Type.Object({
           'x-consistency-token': Type.Optional(Type.String()),
-          'x-caused-by': Type.Optional(
-            Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
-          ),
+          'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
         }),
         // Parsed by the route itself (NDJSON is not JSON): documented, not validated, here.
         'x-document-body': {

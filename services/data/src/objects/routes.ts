@@ -15,7 +15,15 @@ import {
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
+import {
+  CAUSED_BY_HEADER,
+  checkPreconditions,
+  inWorldTransaction,
+  keyParam,
+  originOf,
+  preconditionsOf,
+  written,
+} from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { latestSeries } from '../series/latest.js';
 import { resolveRef } from '../worlds/refs.js';
@@ -51,9 +59,7 @@ const WriteHeaders = Type.Object({
   'if-match': Type.Optional(Type.String({ description: 'the object version the write is based on, or *' })),
   'if-none-match': Type.Optional(Type.String({ description: '* creates only' })),
   'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(
-    Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
-  ),
+  'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
 });
 const Body = Type.Object(
   {

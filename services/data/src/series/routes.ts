@@ -16,7 +16,7 @@ import {
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { keyParam, originOf } from '../http.js';
+import { CAUSED_BY_HEADER, keyParam, originOf } from '../http.js';
 import { ndjsonLines } from '../ndjson.js';
 import { LIMITS } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
@@ -55,9 +55,7 @@ const Written = Type.Object({
 });
 const WriteHeaders = Type.Object({
   'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(
-    Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
-  ),
+  'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
 });
 
 /** The series a path names, or a 404 naming it. */
