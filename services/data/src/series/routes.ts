@@ -22,6 +22,7 @@ import { LIMITS } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { At, NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { refuseProtected } from '../worlds/protection.js';
 import { resolveRef } from '../worlds/refs.js';
 import {
   AGGREGATES,
@@ -135,6 +136,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       await app.awaitSchemaConsistency(request, world);
       const ctx = await worldContext(app.pg, world);
       if (!ctx.provisioned) throw notProvisioned(world);
+      refuseProtected(world, ctx.protection);
       const { type } = await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
       const series = seriesNamed(type, seriesName, world);
       const faults: FieldError[] = [];
@@ -208,6 +210,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       await app.awaitSchemaConsistency(request, world);
       const ctx = await worldContext(app.pg, world);
       if (!ctx.provisioned) throw notProvisioned(world);
+      refuseProtected(world, ctx.protection);
       const doc = await app.schemaReplica.document(app.pg, world, ctx.schemaVersion);
       const w = { worldId: world, schemaVersion: ctx.schemaVersion, origin };
       const now = Date.now();

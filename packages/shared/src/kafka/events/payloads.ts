@@ -357,6 +357,18 @@ export const EVENT_PAYLOADS = {
     },
     'a world-level tag was made: data and intelligence reply with their position in the world (docs/adr/0029)',
   ),
+  'world.protection.updated': closed(
+    {
+      requireMerge: Type.Boolean({ description: 'direct writes are refused (403): changes come by merge' }),
+      requiredApprovals: Count,
+      requiredChecks: Type.Array(Text, {
+        description: 'rules of intelligence that must not fire on the merged result',
+      }),
+      allowActions: Type.Boolean({ description: "with requireMerge, actions' edits are still applied" }),
+      revision: Type.Integer({ minimum: 1, description: "the protection's revision: only a greater one replaces it" }),
+    },
+    "a world's protection was set (docs/adr/0058): data and intelligence enforce it",
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
