@@ -89,6 +89,11 @@ describe('a protected world', () => {
       const problem = expectProblem(await protect(body), 400);
       expect(JSON.stringify(problem.errors), JSON.stringify(body)).toMatch(path);
     }
+    // A check must name a rule the world has in intelligence.
+    const unknownRule = await protect({ requireMerge: true, requiredChecks: ['no_such_rule'] });
+    expect(expectProblem(unknownRule, 422).errors).toEqual([
+      { path: '/requiredChecks/0', message: `is not a rule of world ${W} (as intelligence reported)` },
+    ]);
     expectProblem(await protect({ requireMerge: true }, editor), 403);
     expectProblem(await s.controlCall('PUT', '/v1/worlds/nowhere/protection', { body: { requireMerge: true } }), 404);
     // Nothing was set.
@@ -101,13 +106,22 @@ describe('a protected world', () => {
   });
 
   it('refuses a direct write on every path with 403 naming the protection, and stores nothing', async () => {
-    const set = await protect({ requireMerge: true, requiredApprovals: 1, requiredChecks: ['no-overheat'] });
+    // The rule the protection names: intelligence reports its rules to control.
+    const rule = await s.intelCall('PUT', `/v1/worlds/${W}/rules/no_overheat`, {
+      body: { objectType: 'Machine', condition: 'name == "hot"', alertType: 'overheat', severity: 'warning' },
+    });
+    expect(rule.statusCode, rule.body).toBe(201);
+    await s.until('the rule known to control', async () => {
+      const { rows } = await s.control.app.pg.query('SELECT rules FROM world_rules WHERE world_id = $1', [W]);
+      return rows[0]?.rules.includes('no_overheat') ? true : undefined;
+    });
+    const set = await protect({ requireMerge: true, requiredApprovals: 1, requiredChecks: ['no_overheat'] });
     expect(set.statusCode, set.body).toBe(200);
     expect(set.json()).toMatchObject({
       world: W,
       requireMerge: true,
       requiredApprovals: 1,
-      requiredChecks: ['no-overheat'],
+      requiredChecks: ['no_overheat'],
       allowActions: false,
       revision: 1,
       updatedBy: 'olive',
@@ -118,7 +132,7 @@ describe('a protected world', () => {
     expect(events.find((e) => e.event.type === 'world.protection.updated')?.event.payload).toEqual({
       requireMerge: true,
       requiredApprovals: 1,
-      requiredChecks: ['no-overheat'],
+      requiredChecks: ['no_overheat'],
       allowActions: false,
       revision: 1,
     });
@@ -204,7 +218,7 @@ describe('a protected world', () => {
       require_merge: true,
       allow_actions: false,
       required_approvals: 1,
-      required_checks: ['no-overheat'],
+      required_checks: ['no_overheat'],
     });
     const early = expectProblem(await post('a0'), 403);
     expect(early).toMatchObject({ type: 'https://onto.dev/problems/protected-world', world: W });

@@ -48,6 +48,7 @@ export const EVENT_TYPES = {
   'intelligence.world.dropped': 'onto.intelligence',
   'intelligence.position': 'onto.intelligence',
   'intelligence.check.reported': 'onto.intelligence',
+  'intelligence.rules.changed': 'onto.intelligence',
   'world.tag.positioned': 'onto.storage',
   'intelligence.world.tag.positioned': 'onto.intelligence',
   'object.created': 'onto.changes.objects',

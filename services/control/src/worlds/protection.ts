@@ -6,6 +6,7 @@ import {
   newEvent,
   Outbox,
   problemResponses,
+  type ReceivedEvent,
   recordAudit,
   TOPICS,
   Unprocessable,
@@ -20,7 +21,7 @@ import { lockWorld, lockWritableWorld } from './repository.js';
 /** The most approvals a protection may ask for, and rules it may name. */
 const MAX_APPROVALS = 20;
 const MAX_CHECKS = 50;
-const RULE_NAME = '^[A-Za-z][A-Za-z0-9_-]{0,62}$';
+const RULE_NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 
 const Settings = Type.Object(
   {
@@ -61,6 +62,24 @@ const SELECT = `SELECT world_id AS world, require_merge AS "requireMerge", requi
                        required_checks AS "requiredChecks", allow_actions AS "allowActions", revision,
                        updated_by AS "updatedBy", to_json(updated_at)#>>'{}' AS "updatedAt"
                   FROM world_protection WHERE world_id = $1`;
+
+/**
+ * `intelligence.rules.changed`: the names of a world's rules, kept for the check of requiredChecks.
+ * Reports of a world control no longer has are dropped (the foreign key would refuse them).
+ */
+export async function applyRuleReports(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
+  for (const { event } of events) {
+    if (event.type !== 'intelligence.rules.changed') continue;
+    const p = event.payload as { rules: string[]; definitions: number };
+    await tx.query(
+      `INSERT INTO world_rules AS r (world_id, rules, definitions)
+       SELECT id, $2, $3 FROM worlds WHERE id = $1
+       ON CONFLICT (world_id) DO UPDATE SET rules = EXCLUDED.rules, definitions = EXCLUDED.definitions
+        WHERE r.definitions < EXCLUDED.definitions`,
+      [event.world_id, p.rules, p.definitions],
+    );
+  }
+}
 
 /** A world's protection; an unprotected one when none was ever set. */
 export async function protectionOf(db: pg.ClientBase | pg.Pool, world: string): Promise<Protection> {
@@ -116,7 +135,7 @@ export default fp(
         schema: {
           tags: ['worlds'],
           summary: 'Protect the world: changes by merge only, with approvals and checks',
-          description: `requiredApprovals may not exceed the number of the world's owners (422 naming /requiredApprovals).`,
+          description: `requiredApprovals may not exceed the number of the world's owners (422 naming /requiredApprovals); requiredChecks name rules the world has in intelligence (422 naming /requiredChecks/<i>).`,
           params: Params,
           body: Settings,
           response: { 200: Protection, ...errors },
@@ -140,6 +159,25 @@ export default fp(
                 message: `must be at most the number of the world's owners (${ownerCount})`,
               },
             ]);
+          }
+          // Checks name rules intelligence has reported for the world (the latest report).
+          const { rows: known } = await tx.query<{ rules: string[] }>(
+            'SELECT rules FROM world_rules WHERE world_id = $1',
+            [world],
+          );
+          const rules = new Set(known[0]?.rules ?? []);
+          const unknown = body.requiredChecks.flatMap((name, i) =>
+            rules.has(name)
+              ? []
+              : [
+                  {
+                    path: `/requiredChecks/${i}`,
+                    message: `is not a rule of world ${world} (as intelligence reported)`,
+                  },
+                ],
+          );
+          if (unknown.length > 0) {
+            throw new Unprocessable(`requiredChecks names rules world ${world} does not have`, unknown);
           }
           const { rows } = await tx.query<{ revision: number }>(
             `INSERT INTO world_protection AS p

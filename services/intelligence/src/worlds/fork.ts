@@ -2,6 +2,7 @@ import type { Queryable, SchemaReplica, WorldOrigin } from '@onto/shared';
 import { bumpRevision } from '../engine/locks.js';
 import { revalidateWorld } from '../engine/schema-changes.js';
 import { recordAll } from '../merges/history.js';
+import { announceRules } from '../rules/announce.js';
 
 /**
  * Copies the base world's definitions — derived properties, rules, decision definitions, not
@@ -21,6 +22,7 @@ export async function copyDefinitions(
   replica: SchemaReplica,
   worldId: string,
   from: WorldOrigin,
+  topicPrefix: string,
 ): Promise<{ derived: number; rules: number; decisions: number; position: number }> {
   const { rows } = await tx.query<{ derived: number; rules: number; decisions: number; position: string }>(
     `WITH derived AS (
@@ -55,6 +57,7 @@ export async function copyDefinitions(
   const copied = { ...row, position: Number(row.position) };
   if (copied.derived + copied.rules + copied.decisions > 0) {
     await recordAll(tx, worldId);
+    if (copied.rules > 0) await announceRules(tx, topicPrefix, worldId);
     // Checked against the child's schema if applied; revalidation also requests the evaluation over
     // the child's own objects (none, unless data took writes before this commit).
     if ((await replica.current(tx, worldId)).version > 0) await revalidateWorld(tx, replica, worldId);

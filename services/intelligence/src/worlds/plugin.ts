@@ -45,7 +45,7 @@ export default fp(
     const provisioning = worldProvisioning('intelligence', app.topicPrefix, {
       provision: async (tx, worldId, from) => {
         if (!from) return undefined;
-        const { position } = await copyDefinitions(tx, app.schemaReplica, worldId, from);
+        const { position } = await copyDefinitions(tx, app.schemaReplica, worldId, from, app.topicPrefix);
         // Where the fork starts in intelligence: control records it as the fork's merge base (docs/adr/0037).
         return { reply: { base: { world: from.world, definitions: position } } };
       },

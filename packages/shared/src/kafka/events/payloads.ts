@@ -485,6 +485,16 @@ export const EVENT_PAYLOADS = {
     },
     "intelligence's position in a world, announced at most once per interval while it changes (the version vector)",
   ),
+  'intelligence.rules.changed': closed(
+    {
+      rules: Type.Array(Text, { description: "the names of the world's rules after the change, sorted" }),
+      definitions: Type.Integer({
+        minimum: 0,
+        description: "the world's definition position after the change: only a greater one replaces the list",
+      }),
+    },
+    "the rules of a world changed (a PUT, a DELETE, a merge, a fork's copy): control checks a protection's requiredChecks against them (docs/adr/0058)",
+  ),
   'intelligence.check.reported': closed(
     {
       checkId: Uuid,
