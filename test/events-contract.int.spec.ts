@@ -202,6 +202,10 @@ describe('every event the services produce matches the published contract', () =
     // Deleting it tells data and intelligence to forget its name (world.tag.deleted).
     expect((await s.controlCall('DELETE', `/v1/worlds/${W}/tags/contract-1`)).statusCode).toBe(204);
 
+    // A protection (docs/adr/0058), set unprotecting: world.protection.updated. The rule PUT above
+    // made intelligence.rules.changed.
+    await ok('protection', s.controlCall('PUT', `/v1/worlds/${W}/protection`, { body: { requireMerge: false } }));
+
     // Merges (docs/adr/0037): a fork and W both change an order and the rule; a MANUAL merge finds a
     // conflict in data and one in intelligence, resolved, applied and verified. Then a merge whose
     // data part fails (the target moved after the plan) and one whose intelligence part fails: each

@@ -6,6 +6,8 @@ import { SERVICES } from './services.js';
 
 const BOOTSTRAP = 'rotation-bootstrap-token-0123456789';
 const GRACE_SECONDS = 4;
+/** How long a new key is announced before it signs here: well above the replicas' usual lag. */
+const ANNOUNCE_MS = 3000;
 
 const kidOf = (jwt: string) => JSON.parse(Buffer.from(jwt.split('.')[0] ?? '', 'base64url').toString()).kid as string;
 
@@ -48,6 +50,10 @@ describe('signing-key rotation across the services', () => {
     control = await buildTestService(SERVICES[0] as never, {
       ONTO_TOPIC_PREFIX: topics.prefix,
       ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP,
+      SIGNING_KEY_ANNOUNCE_MS: String(ANNOUNCE_MS),
+      // Requests run in a loop below: the limit of one token's exchanges is not what is tested.
+      TOKEN_EXCHANGES_PER_MINUTE_PER_TOKEN: '100000',
+      TOKEN_EXCHANGES_PER_MINUTE_PER_IP: '100000',
     });
     admin = await exchange(BOOTSTRAP);
     for (const service of [SERVICES[1], SERVICES[2]]) {
@@ -88,12 +94,24 @@ describe('signing-key rotation across the services', () => {
     expect(rotation.retiredKid).toBe(oldKid);
     expect(rotation.kid).not.toBe(oldKid);
     const refusedAfter = Date.parse(rotation.refusedAfter);
-    expect(refusedAfter - Date.now()).toBeGreaterThan((GRACE_SECONDS - 1) * 1000);
+    const signsFrom = Date.parse(rotation.signsFrom);
+    // The new key is announced first: the old one signs until signsFrom, and is refused its grace after.
+    expect(signsFrom - Date.now()).toBeGreaterThan(ANNOUNCE_MS - 1000);
+    expect(refusedAfter - signsFrom).toBe(GRACE_SECONDS * 1000);
+    const announced = await exchange(BOOTSTRAP);
+    if (Date.now() < signsFrom - 200) expect(kidOf(announced)).toBe(oldKid);
 
-    // New tokens are signed by the new key, and every service learns it.
-    const fresh = await exchange(BOOTSTRAP);
-    expect(kidOf(fresh)).toBe(rotation.kid);
-    await everywhere(fresh, 200, 'the new key accepted everywhere');
+    // From signsFrom new tokens are signed by the new key, which every service already knows.
+    const fresh = await eventually(
+      'the new key signing',
+      async () => {
+        const token = await exchange(BOOTSTRAP);
+        return kidOf(token) === rotation.kid ? token : undefined;
+      },
+      { timeoutMs: ANNOUNCE_MS + 5000, intervalMs: 100 },
+    );
+    expect(Date.now()).toBeGreaterThanOrEqual(signsFrom);
+    expect(await statuses(fresh)).toEqual([200, 200, 200]);
     // Within the grace period the old key's token still works everywhere.
     expect(Date.now()).toBeLessThan(refusedAfter);
     expect(await statuses(old)).toEqual([200, 200, 200]);
@@ -114,6 +132,52 @@ describe('signing-key rotation across the services', () => {
     );
     expect(await statuses(fresh)).toEqual([200, 200, 200]);
   });
+
+  it('refuses nothing while requests run during rotations: each key is announced before it signs', async () => {
+    // Issue 32: control signed with a new key before the replicas had it, and they answered 503
+    // ("not known here yet") to fresh tokens. Each loop exchanges a token and sends it at once to
+    // data and intelligence: the worst case, a token signed a moment after the switch.
+    const answers = new Map<string, number>();
+    const kids = new Set<string>();
+    let running = true;
+    const loop = async () => {
+      while (running) {
+        const token = await exchange(BOOTSTRAP);
+        kids.add(kidOf(token));
+        for (const r of replicas) {
+          const res = await call(r.app, 'GET', '/v1/probe/admin', token);
+          const answer = res.statusCode === 200 ? '200' : `${res.statusCode} ${res.json().detail}`;
+          answers.set(answer, (answers.get(answer) ?? 0) + 1);
+        }
+      }
+    };
+    const loops = [loop(), loop()];
+    try {
+      for (let i = 0; i < 3; i++) {
+        admin = await exchange(BOOTSTRAP);
+        const res = await call(control.app, 'POST', '/v1/admin/signing-keys/rotate', admin, { graceSeconds: 60 });
+        expect(res.statusCode, res.body).toBe(201);
+        const { kid } = res.json();
+        await eventually('the rotated key signing', async () => (kids.has(kid) ? true : undefined), {
+          timeoutMs: ANNOUNCE_MS + 10_000,
+          intervalMs: 50,
+        });
+        await new Promise((r) => setTimeout(r, 300));
+      }
+    } finally {
+      running = false;
+      await Promise.all(loops);
+    }
+    console.info(`requests during three rotations: ${JSON.stringify(Object.fromEntries(answers))}`);
+    expect(kids.size).toBeGreaterThanOrEqual(4);
+    expect(answers.get('200')).toBeGreaterThan(20);
+    expect([...answers.keys()]).toEqual(['200']);
+    // A retired key keeps its private half only until its successor signs.
+    const { rows } = await control.app.pg.query<{ kid: string; private: boolean }>(
+      'SELECT kid, private_key_sealed IS NOT NULL AS private FROM signing_keys ORDER BY signs_from DESC',
+    );
+    expect(rows.map((r) => r.private)).toEqual([true, ...rows.slice(1).map(() => false)]);
+  }, 60_000);
 
   it('refuses a leaked key’s tokens at once with a grace of 0', async () => {
     const leaked = await exchange(BOOTSTRAP);

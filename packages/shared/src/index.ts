@@ -37,6 +37,13 @@ export { awaitApplied, consistencyToken } from './http/consistency.js';
 export { decodeCursor, encodeCursor } from './http/cursor.js';
 export { type IfMatchRule, ifMatch, requestHeader } from './http/headers.js';
 export { CheckFailed, healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
+export {
+  installBoundedJsonParser,
+  JSON_MAX_DEPTH,
+  jsonTooDeepAt,
+  parseBoundedJson,
+  TOO_DEEP,
+} from './http/json-depth.js';
 export { metricsPlugin } from './http/observability.js';
 export {
   type BaseServiceConfig,

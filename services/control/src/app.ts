@@ -11,6 +11,7 @@ import identity from './identity/plugin.js';
 import merges from './merges/plugin.js';
 import schemaRoutes from './schema/routes.js';
 import worldConsistency from './worlds/consistency.js';
+import worldProtection from './worlds/protection.js';
 import worldRoutes from './worlds/routes.js';
 import worldSaga from './worlds/saga.js';
 import worldTags from './worlds/tags.js';
@@ -38,6 +39,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   });
   await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS });
   await fastify.register(worldTags);
+  await fastify.register(worldProtection);
   await fastify.register(worldSaga);
   await fastify.register(worldConsistency, { keepSeconds: config.CONSISTENCY_HISTORY_KEEP_SECONDS });
   await fastify.register(merges, { timeoutMs: config.MERGE_TIMEOUT_MS });

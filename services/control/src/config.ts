@@ -37,6 +37,13 @@ export const ConfigSchema = Type.Composite([
           'How long tokens signed by a retired key still verify, in control and in every replica; default ACCESS_TOKEN_TTL_SECONDS (no token outlives its key)',
       }),
     ),
+    SIGNING_KEY_ANNOUNCE_MS: Type.Integer({
+      minimum: 0,
+      maximum: 3_600_000,
+      default: 5000,
+      description:
+        'How long a new token-signing key is announced to data and intelligence before control signs with it (a rotation with a grace of 0 signs at once): longer than the lag their identity replicas normally run at, so that no token reaches a replica before its key (ADR 42)',
+    }),
     SIGNING_KEY_CHECK_INTERVAL_MS: Type.Integer({
       minimum: 100,
       maximum: 86_400_000,

@@ -1,4 +1,4 @@
-import { dlqOf, physicalTopic } from '@onto/shared';
+import { dlqOf, physicalTopic, uuidv7 } from '@onto/shared';
 import { buildTestService, type TestService, testBroker, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, type Stack } from '../../data/test/stack.js';
@@ -132,6 +132,54 @@ describe('the consistency checker', () => {
     expect(await checkWhenQuiet()).toEqual([]);
     expect((await s.controlCall('GET', `/v1/worlds/${W}/consistency`)).json().findings).toEqual([]);
     expect(await metrics()).not.toContain(`onto_checker_findings{world="${W}"`);
+  }, 90_000);
+
+  it('holds back no write for a cause a client names, and repairs the same loss made in intelligence’s tables', async () => {
+    // Issue 32: a fresh UUIDv7 in X-Caused-By became the event's caused_by; intelligence waited
+    // for a cause that never came and dead-lettered the change (CauseMissing).
+    const cause = uuidv7();
+    const inIntelligence = async () =>
+      (
+        await intel().query(`SELECT 1 FROM rm_objects WHERE world_id = $1 AND type = 'Customer' AND pk = 'c-claimed'`, [
+          W,
+        ])
+      ).rowCount
+        ? true
+        : undefined;
+    const res = await s.dataCall('PUT', `/v1/worlds/${W}/objects/Customer/c-claimed`, {
+      body: { properties: { id: 'c-claimed' } },
+      headers: { 'x-caused-by': cause },
+    });
+    expect(res.statusCode, res.body).toBe(201);
+    const { rows } = await s.data.app.pg.query<{ event_id: string; body: string; headers: Record<string, string> }>(
+      'SELECT event_id::text, body, headers FROM outbox_events WHERE partition_key = $1',
+      [`${W}/Customer/c-claimed`],
+    );
+    expect(rows).toHaveLength(1);
+    expect(JSON.parse(rows[0]?.body ?? '{}').caused_by).toBeNull();
+    expect(rows[0]?.headers).toMatchObject({ 'x-caused-by': cause });
+    // Within the usual latency: before the fix it stayed away for minutes (parked, then dead-lettered).
+    await s.until('c-claimed in intelligence', inIntelligence, 10_000);
+    const held = await intel().query(
+      `SELECT 1 FROM inbox_deferred WHERE caused_by = $1
+       UNION ALL SELECT 1 FROM inbox WHERE event_id = $2 AND outcome <> 'applied'`,
+      [cause, rows[0]?.event_id],
+    );
+    expect(held.rowCount).toBe(0);
+
+    // The same divergence, made directly in intelligence's tables: the checker finds and repairs it.
+    await intel().query(`DELETE FROM rm_objects WHERE world_id = $1 AND type = 'Customer' AND pk = 'c-claimed'`, [W]);
+    expect(await checkWhenQuiet()).toEqual([
+      {
+        world: W,
+        kind: 'count_mismatch',
+        subject: 'Customer',
+        detail: { data: 2, intelligence: 1, quiet: true },
+        repair: 'objects.recount.requested',
+      },
+    ]);
+    await s.until('c-claimed back in intelligence', inIntelligence);
+    expect(await checkWhenQuiet()).toEqual([]);
   }, 90_000);
 
   it('finds a link intelligence lost and has data re-announce the link type', async () => {

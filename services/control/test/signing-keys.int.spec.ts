@@ -160,7 +160,11 @@ describe('control signing keys', () => {
     const count = async () => (await db.query('SELECT count(*)::int AS n FROM signing_keys')).rows[0].n as number;
     const createdAt = async (kid: string) =>
       (await db.query('SELECT created_at FROM signing_keys WHERE kid = $1', [kid])).rows[0].created_at as Date;
-    const ageing = { SIGNING_KEY_MAX_AGE_SECONDS: '2', SIGNING_KEY_CHECK_INTERVAL_MS: '100' };
+    const ageing = {
+      SIGNING_KEY_MAX_AGE_SECONDS: '2',
+      SIGNING_KEY_CHECK_INTERVAL_MS: '100',
+      SIGNING_KEY_ANNOUNCE_MS: '500',
+    };
     const other = await boot(ageing);
     await withControl(async (app) => {
       try {

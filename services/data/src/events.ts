@@ -4,9 +4,20 @@ import { canonicalJson, newEvent, type OutboxMessage, TOPICS } from '@onto/share
 export interface Origin {
   actor: string;
   requestId: string;
-  /** `X-Caused-By` of the request, when given. */
+  /**
+   * The envelope's `caused_by`: an event onto issued that consumers wait for before this one
+   * (an action's command, a checker's request). Never a client's word (docs/adr/0057).
+   */
   causedBy: string | null;
+  /** `X-Caused-By` of the request, when given: carried as the record's `x-caused-by` header, waited for by nobody. */
+  claimedCause?: string | null;
 }
+
+/** The record headers of an event of `origin`: its request, and the cause its client named. */
+export const originHeaders = (origin: Origin): Record<string, string> =>
+  origin.claimedCause
+    ? { 'x-request-id': origin.requestId, 'x-caused-by': origin.claimedCause }
+    : { 'x-request-id': origin.requestId };
 
 /** A change event of data's on `key`, caused by the request and carrying its id as a header. */
 export function changeMessage(
@@ -28,7 +39,7 @@ export function changeMessage(
       payload,
     }),
     key,
-    headers: { 'x-request-id': origin.requestId },
+    headers: originHeaders(origin),
   };
 }
 

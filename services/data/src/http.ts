@@ -27,8 +27,17 @@ export function ifNoneMatchAny(request: FastifyRequest): boolean {
   ]);
 }
 
-/** `X-Caused-By`: the id (UUIDv7) of the event that caused this request, carried into its events. */
-export function causedBy(request: FastifyRequest): string | null {
+/** How the OpenAPI documents describe `X-Caused-By`. */
+export const CAUSED_BY_HEADER =
+  'the event (UUIDv7) the client says caused this write: carried as the x-caused-by header of its change events, for tracing; no consumer waits for it';
+
+/**
+ * `X-Caused-By`: the id (UUIDv7) of the event the client says caused this request. It travels
+ * with the request's events as the `x-caused-by` record header, not as their `caused_by`: data
+ * cannot tell an event onto issued from any UUIDv7, and a consumer waiting for a cause that never
+ * comes would hold the write back (docs/adr/0057).
+ */
+export function claimedCause(request: FastifyRequest): string | null {
   const raw = requestHeader(request, 'x-caused-by');
   if (raw === undefined || raw === '') return null;
   const id = raw.toLowerCase();
@@ -56,7 +65,8 @@ export function written(reply: FastifyReply, version: number, seq: number) {
 export const originOf = (request: FastifyRequest): Origin => ({
   actor: actorOf(request),
   requestId: String(request.id),
-  causedBy: causedBy(request),
+  causedBy: null,
+  claimedCause: claimedCause(request),
 });
 
 export interface Preconditions {

@@ -66,7 +66,9 @@ describe('change events and the schema replica', () => {
       ['object.updated', 3, { id: 'k-0', amount: 2 }, { id: 'k-0', amount: 3 }],
       ['object.updated', 4, { id: 'k-0', amount: 3 }, { id: 'k-0', amount: 4 }],
     ]);
-    expect(k0.map((e) => e.event.caused_by)).toEqual([null, null, cause, null]);
+    // A client's X-Caused-By is carried as a header, not as caused_by: no consumer waits for it (ADR 57).
+    expect(k0.map((e) => e.event.caused_by)).toEqual([null, null, null, null]);
+    expect(k0.map((e) => e.record.headers['x-caused-by'])).toEqual([undefined, undefined, cause, undefined]);
     expect(new Set(k0.map((e) => e.record.partition)).size).toBe(1);
     const offsets = k0.map((e) => BigInt(e.record.offset));
     expect([...offsets].sort((a, b) => (a < b ? -1 : 1))).toEqual(offsets);

@@ -34,6 +34,7 @@ import {
   WriteHeaders,
 } from './http.js';
 import { bodyOf, type Body as DefinitionBody, type Kind, recordChange } from './merges/history.js';
+import { announceRules } from './rules/announce.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -198,6 +199,7 @@ export function definitionResource<D extends Definition, Body extends TObject, I
       await requestRecompute(tx, { worldId: world, kind, name, definitionVersion: def.version, ...of(def) });
     }
     await recordChange(tx, world, r.kind, name, def.version, bodyOf(r.put.stored(def)));
+    if (r.kind === 'rule' && !existing) await announceRules(tx, app.topicPrefix, world);
     await bumpRevision(tx, world);
     return { status: existing ? 200 : 201, def };
   };
@@ -210,6 +212,7 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     await r.delete.remove(tx, { world, name, all, existing });
     if (r.recompute) await finishRecomputes(tx, world, r.recompute.kind, name);
     await recordChange(tx, world, r.kind, name, existing.version, null);
+    if (r.kind === 'rule') await announceRules(tx, app.topicPrefix, world);
     await bumpRevision(tx, world);
   };
   const committed = (world: string, name: string, deleted: boolean) => {

@@ -1,4 +1,5 @@
 import { connect } from 'node:net';
+import { JSON_MAX_DEPTH, TOO_DEEP } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, type IntelligenceStack, intelligenceStack } from './stack.js';
@@ -17,6 +18,9 @@ async function raw(app: FastifyInstance, request: Buffer): Promise<string> {
 }
 
 const O = { displayName: 'O', primaryKey: 'id', properties: { id: { type: 'string', required: true } } };
+const JSON_BODY = { 'content-type': 'application/json' };
+/** Arrays nested `depth` deep, as the fuzzer sent them (20,000 answered 500 before the limit). */
+const nested = (depth: number) => `${'['.repeat(depth)}${']'.repeat(depth)}`;
 
 // What an independent fuzzer found (issue 19), each as the request it sent.
 describe('the fuzzer’s findings', () => {
@@ -200,7 +204,8 @@ describe('the fuzzer’s findings', () => {
               expect(Object.keys(response.content ?? {}), `${where} ${status}`).toEqual(['application/problem+json']);
           }
           expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['414', '431']));
-          if (op.requestBody) expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['413', '415']));
+          if (op.requestBody)
+            expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['400', '413', '415']));
           for (const p of op.parameters ?? []) {
             if (p.in === 'header' && p.name === 'x-caused-by') expect(p.schema?.format, where).toBe('uuid');
           }
@@ -212,5 +217,109 @@ describe('the fuzzer’s findings', () => {
     const bulk = docs.data.paths['/v1/worlds/{world}/bulk/{type}'].post as Operation;
     expect(Object.keys(bulk.requestBody?.content ?? {}).sort()).toEqual(['application/json', 'application/x-ndjson']);
     expect(bulk.responses['422']?.content?.['application/problem+json']).toBeDefined();
+  });
+  it('refuses JSON nested deeper than JSON_MAX_DEPTH with a 400 problem before any handler runs, in every service', async () => {
+    const D = 'deep';
+    await s.world(D, {
+      objectTypes: { O },
+      actionTypes: {
+        make: {
+          parameters: { id: { type: 'string', required: true } },
+          edits: [{ op: 'createObject', objectType: 'O', pk: { param: 'id' }, values: {} }],
+        },
+      },
+    });
+    const tooDeep = (res: Parameters<typeof expectProblem>[0]) => {
+      const problem = expectProblem(res, 400);
+      expect(problem.errors).toEqual([{ path: '/', message: TOO_DEEP }]);
+      expect(problem.detail).toMatch(/deeper than 64 levels/);
+      return problem;
+    };
+    const deep = nested(20_000);
+
+    // intelligence: an action's parameters, and a definition.
+    tooDeep(
+      await s.intelCall('POST', `/v1/worlds/${D}/actions/make`, {
+        body: `{"parameters":{"id":${deep}}}`,
+        headers: { ...JSON_BODY, 'idempotency-key': 'k-deep' },
+      }),
+    );
+    const { rowCount: actions } =
+      (await s.intelligence?.app.pg.query('SELECT 1 FROM actions WHERE world_id = $1', [D])) ?? {};
+    expect(actions).toBe(0);
+    tooDeep(
+      await s.intelCall('PUT', `/v1/worlds/${D}/rules/r`, {
+        body: `{"objectType":"O","condition":"true","alertType":"a","severity":"info","x":${deep}}`,
+        headers: JSON_BODY,
+      }),
+    );
+
+    // control: an action type; the schema keeps its version.
+    const before = (await s.controlCall('GET', `/v1/worlds/${D}/schema`)).json();
+    tooDeep(
+      await s.controlCall('PUT', `/v1/worlds/${D}/action-types/deep`, {
+        body: `{"parameters":{"p":${deep}},"edits":[]}`,
+        headers: JSON_BODY,
+      }),
+    );
+    const after = (await s.controlCall('GET', `/v1/worlds/${D}/schema`)).json();
+    expect(after.version).toBe(before.version);
+    expect(after.actionTypes.deep).toBeUndefined();
+
+    // data: PUT, a merge patch, and a bulk line; nothing is stored.
+    tooDeep(
+      await s.dataCall('PUT', `/v1/worlds/${D}/objects/O/o-deep`, {
+        body: `{"properties":{"id":"o-deep","x":${deep}}}`,
+        headers: JSON_BODY,
+      }),
+    );
+    tooDeep(
+      await s.dataCall('PATCH', `/v1/worlds/${D}/objects/O/o-deep`, {
+        body: `{"properties":{"x":${deep}}}`,
+        headers: { 'content-type': 'application/merge-patch+json' },
+      }),
+    );
+    const bulk = await s.dataCall('POST', `/v1/worlds/${D}/bulk/O`, {
+      body: `{"properties":{"id":"b1"}}\n{"properties":{"id":"b2","x":${deep}}}\n`,
+      headers: { 'content-type': 'application/x-ndjson' },
+    });
+    expect(expectProblem(bulk, 422).errors).toEqual([
+      { line: 2, path: '', message: expect.stringMatching(/^is not JSON: nests arrays and objects deeper than 64/) },
+    ]);
+    expectProblem(await s.dataCall('GET', `/v1/worlds/${D}/objects/O/o-deep`), 404);
+    expectProblem(await s.dataCall('GET', `/v1/worlds/${D}/objects/O/b1`), 404);
+
+    // At the limit the body is parsed and judged on what it says: 64 levels reach the handler.
+    const atLimit = await s.dataCall('PUT', `/v1/worlds/${D}/objects/O/o-limit`, {
+      body: `{"properties":{"id":"o-limit","x":${nested(JSON_MAX_DEPTH - 2)}}}`,
+      headers: JSON_BODY,
+    });
+    const problem = expectProblem(atLimit, 422);
+    expect(problem.errors).toEqual([{ path: '/properties/x', message: expect.any(String) }]);
+  });
+
+  it('bounds the ids of a set-aside redrive in every service: 1e21 and 2^63 - 1 are a 400 naming the id', async () => {
+    for (const [service, call] of [
+      ['control', s.controlCall],
+      ['data', s.dataCall],
+      ['intelligence', s.intelCall],
+    ] as const) {
+      for (const id of ['1e21', '9223372036854775807', '9007199254740992']) {
+        const res = await call('POST', '/v1/admin/outbox/set-aside/redrive', {
+          body: `{"ids":[1,${id}]}`,
+          headers: JSON_BODY,
+        });
+        const problem = expectProblem(res, 400);
+        expect(problem.errors, `${service} ${id}`).toEqual([
+          { path: 'body/ids/1', message: expect.stringMatching(/<= 9007199254740991/) },
+        ]);
+      }
+      const ok = await call('POST', '/v1/admin/outbox/set-aside/redrive', {
+        body: '{"ids":[9007199254740991]}',
+        headers: JSON_BODY,
+      });
+      expect(ok.statusCode, `${service}: ${ok.body}`).toBe(200);
+      expect(ok.json()).toEqual({ redriven: 0 });
+    }
   });
 });

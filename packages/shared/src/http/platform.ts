@@ -15,6 +15,7 @@ import { redisPlugin } from '../redis/redis.js';
 import { BODY_LIMITS } from './body-limits.js';
 import { corsPlugin, DEFAULT_CONSOLE_ORIGINS } from './cors.js';
 import { healthPlugin } from './health.js';
+import { installBoundedJsonParser, JSON_MAX_DEPTH } from './json-depth.js';
 import { metricsPlugin } from './observability.js';
 import { installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
 import { validatorCompiler } from './validation.js';
@@ -92,11 +93,15 @@ const ANY_REQUEST: Record<string, string> = {
   '414': 'URI Too Long',
   '431': 'Request Header Fields Too Large',
 };
-const WITH_BODY: Record<string, string> = { '413': 'Payload Too Large', '415': 'Unsupported Media Type' };
+const WITH_BODY: Record<string, string> = {
+  '400': `Bad Request (malformed JSON, or arrays and objects nested deeper than ${JSON_MAX_DEPTH})`,
+  '413': 'Payload Too Large',
+  '415': 'Unsupported Media Type',
+};
 
 /**
  * The document as the servers answer: every error is application/problem+json, and the errors
- * Fastify and Node answer before a route runs (413, 414, 415, 431) are listed on every operation.
+ * Fastify and Node answer before a route runs (400 for a body, 413, 414, 415, 431) are listed on every operation.
  */
 function problemResponses(doc: OpenApiDocument) {
   for (const item of Object.values(doc.paths ?? {})) {
@@ -164,6 +169,8 @@ export const platformPlugin = fp(
   async (app: FastifyInstance, opts: PlatformOptions) => {
     app.setValidatorCompiler(validatorCompiler);
     installProblemHandlers(app);
+    // JSON nested deeper than JSON_MAX_DEPTH is a 400 before any handler runs (docs/adr/0036).
+    installBoundedJsonParser(app);
     app.addSchema(ProblemSchema);
     app.addHook('onRequest', async (request, reply) => {
       reply.header('x-request-id', request.id);

@@ -34,6 +34,10 @@ export default async function keyRoutes(fastify: FastifyInstance, opts: KeyRoute
               Type.Object({
                 kid: Type.String(),
                 createdAt: Type.String({ format: 'date-time' }),
+                signsFrom: Type.String({
+                  format: 'date-time',
+                  description: 'when the key started (or starts) signing: announced to the replicas until then',
+                }),
                 retiredAt: Timestamp,
                 refusedAfter: Timestamp,
               }),
@@ -53,15 +57,16 @@ export default async function keyRoutes(fastify: FastifyInstance, opts: KeyRoute
       preHandler: app.authorize({ admin: true }),
       schema: {
         tags: ['admin'],
-        summary: 'Retire the active token-signing key and sign with a new one from now on',
-        description: `Tokens signed by the retired key still verify for graceSeconds (default SIGNING_KEY_GRACE_SECONDS), in control and in data and intelligence, then nowhere. 0 refuses them at once (a leaked key). At most ${MAX_GRACE_SECONDS}.`,
+        summary: 'Retire the active token-signing key and announce a new one, which signs once the replicas have it',
+        description: `The new key is published at once and signs from signsFrom, SIGNING_KEY_ANNOUNCE_MS later, so that data and intelligence know it before any token it signs reaches them; the retired key signs until then. Its tokens still verify for graceSeconds (default SIGNING_KEY_GRACE_SECONDS) after it stopped signing, in control and in data and intelligence, then nowhere. 0 refuses them at once and the new key signs at once (a leaked key). At most ${MAX_GRACE_SECONDS}.`,
         body: Type.Object(
           { graceSeconds: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_GRACE_SECONDS })) },
           { additionalProperties: false },
         ),
         response: {
           201: Type.Object({
-            kid: Type.String({ description: 'the key that signs from now on' }),
+            kid: Type.String({ description: 'the new key' }),
+            signsFrom: Type.String({ format: 'date-time', description: 'when the new key starts signing' }),
             retiredKid: Type.Union([Type.String(), Type.Null()]),
             refusedAfter: Timestamp,
           }),
@@ -83,6 +88,7 @@ export default async function keyRoutes(fastify: FastifyInstance, opts: KeyRoute
       if (!rotation) throw new Error('an unconditional rotation rotated nothing');
       return reply.code(201).send({
         kid: rotation.kid,
+        signsFrom: new Date(rotation.signsFrom).toISOString(),
         retiredKid: rotation.retiredKid,
         refusedAfter: rotation.refusedAfter === null ? null : new Date(rotation.refusedAfter).toISOString(),
       });

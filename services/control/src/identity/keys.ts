@@ -30,6 +30,8 @@ export interface ActiveKey {
 /** What one rotation did: the key that signs from now on, and the one retired. */
 export interface Rotation {
   kid: string;
+  /** When the new key starts signing (ms since the epoch): announced to the replicas until then. */
+  signsFrom: number;
   retiredKid: string | null;
   /** Tokens signed by the retired key are refused from this instant (ms since the epoch). */
   refusedAfter: number | null;
@@ -38,6 +40,7 @@ export interface Rotation {
 export interface SigningKeyInfo {
   kid: string;
   createdAt: string;
+  signsFrom: string;
   retiredAt: string | null;
   refusedAfter: string | null;
 }
@@ -45,9 +48,10 @@ export interface SigningKeyInfo {
 /**
  * The token-signing keys in control's database (ADR 6, ADR 42): one active key signs, retired ones
  * still verify until their `refused_after`. Private halves are sealed with the key-encryption key;
- * a retired key's is erased. Every new key and every retirement is published on onto.identity in
- * the transaction that makes it, signed by the identity key (ADR 35), so the replicas learn a key
- * before any token it signs can reach them, and refuse a retired one when control does.
+ * a retired key's is erased once it no longer signs. Every new key and every retirement is
+ * published on onto.identity in the transaction that makes it, signed by the identity key (ADR
+ * 35), and a new key signs only `announceMs` later, so the replicas learn it before any token it
+ * signs can reach them, and refuse a retired one when control does.
  */
 export class SigningKeys {
   /** Opened private keys by kid: a key never changes, and opening one costs a decryption. */
@@ -60,6 +64,8 @@ export class SigningKeys {
     private readonly kek: Buffer,
     /** The KEK being rotated away from (ONTO_KEY_ENCRYPTION_KEY_PREVIOUS): keys it sealed are sealed again under `kek`. */
     private readonly previousKek?: Buffer,
+    /** How long a new key is announced before it signs (SIGNING_KEY_ANNOUNCE_MS). */
+    private readonly announceMs = 0,
   ) {}
 
   /**
@@ -119,20 +125,23 @@ export class SigningKeys {
 
   /** The key that signs now: read on every call, so a rotation by another replica takes effect at once. */
   async active(): Promise<ActiveKey> {
-    const row = await this.activeRow(this.pool);
+    const row = await this.signingRow(this.pool);
     if (row) return { kid: row.kid, privateKey: await this.open(row.kid, row.private_key_sealed) };
     await transaction(this.pool, async (tx) => {
       // Two instances booting at once: the unique index keeps one key; the loser publishes nothing.
-      await this.insertKey(tx, []);
+      // The first key signs at once: there is no replica it could have been announced to yet.
+      await this.insertKey(tx, [], 0);
     });
-    const created = await this.activeRow(this.pool);
+    const created = await this.signingRow(this.pool);
     if (!created) throw new Error('no active signing key after creating one');
     return { kid: created.kid, privateKey: await this.open(created.kid, created.private_key_sealed) };
   }
 
   /**
-   * Retires the active key (tokens it signed verify for `graceSeconds` more, then nowhere) and
-   * makes a new one. `olderThanSeconds` rotates only a key at least that old: the periodic check,
+   * Retires the active key and announces a new one, which signs from `announceMs` later (at once
+   * with a grace of 0: a leaked key must stop signing now). Until then the key signing now goes on
+   * signing; tokens it signed verify for `graceSeconds` after it stopped, then nowhere.
+   * `olderThanSeconds` rotates only a key that has signed at least that long: the periodic check,
    * which also skips while another replica holds the rotation lock.
    */
   async rotate(opts: {
@@ -154,22 +163,42 @@ export class SigningKeys {
         );
         if (!rows[0]?.locked) return null;
       }
-      const { rows } = await tx.query<{ kid: string; public_jwk: PublicSigningKey; refused_after: number }>(
-        `UPDATE signing_keys
-            SET retired_at = now(), refused_after = now() + make_interval(secs => $1),
-                private_key_sealed = NULL, private_jwk = NULL
-          WHERE retired_at IS NULL
-            AND ($2::float8 IS NULL OR created_at <= now() - make_interval(secs => $2))
-          RETURNING kid, public_jwk, floor(extract(epoch FROM refused_after) * 1000)::int8 AS refused_after`,
-        [opts.graceSeconds, opts.olderThanSeconds ?? null],
+      const announceMs = opts.graceSeconds === 0 ? 0 : this.announceMs;
+      // Every retired key still verifying past the new limit is refused from it too: a rotation
+      // within another's announcement (or a leak's grace of 0) refuses the key that signs now as
+      // well. Instants only ever move earlier, as the replicas record them.
+      const { rows } = await tx.query<{ kid: string; public_jwk: PublicSigningKey; refused_after: string }>(
+        `WITH limits AS (
+           SELECT now() + make_interval(secs => $3::float8 / 1000) AS signs_from,
+                  now() + make_interval(secs => $3::float8 / 1000 + $1::float8) AS refused_after
+         ), retired AS (
+           UPDATE signing_keys k
+              SET retired_at = coalesce(k.retired_at, now()),
+                  refused_after = least(coalesce(k.refused_after, 'infinity'), l.refused_after),
+                  private_key_sealed = CASE WHEN $1::float8 = 0 THEN NULL ELSE k.private_key_sealed END,
+                  private_jwk = NULL
+             FROM limits l
+            WHERE (k.retired_at IS NULL
+                   AND ($2::float8 IS NULL OR k.signs_from <= now() - make_interval(secs => $2)))
+               OR (k.retired_at IS NOT NULL AND k.refused_after > l.refused_after
+                   AND EXISTS (SELECT 1 FROM signing_keys a
+                                WHERE a.retired_at IS NULL
+                                  AND ($2::float8 IS NULL OR a.signs_from <= now() - make_interval(secs => $2))))
+           RETURNING k.kid, k.public_jwk, k.retired_at = now() AS now_retired,
+                     floor(extract(epoch FROM k.refused_after) * 1000)::int8 AS refused_after
+         )
+         SELECT kid, public_jwk, refused_after::text FROM retired ORDER BY now_retired DESC, kid`,
+        [opts.graceSeconds, opts.olderThanSeconds ?? null, announceMs],
       );
+      if (rows.length === 0 && opts.olderThanSeconds !== undefined) return null;
+      const retiredKeys = rows.map((r) => ({ ...r.public_jwk, refusedAfter: Number(r.refused_after) }));
+      const inserted = await this.insertKey(tx, retiredKeys, announceMs);
+      if (!inserted) throw new Error('a signing key appeared while the active one was being retired');
+      // The key retired now: the one that was active (the others were retired before).
       const retired = rows[0];
-      if (!retired && opts.olderThanSeconds !== undefined) return null;
-      const retiredKey = retired ? [{ ...retired.public_jwk, refusedAfter: Number(retired.refused_after) }] : [];
-      const kid = await this.insertKey(tx, retiredKey);
-      if (!kid) throw new Error('a signing key appeared while the active one was being retired');
       const rotation = {
-        kid,
+        kid: inserted.kid,
+        signsFrom: inserted.signsFrom,
         retiredKid: retired?.kid ?? null,
         refusedAfter: retired ? Number(retired.refused_after) : null,
       };
@@ -180,21 +209,32 @@ export class SigningKeys {
 
   async list(): Promise<SigningKeyInfo[]> {
     const { rows } = await this.pool.query<SigningKeyInfo>(
-      `SELECT kid, to_json(created_at)#>>'{}' AS "createdAt", to_json(retired_at)#>>'{}' AS "retiredAt",
+      `SELECT kid, to_json(created_at)#>>'{}' AS "createdAt", to_json(signs_from)#>>'{}' AS "signsFrom",
+              to_json(retired_at)#>>'{}' AS "retiredAt",
               to_json(refused_after)#>>'{}' AS "refusedAfter"
          FROM signing_keys ORDER BY created_at DESC, kid`,
     );
     return rows;
   }
 
-  /** Inserts a fresh active key and publishes it with `alsoPublish`; its kid, or null when one exists. */
-  private async insertKey(tx: pg.ClientBase, alsoPublish: PublicSigningKey[]): Promise<string | null> {
+  /**
+   * Inserts a fresh active key that signs from `announceMs` after now and publishes it with
+   * `alsoPublish`, in the transaction: the replicas learn it before it signs. Null when one exists.
+   */
+  private async insertKey(
+    tx: pg.ClientBase,
+    alsoPublish: PublicSigningKey[],
+    announceMs: number,
+  ): Promise<{ kid: string; signsFrom: number } | null> {
     const fresh = await generateSigningKey();
-    const { rowCount } = await tx.query(
-      'INSERT INTO signing_keys (kid, private_key_sealed, public_jwk) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING',
-      [fresh.kid, sealPrivateKey(this.kek, fresh.kid, fresh.privateJwk), fresh.publicJwk],
+    const { rows } = await tx.query<{ signs_from: string }>(
+      `INSERT INTO signing_keys (kid, private_key_sealed, public_jwk, signs_from)
+       VALUES ($1, $2, $3, now() + make_interval(secs => $4::float8 / 1000)) ON CONFLICT DO NOTHING
+       RETURNING floor(extract(epoch FROM signs_from) * 1000)::int8::text AS signs_from`,
+      [fresh.kid, sealPrivateKey(this.kek, fresh.kid, fresh.privateJwk), fresh.publicJwk, announceMs],
     );
-    if (!rowCount) return null;
+    const row = rows[0];
+    if (!row) return null;
     await new Outbox(tx, this.topicPrefix).add(
       identityMessage(
         'identity.keys.published',
@@ -202,12 +242,28 @@ export class SigningKeys {
         signIdentityPayload(this.identityKey, { keys: [fresh.publicJwk, ...alsoPublish] }),
       ),
     );
-    return fresh.kid;
+    return { kid: fresh.kid, signsFrom: Number(row.signs_from) };
   }
 
-  private async activeRow(db: pg.Pool | pg.ClientBase) {
+  /**
+   * The key that signs now: the newest whose `signs_from` has come, not yet refused. Retired
+   * keys a newer key has replaced (or that are refused) lose their private half in the same
+   * statement; usually it finds none to erase.
+   */
+  private async signingRow(db: pg.Pool | pg.ClientBase) {
     const { rows } = await db.query<{ kid: string; private_key_sealed: Buffer }>(
-      'SELECT kid, private_key_sealed FROM signing_keys WHERE retired_at IS NULL',
+      `WITH signing AS (
+         SELECT kid, private_key_sealed, signs_from FROM signing_keys
+          WHERE private_key_sealed IS NOT NULL AND signs_from <= now()
+            AND (refused_after IS NULL OR refused_after > now())
+          ORDER BY signs_from DESC LIMIT 1
+       ), erased AS (
+         UPDATE signing_keys k SET private_key_sealed = NULL
+          WHERE k.retired_at IS NOT NULL AND k.private_key_sealed IS NOT NULL
+            AND (k.refused_after <= now() OR k.signs_from < (SELECT signs_from FROM signing))
+         RETURNING k.kid
+       )
+       SELECT kid, private_key_sealed FROM signing`,
     );
     return rows[0];
   }

@@ -29,6 +29,7 @@ export default fp(
       config.ONTO_KEY_ENCRYPTION_KEY_PREVIOUS === undefined
         ? undefined
         : parseKeyEncryptionKey(config.ONTO_KEY_ENCRYPTION_KEY_PREVIOUS, 'ONTO_KEY_ENCRYPTION_KEY_PREVIOUS'),
+      config.SIGNING_KEY_ANNOUNCE_MS,
     );
     // Refused at boot as well: stored keys the KEK does not open (a wrong or a new KEK).
     const { sealed, resealed } = await signingKeys.prepare();

@@ -4,6 +4,7 @@ import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { recordingCheckReports } from '../checker/checker.js';
 import { recordingPositions } from './consistency.js';
+import { applyRuleReports } from './protection.js';
 import { PROVISIONERS } from './routes.js';
 import { applyTagPositions } from './tags.js';
 
@@ -126,6 +127,7 @@ export default fp(
       apply: async (tx, events) => {
         await applyReports(tx, events, app.topicPrefix);
         await applyTagPositions(tx, events);
+        await applyRuleReports(tx, events);
         // The same reports carry data's and intelligence's positions for the version vector.
         const positions = recordingPositions(events);
         if (positions) await tx.query(positions.text, [...(positions.values ?? [])]);

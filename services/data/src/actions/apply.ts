@@ -69,7 +69,7 @@ async function applyCommand(
   c: StepCommand,
   origin: Origin,
 ): Promise<Applied> {
-  const base = { worldId, origin, topicPrefix: app.topicPrefix };
+  const base = { worldId, origin, topicPrefix: app.topicPrefix, via: 'action' as const };
   switch (c.op) {
     case 'createObject':
     case 'modifyObject':

@@ -104,6 +104,7 @@ async function upsert(
     pk,
     origin,
     topicPrefix: app.topicPrefix,
+    via: 'cdc',
     decide: (type) => checkObject(type, input, pk),
   });
   return written.changed ? 'applied' : 'unchanged';

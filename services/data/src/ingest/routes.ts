@@ -6,17 +6,19 @@ import {
   type ObjectType,
   ownValue,
   PayloadTooLarge,
+  parseBoundedJson,
   problemResponses,
   WORLD_ID,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { inWorldTransaction, originOf } from '../http.js';
+import { CAUSED_BY_HEADER, inWorldTransaction, originOf } from '../http.js';
 import { ndjsonLines } from '../ndjson.js';
 import { checkObject, pointer } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { refuseProtected } from '../worlds/protection.js';
 import { type BulkInput, type BulkRow, byNamedPk, writeBulk } from './repository.js';
 
 export const BULK = {
@@ -147,9 +149,7 @@ export default async function bulk(fastify: FastifyInstance) {
         }),
         headers: Type.Object({
           'x-consistency-token': Type.Optional(Type.String()),
-          'x-caused-by': Type.Optional(
-            Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
-          ),
+          'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
         }),
         // Parsed by the route itself (NDJSON is not JSON): documented, not validated, here.
         'x-document-body': {
@@ -199,6 +199,8 @@ export default async function bulk(fastify: FastifyInstance) {
       // The type the rows are checked against as they arrive; the write checks it still applies.
       const read = await worldContext(app.pg, world);
       if (!read.provisioned) throw notProvisioned(world);
+      // Before the body is read; checked again in the write's transaction, which decides.
+      refuseProtected(world, read.protection);
       const { type } = await objectTypeOf(app, app.pg, world, typeName, read.schemaVersion);
       // Only checked rows are kept (pk and canonical JSON), never the body or its parsed values.
       const rows: BulkInput[] = [];
@@ -219,7 +221,7 @@ export default async function bulk(fastify: FastifyInstance) {
             if (text === '') continue;
             let value: unknown;
             try {
-              value = JSON.parse(text);
+              value = parseBoundedJson(text);
             } catch (e) {
               if (++total > BULK.maxObjects) throw tooMany();
               errors.push({ line, path: '', message: `is not JSON: ${(e as Error).message}` });
@@ -254,6 +256,7 @@ export default async function bulk(fastify: FastifyInstance) {
       const result = await inWorldTransaction(app.pg, world, async (tx) => {
         const ctx = await worldContext(tx, world);
         if (!ctx.provisioned) throw notProvisioned(world);
+        refuseProtected(world, ctx.protection);
         if (ctx.schemaVersion !== read.schemaVersion) {
           throw new Conflict(
             `the schema of ${world} changed (version ${read.schemaVersion} to ${ctx.schemaVersion}) while the body was read; send it again`,

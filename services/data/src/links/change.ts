@@ -4,6 +4,7 @@ import type pg from 'pg';
 import { linkChange, type Origin } from '../events.js';
 import { worldContext } from '../objects/repository.js';
 import { linkTypeOf, notProvisioned } from '../schema/lookup.js';
+import { refuseProtected, type WriteVia } from '../worlds/protection.js';
 import { type End, type LinkHead, linkHead, lockEnds, occupant, writeLink } from './repository.js';
 
 /*
@@ -24,6 +25,8 @@ export interface LinkChange {
   topicPrefix: string;
   /** Checks the locked head (live, tombstone or none) before the write; throws to refuse. */
   check?: (head: LinkHead | null) => void;
+  /** Who writes, for the world's protection (docs/adr/0058); a client's request when absent. */
+  via?: WriteVia;
 }
 
 export interface LinkWritten {
@@ -46,6 +49,7 @@ export async function putLink(app: FastifyInstance, tx: pg.PoolClient, c: LinkCh
   const { worldId: world, linkType: name, fromPk, toPk, origin } = c;
   const ctx = await worldContext(tx, world);
   if (!ctx.provisioned) throw notProvisioned(world);
+  refuseProtected(world, ctx.protection, c.via);
   const { type } = await linkTypeOf(app, tx, world, name, ctx.schemaVersion);
   const from = { type: type.from, pk: fromPk };
   const to = { type: type.to, pk: toPk };
@@ -119,6 +123,7 @@ export async function removeLink(
   const { worldId: world, linkType: name, fromPk, toPk, origin } = c;
   const ctx = await worldContext(tx, world);
   if (!ctx.provisioned) throw notProvisioned(world);
+  refuseProtected(world, ctx.protection, c.via);
   const { type } = await linkTypeOf(app, tx, world, name, ctx.schemaVersion);
   const head = await linkHead(tx, world, name, fromPk, toPk, true, ctx.forked ?? false);
   if (!head || head.deleted) throw new NotFound(`link ${name} ${fromPk} → ${toPk} does not exist in ${world}`);

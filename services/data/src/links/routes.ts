@@ -12,7 +12,15 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
-import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
+import {
+  CAUSED_BY_HEADER,
+  checkPreconditions,
+  inWorldTransaction,
+  keyParam,
+  originOf,
+  preconditionsOf,
+  written,
+} from '../http.js';
 import { LIMITS } from '../objects/model.js';
 import { objectAt } from '../objects/repository.js';
 import { At, NAME } from '../objects/routes.js';
@@ -33,9 +41,7 @@ const WriteHeaders = Type.Object({
   'if-match': Type.Optional(Type.String({ description: 'the link version the write is based on, or *' })),
   'if-none-match': Type.Optional(Type.String()),
   'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(
-    Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
-  ),
+  'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
 });
 const End = Type.Object({ type: Type.String(), pk: Type.String() });
 const LinkBody = Type.Object({ linkType: Type.String(), from: End, to: End, version: Type.Integer() });

@@ -19,6 +19,7 @@ import { type Origin, objectChange } from '../events.js';
 import { retryWriteConflicts, WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
 import type { LiveLink } from '../links/repository.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { protectionColumns, refuseProtected, type WriteVia } from '../worlds/protection.js';
 import { type Checked, capped, type Properties } from './model.js';
 import {
   CONTEXT_HEAD,
@@ -53,6 +54,8 @@ export interface ObjectWrite {
   topicPrefix: string;
   /** Checks the locked head before anything is decided (preconditions); throws to refuse. */
   check?: (head: Head | null) => void;
+  /** Who writes, for the world's protection (docs/adr/0058); a client's request when absent. */
+  via?: WriteVia;
   /** The new properties from the locked head; errors in the result are a 422. */
   decide: (type: ObjectType, head: Head | null) => Checked;
 }
@@ -98,6 +101,7 @@ async function planObjectWrite(
 ): Promise<WritePlan> {
   const { worldId, typeName, pk, origin } = w;
   if (!ctx.provisioned) throw notProvisioned(worldId);
+  refuseProtected(worldId, ctx.protection, w.via);
   const { type } = await objectTypeOf(app, db, worldId, typeName, ctx.schemaVersion);
   const head = ctx.head;
   w.check?.(head);
@@ -182,6 +186,8 @@ export interface ObjectDelete {
   topicPrefix: string;
   /** Checks the locked live head (preconditions); throws to refuse. */
   check?: (head: Head) => void;
+  /** Who deletes, for the world's protection; a client's request when absent. */
+  via?: WriteVia;
 }
 
 /** Deletes a live object and its links (404 when there is none), as DELETE does. */
@@ -193,6 +199,7 @@ export async function deleteObject(
   const { worldId, typeName, pk } = d;
   const ctx = await objectContext(tx, worldId, typeName, pk, 'FOR UPDATE');
   if (!ctx.provisioned) throw notProvisioned(worldId);
+  refuseProtected(worldId, ctx.protection, d.via);
   const { doc } = await objectTypeOf(app, tx, worldId, typeName, ctx.schemaVersion);
   const head = ctx.head;
   if (!head || head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${worldId}`);
@@ -251,9 +258,11 @@ const createdConcurrently = (error: unknown) => {
  */
 const CONTEXTS = `SELECT i.n, EXISTS (SELECT 1 FROM worlds WHERE id = i.world_id) AS provisioned,
         (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = i.world_id) AS schema_version,
+        ${protectionColumns('pw')},
         ${CONTEXT_HEAD}
    FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(world_id, type, pk, n)
           ORDER BY world_id, type, pk) AS i
+   LEFT JOIN worlds pw ON pw.id = i.world_id
    LEFT JOIN LATERAL (
      SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
        FROM object_heads WHERE world_id = i.world_id AND type = i.type AND pk = i.pk

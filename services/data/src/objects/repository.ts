@@ -1,4 +1,5 @@
 import type { Queryable } from '@onto/shared';
+import { protectionColumns, protectionOf, type WorldProtection } from '../worlds/protection.js';
 import type { Segment } from '../worlds/refs.js';
 import { type Filter, type Properties, SQL_OPS } from './model.js';
 
@@ -23,14 +24,23 @@ export interface ObjectContext {
   forked?: boolean;
   /** The world's applied schema version (0 before the first). */
   schemaVersion: number;
+  /** The world's protection (docs/adr/0058). */
+  protection?: WorldProtection;
   head: Head | null;
 }
 
 /** The world and its schema version, for routes about no single object. */
 export async function worldContext(db: Queryable, worldId: string): Promise<Omit<ObjectContext, 'head'>> {
-  const { rows } = await db.query<{ provisioned: boolean; forked: boolean; schema_version: number }>(
+  const { rows } = await db.query<{
+    provisioned: boolean;
+    forked: boolean;
+    schema_version: number;
+    require_merge: boolean;
+    allow_actions: boolean;
+  }>(
     `SELECT w.id IS NOT NULL AS provisioned, w.base_world IS NOT NULL AS forked,
-            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version
+            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
+            ${protectionColumns('w')}
        FROM (SELECT 1) one LEFT JOIN worlds w ON w.id = $1`,
     [worldId],
   );
@@ -38,6 +48,7 @@ export async function worldContext(db: Queryable, worldId: string): Promise<Omit
     provisioned: rows[0]?.provisioned ?? false,
     forked: rows[0]?.forked ?? false,
     schemaVersion: rows[0]?.schema_version ?? 0,
+    protection: protectionOf(rows[0]),
   };
 }
 
@@ -81,8 +92,10 @@ export const contextSql = (lock: HeadLock) =>
   `SELECT EXISTS (SELECT 1 FROM worlds WHERE id = $1) AS provisioned,
           (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
           EXISTS (SELECT 1 FROM worlds WHERE id = $1 AND base_world IS NOT NULL) AS forked,
+          ${protectionColumns('pw')},
           ${CONTEXT_HEAD}
      FROM (SELECT 1) AS one
+     LEFT JOIN worlds pw ON pw.id = $1
      LEFT JOIN LATERAL (
        SELECT version, seq, deleted, properties, to_json(updated_at)#>>'{}' AS updated_at
          FROM object_heads WHERE world_id = $1 AND type = $2 AND pk = $3
@@ -100,6 +113,8 @@ export type ContextRow = {
   properties: Properties | null;
   updated_at: string;
   inherited: boolean;
+  require_merge?: boolean;
+  allow_actions?: boolean;
 };
 
 /** The context a row of contextSql says. */
@@ -109,6 +124,7 @@ export function contextOf(row: ContextRow | undefined): ObjectContext {
     provisioned: row.provisioned,
     ...(row.forked ? { forked: true } : {}),
     schemaVersion: row.schema_version,
+    protection: protectionOf(row),
     head:
       row.version === null
         ? null

@@ -5,6 +5,7 @@ import {
   BODY_LIMITS,
   decodeCursor,
   encodeCursor,
+  installBoundedJsonParser,
   NotFound,
   type ObjectType,
   problemResponses,
@@ -14,7 +15,15 @@ import {
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
+import {
+  CAUSED_BY_HEADER,
+  checkPreconditions,
+  inWorldTransaction,
+  keyParam,
+  originOf,
+  preconditionsOf,
+  written,
+} from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { latestSeries } from '../series/latest.js';
 import { resolveRef } from '../worlds/refs.js';
@@ -50,9 +59,7 @@ const WriteHeaders = Type.Object({
   'if-match': Type.Optional(Type.String({ description: 'the object version the write is based on, or *' })),
   'if-none-match': Type.Optional(Type.String({ description: '* creates only' })),
   'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(
-    Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
-  ),
+  'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
 });
 const Body = Type.Object(
   {
@@ -111,11 +118,7 @@ export default fp(
   async (fastify: FastifyInstance, opts: { groups?: ObjectWritesOptions }) => {
     fastify.decorate('objectWrites', new ObjectWrites(fastify, opts.groups ?? { inFlight: 2, maxGroup: 64 }));
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-    app.addContentTypeParser(
-      'application/merge-patch+json',
-      { parseAs: 'string' },
-      app.getDefaultJsonParser('error', 'error'),
-    );
+    installBoundedJsonParser(app, 'application/merge-patch+json');
 
     /** A whole-object write (PUT, PATCH): `decide` turns the locked head into the new properties. */
     async function write(

@@ -9,18 +9,20 @@ import {
   normaliseInstant,
   type ObjectType,
   PayloadTooLarge,
+  parseBoundedJson,
   problemResponses,
   Unprocessable,
   WORLD_ID,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { keyParam, originOf } from '../http.js';
+import { CAUSED_BY_HEADER, keyParam, originOf } from '../http.js';
 import { ndjsonLines } from '../ndjson.js';
 import { LIMITS } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
 import { At, NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { refuseProtected } from '../worlds/protection.js';
 import { resolveRef } from '../worlds/refs.js';
 import {
   AGGREGATES,
@@ -54,9 +56,7 @@ const Written = Type.Object({
 });
 const WriteHeaders = Type.Object({
   'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(
-    Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
-  ),
+  'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
 });
 
 /** The series a path names, or a 404 naming it. */
@@ -136,6 +136,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       await app.awaitSchemaConsistency(request, world);
       const ctx = await worldContext(app.pg, world);
       if (!ctx.provisioned) throw notProvisioned(world);
+      refuseProtected(world, ctx.protection);
       const { type } = await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion);
       const series = seriesNamed(type, seriesName, world);
       const faults: FieldError[] = [];
@@ -209,6 +210,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       await app.awaitSchemaConsistency(request, world);
       const ctx = await worldContext(app.pg, world);
       if (!ctx.provisioned) throw notProvisioned(world);
+      refuseProtected(world, ctx.protection);
       const doc = await app.schemaReplica.document(app.pg, world, ctx.schemaVersion);
       const w = { worldId: world, schemaVersion: ctx.schemaVersion, origin };
       const now = Date.now();
@@ -260,7 +262,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           };
           let value: unknown;
           try {
-            value = JSON.parse(text);
+            value = parseBoundedJson(text);
           } catch (e) {
             fault('', `is not JSON: ${(e as Error).message}`);
             continue;

@@ -5,6 +5,7 @@ import { type Origin, seriesPointsTemplate } from '../events.js';
 import { inWorldTransaction } from '../http.js';
 import { worldContext } from '../objects/repository.js';
 import { notProvisioned } from '../schema/lookup.js';
+import { refuseProtected } from '../worlds/protection.js';
 import { seriesPointsWritten } from './events.js';
 import { pointValue, SERIES_LIMITS, type SeriesDef } from './model.js';
 import { ensurePartitions, nextSeq, seriesIds, seriesKey, writePoints } from './repository.js';
@@ -127,6 +128,7 @@ export async function writeSeriesBatch(
   return inWorldTransaction(app.pg, w.worldId, async (tx) => {
     const ctx = await worldContext(tx, w.worldId);
     if (!ctx.provisioned) throw notProvisioned(w.worldId);
+    refuseProtected(w.worldId, ctx.protection);
     const ids = await seriesIds(
       tx,
       w.worldId,

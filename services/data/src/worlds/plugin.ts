@@ -1,4 +1,4 @@
-import { type ProvisionOutcome, type TagRequest, type WorldOrigin, worldProvisioning } from '@onto/shared';
+import { type ProvisionOutcome, type ReceivedEvent, type TagRequest, type WorldOrigin, worldProvisioning } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
@@ -121,6 +121,22 @@ async function tagPosition(
   return { commit, written: Number(rows[0]?.written ?? 0) };
 }
 
+/**
+ * `world.protection.updated`: the world's protection, which every write reads with the world
+ * (docs/adr/0058). Only a greater revision replaces it, so a redelivered older one changes nothing.
+ */
+async function applyProtection(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
+  for (const { event } of events) {
+    if (event.type !== 'world.protection.updated') continue;
+    const p = event.payload as { requireMerge: boolean; allowActions: boolean; revision: number };
+    await tx.query(
+      `UPDATE worlds SET require_merge = $2, allow_actions = $3, protection_revision = $4
+        WHERE id = $1 AND protection_revision < $4`,
+      [event.world_id, p.requireMerge, p.allowActions, p.revision],
+    );
+  }
+}
+
 /** This service's side of the world lifecycle saga (see worldProvisioning). */
 export default fp(
   async (app: FastifyInstance) => {
@@ -143,6 +159,7 @@ export default fp(
       topics: ['onto.worlds'],
       apply: async (tx, events) => {
         await provisioning(tx, events);
+        await applyProtection(tx, events);
         await answerChecker(tx, events);
       },
     });

@@ -16,6 +16,28 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { IdempotencyRedis } from './idempotency.js';
+
+/**
+ * A world that takes changes by merge only starts no action from a request unless its protection
+ * allows actions (docs/adr/0058): 403 naming the protection. data refuses the edits as well, for
+ * actions started otherwise (decisions).
+ */
+async function refuseProtectedWorld(db: pg.Pool, world: string): Promise<void> {
+  const { rows } = await db.query<{ require_merge: boolean; allow_actions: boolean }>(
+    'SELECT require_merge, allow_actions FROM worlds WHERE id = $1',
+    [world],
+  );
+  const w = rows[0];
+  if (!w?.require_merge || w.allow_actions) return;
+  throw new HttpProblem(
+    403,
+    'protected-world',
+    'Forbidden',
+    `world ${world} is protected (requireMerge): it changes by merge only, and its protection does not allow actions`,
+    { world, protection: { requireMerge: true, allowActions: false } },
+  );
+}
+
 import { actionMetrics } from './metrics.js';
 import { fingerprint } from './plan.js';
 import { ACTION_STATUSES, findKey, getAction, type KeyRecord, listActions, pruneKeys, stepsOf } from './repository.js';
@@ -218,6 +240,7 @@ export default fp(
         const print = fingerprint(world, actionType, parameters);
         const cached = await redis.cached(world, scope, key);
         if (cached) return cached.fingerprint === print ? answer(reply, world, cached, true) : mismatch(cached);
+        await refuseProtectedWorld(app.pg, world);
         const lock = await redis.lock(world, scope, key);
         try {
           if (lock.state === 'held') {

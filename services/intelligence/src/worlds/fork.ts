@@ -2,6 +2,7 @@ import type { Queryable, SchemaReplica, WorldOrigin } from '@onto/shared';
 import { bumpRevision } from '../engine/locks.js';
 import { revalidateWorld } from '../engine/schema-changes.js';
 import { recordAll } from '../merges/history.js';
+import { announceRules } from '../rules/announce.js';
 
 /** What a fork took from its base: counts of the definitions copied, and where in the base it started. */
 export interface Copied {
@@ -85,6 +86,7 @@ export async function copyDefinitions(
   replica: SchemaReplica,
   worldId: string,
   from: WorldOrigin,
+  topicPrefix: string,
 ): Promise<Copied> {
   if (from.ref?.commit !== undefined) await awaitTagCommits(tx, from.world);
   const { rows } = await tx.query<{ derived: number; rules: number; decisions: number; position: string }>(
@@ -156,6 +158,7 @@ export async function copyDefinitions(
   const copied = { ...row, position: Number(recorded.rows[0]?.definitions ?? row.position) };
   if (copied.derived + copied.rules + copied.decisions > 0) {
     await recordAll(tx, worldId);
+    if (copied.rules > 0) await announceRules(tx, topicPrefix, worldId);
     // Checked against the child's schema if applied; revalidation also requests the evaluation over
     // the child's own objects (none, unless data took writes before this commit).
     if ((await replica.current(tx, worldId)).version > 0) await revalidateWorld(tx, replica, worldId);

@@ -1,4 +1,4 @@
-import { type TagRequest, type WorldOrigin, worldProvisioning } from '@onto/shared';
+import { type ReceivedEvent, type TagRequest, type WorldOrigin, worldProvisioning } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
@@ -38,13 +38,36 @@ async function tagPosition(
   return { dataSeq: Number(rows[0]?.dataSeq ?? 0), schemaVersion: Number(rows[0]?.schemaVersion ?? 0) };
 }
 
+/**
+ * `world.protection.updated` (docs/adr/0058): kept with the world; only a greater revision
+ * replaces it, so a redelivered older one changes nothing.
+ */
+async function applyProtection(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
+  for (const { event } of events) {
+    if (event.type !== 'world.protection.updated') continue;
+    const p = event.payload as {
+      requireMerge: boolean;
+      allowActions: boolean;
+      requiredApprovals: number;
+      requiredChecks: string[];
+      revision: number;
+    };
+    await tx.query(
+      `UPDATE worlds SET require_merge = $2, allow_actions = $3, required_approvals = $4, required_checks = $5,
+                         protection_revision = $6
+        WHERE id = $1 AND protection_revision < $6`,
+      [event.world_id, p.requireMerge, p.allowActions, p.requiredApprovals, p.requiredChecks, p.revision],
+    );
+  }
+}
+
 /** This service's side of the world lifecycle saga (see worldProvisioning); a fork starts with its base's definitions. */
 export default fp(
   async (app: FastifyInstance) => {
     const provisioning = worldProvisioning('intelligence', app.topicPrefix, {
       provision: async (tx, worldId, from) => {
         if (!from) return undefined;
-        const { position } = await copyDefinitions(tx, app.schemaReplica, worldId, from);
+        const { position } = await copyDefinitions(tx, app.schemaReplica, worldId, from, app.topicPrefix);
         // Where the fork starts in intelligence: control records it as the fork's merge base (docs/adr/0037).
         return { reply: { base: { world: from.world, definitions: position } } };
       },
@@ -75,6 +98,7 @@ export default fp(
           ...events.filter((e) => e.event.type === 'world.tag.requested').map((e) => e.event.world_id),
         ]);
         await provisioning(tx, events);
+        await applyProtection(tx, events);
         await answerChecker(tx, events);
       },
     });

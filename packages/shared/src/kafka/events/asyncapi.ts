@@ -64,6 +64,9 @@ function eventHeaders(type: EventType, producer: ProducerName): Json {
     properties: {
       'onto-event-id': text('the envelope event_id: deduplicate by it'),
       'x-request-id': text('the HTTP request that caused the event, when one did'),
+      'x-caused-by': text(
+        "the event the request's client named as its cause (X-Caused-By), when it did: for tracing, never waited for",
+      ),
       ce_specversion: text('CloudEvents spec version', { const: CLOUDEVENTS_SPEC_VERSION }),
       ce_id: text('CloudEvents id: the envelope event_id'),
       ce_type: text('CloudEvents type: the envelope type', { const: type }),

@@ -364,6 +364,18 @@ export const EVENT_PAYLOADS = {
     },
     'a world-level tag was deleted: data and intelligence stop resolving its name in ?at= (docs/adr/0046); no reply',
   ),
+  'world.protection.updated': closed(
+    {
+      requireMerge: Type.Boolean({ description: 'direct writes are refused (403): changes come by merge' }),
+      requiredApprovals: Count,
+      requiredChecks: Type.Array(Text, {
+        description: 'rules of intelligence that must not fire on the merged result',
+      }),
+      allowActions: Type.Boolean({ description: "with requireMerge, actions' edits are still applied" }),
+      revision: Type.Integer({ minimum: 1, description: "the protection's revision: only a greater one replaces it" }),
+    },
+    "a world's protection was set (docs/adr/0058): data and intelligence enforce it",
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
@@ -486,6 +498,16 @@ export const EVENT_PAYLOADS = {
       }),
     },
     "intelligence's position in a world, announced at most once per interval while it changes (the version vector)",
+  ),
+  'intelligence.rules.changed': closed(
+    {
+      rules: Type.Array(Text, { description: "the names of the world's rules after the change, sorted" }),
+      definitions: Type.Integer({
+        minimum: 0,
+        description: "the world's definition position after the change: only a greater one replaces the list",
+      }),
+    },
+    "the rules of a world changed (a PUT, a DELETE, a merge, a fork's copy): control checks a protection's requiredChecks against them (docs/adr/0058)",
   ),
   'intelligence.check.reported': closed(
     {
