@@ -6,6 +6,18 @@ export interface Origin {
   requestId: string;
   /** `X-Caused-By` of the request, when given. */
   causedBy: string | null;
+  /**
+   * The request's trace, when tracing is on: taken in its handler, since its events may be
+   * written in another request's transaction (a write group, docs/adr/0015).
+   */
+  traceparent?: string | undefined;
+}
+
+/** The headers of an event of the request: its id and, when traced, its trace (docs/adr/0055). */
+export function originHeaders(origin: Origin): Record<string, string> {
+  return origin.traceparent
+    ? { 'x-request-id': origin.requestId, traceparent: origin.traceparent }
+    : { 'x-request-id': origin.requestId };
 }
 
 /** A change event of data's on `key`, caused by the request and carrying its id as a header. */
@@ -28,7 +40,7 @@ export function changeMessage(
       payload,
     }),
     key,
-    headers: { 'x-request-id': origin.requestId },
+    headers: originHeaders(origin),
   };
 }
 

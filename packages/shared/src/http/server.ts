@@ -2,6 +2,7 @@ import type { Static, TObject } from '@sinclair/typebox';
 import closeWithGrace from 'close-with-grace';
 import Fastify, { type FastifyPluginAsync } from 'fastify';
 import { ConfigError, loadConfig } from '../config/load.js';
+import { startTracing } from '../tracing/sdk.js';
 import { fastifyOptions } from './platform.js';
 
 interface ListenConfig {
@@ -9,6 +10,7 @@ interface ListenConfig {
   PORT: number;
   LOG_LEVEL: string;
   SHUTDOWN_TIMEOUT_MS: number;
+  ONTO_TRACES_FILE?: string | undefined;
 }
 
 /**
@@ -20,6 +22,7 @@ export async function runService<S extends TObject>(
   schema: S,
   app: FastifyPluginAsync<{ config: Static<S> & ListenConfig }>,
   env: NodeJS.ProcessEnv = process.env,
+  service?: string,
 ): Promise<void> {
   let config: Static<S> & ListenConfig;
   try {
@@ -29,11 +32,14 @@ export async function runService<S extends TObject>(
     process.stderr.write(`${error.message}\n`);
     process.exit(1);
   }
+  // Before the app: its plugins and routes add spans only when tracing is on (docs/adr/0055).
+  const stopTracing = service ? startTracing({ service, env, file: config.ONTO_TRACES_FILE }) : undefined;
   const fastify = Fastify(fastifyOptions(config));
   closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS, logger: fastify.log }, async ({ signal, err }) => {
     if (err) fastify.log.error({ err }, 'shutting down after an unhandled error');
     else fastify.log.info({ signal }, 'shutting down');
     await fastify.close();
+    await stopTracing?.().catch((error) => fastify.log.warn({ err: error }, 'spans not flushed'));
   });
   try {
     await fastify.register(app, { config });

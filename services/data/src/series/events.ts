@@ -1,5 +1,5 @@
 import { newEvent, type OutboxMessage, TOPICS } from '@onto/shared';
-import type { Origin } from '../events.js';
+import { type Origin, originHeaders } from '../events.js';
 import { SERIES_LIMITS } from './model.js';
 
 /**
@@ -35,7 +35,7 @@ export function seriesPointsWritten(
         },
       }),
       key,
-      headers: { 'x-request-id': origin.requestId },
+      headers: originHeaders(origin),
     });
   }
   return messages;
