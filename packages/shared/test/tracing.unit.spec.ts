@@ -1,0 +1,128 @@
+import { context, SpanKind, trace } from '@opentelemetry/api';
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
+import { afterAll, describe, expect, it } from 'vitest';
+import {
+  applyTraced,
+  contextOfTraceparent,
+  exportingWanted,
+  setTracingEnabled,
+  startTracing,
+  traceIdsOf,
+  traceparentFor,
+  traceparentOf,
+  tracerOf,
+} from '../src/index.js';
+
+const exporter = new InMemorySpanExporter();
+const processor = new SimpleSpanProcessor({ exporter });
+const stop = startTracing({ service: 'unit', spanProcessors: [processor] });
+/** The spans ended so far (the processor exports them asynchronously). */
+const finished = async () => {
+  await processor.forceFlush();
+  return exporter.getFinishedSpans();
+};
+afterAll(async () => stop?.());
+
+const PARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+const record = (eventId: string, traceparent?: string) => ({
+  event: { event_id: eventId, type: 'object.updated', world_id: 'w' },
+  message: { topic: 'onto.changes.objects', partition: 2, offset: '7', headers: traceparent ? { traceparent } : {} },
+});
+
+describe('exporting is off unless the OTEL_* variables ask for it', () => {
+  it.each([
+    [{}, false],
+    [{ OTEL_TRACES_EXPORTER: 'none' }, false],
+    [{ OTEL_TRACES_EXPORTER: 'otlp' }, true],
+    [{ OTEL_TRACES_EXPORTER: 'console,none' }, true],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }, true],
+    [{ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://127.0.0.1:4318/v1/traces' }, true],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_SDK_DISABLED: 'true' }, false],
+  ])('%j → %s', (env, wanted) => {
+    expect(exportingWanted(env)).toBe(wanted);
+  });
+
+  it('starts no SDK without them', () => {
+    expect(startTracing({ service: 'x', env: {} })).toBeUndefined();
+  });
+});
+
+describe('trace context', () => {
+  it('reads a W3C traceparent; a malformed or missing one is the root context (a new trace)', () => {
+    expect(traceparentOf(contextOfTraceparent(PARENT))).toBe(PARENT);
+    for (const bad of [
+      '00-not-a-trace-01',
+      '00-00000000000000000000000000000000-00f067aa0ba902b7-01',
+      'x',
+      42,
+      undefined,
+    ]) {
+      expect(trace.getSpan(contextOfTraceparent(bad))).toBeUndefined();
+    }
+  });
+
+  it('applies records each in a consumer span under its own trace, and what they cause carries it on', async () => {
+    exporter.reset();
+    const seen = await applyTraced(
+      tracerOf('unit'),
+      'unit-consumer',
+      [record('e-1', PARENT), record('e-2', '00-garbage'), record('e-3')],
+      async () => ({
+        byCause: traceparentFor('e-1'),
+        byOtherCause: traceparentFor('e-2'),
+        unknownCause: traceparentFor('e-9'),
+        ids: traceIdsOf(),
+      }),
+    );
+    const spans = await finished();
+    expect(spans.map((s) => [s.name, s.kind])).toEqual([
+      ['apply object.updated', SpanKind.CONSUMER],
+      ['apply object.updated', SpanKind.CONSUMER],
+      ['apply object.updated', SpanKind.CONSUMER],
+    ]);
+    const [first, second, third] = spans;
+    expect(first?.spanContext().traceId).toBe('4bf92f3577b34da6a3ce929d0e0e4736');
+    expect(first?.parentSpanContext?.spanId).toBe('00f067aa0ba902b7');
+    // The malformed header and the missing one: new traces, nothing failed.
+    expect(second?.parentSpanContext).toBeUndefined();
+    expect(third?.parentSpanContext).toBeUndefined();
+    expect(new Set(spans.map((s) => s.spanContext().traceId)).size).toBe(3);
+    expect(first?.attributes).toMatchObject({
+      'messaging.destination.name': 'onto.changes.objects',
+      'messaging.kafka.offset': 7,
+      'messaging.message.id': 'e-1',
+      'messaging.consumer.group.name': 'unit-consumer',
+    });
+    expect(seen.byCause).toBe(`00-${first?.spanContext().traceId}-${first?.spanContext().spanId}-01`);
+    expect(seen.byOtherCause).toBe(`00-${second?.spanContext().traceId}-${second?.spanContext().spanId}-01`);
+    // An event without a known cause: the first record's trace, as the active span.
+    expect(seen.unknownCause).toBe(seen.byCause);
+    expect(seen.ids).toEqual({ trace_id: first?.spanContext().traceId, span_id: first?.spanContext().spanId });
+  });
+
+  it('ends the spans with an error when the apply fails, and rethrows', async () => {
+    exporter.reset();
+    await expect(
+      applyTraced(tracerOf('unit'), 'c', [record('e-1', PARENT)], async () => {
+        throw new Error('refused');
+      }),
+    ).rejects.toThrow('refused');
+    expect((await finished())[0]?.status).toMatchObject({ code: 2, message: 'refused' });
+  });
+
+  it('off: no span, no traceparent, the apply alone', async () => {
+    setTracingEnabled(false);
+    try {
+      exporter.reset();
+      const inside = await applyTraced(tracerOf('unit'), 'c', [record('e-1', PARENT)], async () => ({
+        tp: traceparentFor('e-1'),
+        active: trace.getSpan(context.active()),
+      }));
+      expect(inside).toEqual({ tp: undefined, active: undefined });
+      expect(traceparentOf(contextOfTraceparent(PARENT))).toBeUndefined();
+      expect(await finished()).toEqual([]);
+    } finally {
+      setTracingEnabled(true);
+    }
+  });
+});
