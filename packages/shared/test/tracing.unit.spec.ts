@@ -1,3 +1,8 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { context, SpanKind, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -5,6 +10,7 @@ import {
   applyTraced,
   contextOfTraceparent,
   exportingWanted,
+  FileSpanExporter,
   setTracingEnabled,
   startTracing,
   traceIdsOf,
@@ -124,5 +130,48 @@ describe('trace context', () => {
     } finally {
       setTracingEnabled(true);
     }
+  });
+});
+
+describe('ONTO_TRACES_FILE and scripts/traces.mjs', () => {
+  it('writes a JSON line per span, which the script prints as a tree across services', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'onto-traces-'));
+    exporter.reset();
+    const server = tracerOf('data').startSpan('PUT /v1/worlds/:world/objects/:type/:pk', {
+      kind: SpanKind.SERVER,
+      attributes: { 'onto.request_id': 'req-1', 'http.response.status_code': 201 },
+    });
+    await applyTraced(
+      tracerOf('intelligence'),
+      'c',
+      [record('e-1', traceparentOf(trace.setSpan(context.active(), server)))],
+      async () => {},
+    );
+    server.end();
+    const spans = await finished();
+    const file = join(dir, 'all.jsonl');
+    await new Promise<void>((resolve, reject) =>
+      new FileSpanExporter(file).export(spans, (r) => (r.code === 0 ? resolve() : reject(r.error))),
+    );
+    const lines = readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatchObject({ name: 'apply object.updated', kind: 'CONSUMER', scope: 'onto-intelligence' });
+    const script = fileURLToPath(new URL('../../../scripts/traces.mjs', import.meta.url));
+    const traceId = server.spanContext().traceId;
+    const list = execFileSync(process.execPath, [script, dir], { encoding: 'utf8' });
+    expect(list).toMatch(new RegExp(`${traceId} +2 spans .* PUT /v1/worlds/:world/objects/:type/:pk`));
+    // By the request's x-request-id as well as by the trace id.
+    const tree = execFileSync(process.execPath, [script, dir, 'req-1'], { encoding: 'utf8' });
+    expect(tree.split('\n').slice(1, 3)).toEqual([
+      expect.stringMatching(
+        /^\+ +0\.0 ms +\d+\.\d ms {2}\S+ SERVER PUT \/v1\/worlds\/:world\/objects\/:type\/:pk {2}\(status 201\)$/,
+      ),
+      expect.stringMatching(
+        /^\+ +\d+\.\d ms +\d+\.\d ms {4}\S+ CONSUMER apply object\.updated {2}\(event e-1, offset 2@7\)$/,
+      ),
+    ]);
   });
 });
