@@ -109,10 +109,12 @@ export interface TracedRecord {
 }
 
 /**
- * Runs `apply` of records with a consumer span per record, each the child of the span its
- * record's `traceparent` header names (a missing or malformed one starts a new trace). Events
- * written meanwhile carry on the trace of the record they were caused by, else of the first
- * record (traceparentFor). Without tracing, it only runs `apply`.
+ * Runs `apply` of records with a consumer span per record that carries a `traceparent` header,
+ * each the child of the span it names (a malformed one starts a new trace; a record without one,
+ * sent by a producer that does not trace or by no request, such as the periodic position
+ * announcements, gets no span). Events written meanwhile carry on the trace of the record they
+ * were caused by, else of the first traced record (traceparentFor). Without tracing, it only runs
+ * `apply`.
  */
 export async function applyTraced<T>(
   tracer: Tracer | undefined,
@@ -125,6 +127,7 @@ export async function applyTraced<T>(
   const causes = new Map<string, string>();
   let first: Context | undefined;
   for (const { event, message } of records) {
+    if (message.headers.traceparent === undefined) continue;
     const parent = contextOfTraceparent(message.headers.traceparent);
     const span = tracer.startSpan(
       `apply ${event.type}`,
@@ -149,9 +152,10 @@ export async function applyTraced<T>(
     const traceparent = traceparentOf(own);
     if (traceparent) causes.set(event.event_id, traceparent);
   }
+  if (!first) return apply();
   let failure: unknown;
   try {
-    return await context.with((first as Context).setValue(CAUSES, causes), apply);
+    return await context.with(first.setValue(CAUSES, causes), apply);
   } catch (error) {
     failure = error;
     throw error;

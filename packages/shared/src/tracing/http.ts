@@ -14,6 +14,7 @@ const TRACE: unique symbol = Symbol('onto.trace');
 const w3c = new W3CTraceContextPropagator();
 const headerGetter = {
   keys: (carrier: FastifyRequest['headers']) => Object.keys(carrier),
+  // own-key: the propagator asks only for its own header names (traceparent, tracestate)
   get: (carrier: FastifyRequest['headers'], key: string) => carrier[key],
 };
 

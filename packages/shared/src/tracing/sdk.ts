@@ -29,8 +29,9 @@ export function spanLine(span: ReadableSpan): string {
     traceId,
     spanId,
     parentSpanId: span.parentSpanContext?.spanId ?? null,
-    service: span.resource.attributes['service.name'] ?? span.instrumentationScope.name,
-    scope: span.instrumentationScope.name,
+    // The tracer's name says which service made the span, also where several share a process.
+    service: span.instrumentationScope.name,
+    resource: span.resource.attributes['service.name'],
     name: span.name,
     kind: SpanKind[span.kind],
     startUs: hrTimeToMicroseconds(span.startTime),
