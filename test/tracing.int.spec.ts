@@ -30,7 +30,7 @@ const CLIENT_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
 const CLIENT_SPAN = '00f067aa0ba902b7';
 
 const exporter = new InMemorySpanExporter();
-const stopTracing = startTracing({ service: 'test', spanProcessors: [new SimpleSpanProcessor({ exporter })] });
+const stopTracing = await startTracing({ service: 'test', spanProcessors: [new SimpleSpanProcessor({ exporter })] });
 
 const scope = (s: ReadableSpan) => s.instrumentationScope.name;
 const idOf = (s: ReadableSpan) => s.spanContext().spanId;

@@ -21,7 +21,7 @@ import {
 
 const exporter = new InMemorySpanExporter();
 const processor = new SimpleSpanProcessor({ exporter });
-const stop = startTracing({ service: 'unit', spanProcessors: [processor] });
+const stop = await startTracing({ service: 'unit', spanProcessors: [processor] });
 /** The spans ended so far (the processor exports them asynchronously). */
 const finished = async () => {
   await processor.forceFlush();
@@ -48,8 +48,8 @@ describe('exporting is off unless the OTEL_* variables ask for it', () => {
     expect(exportingWanted(env)).toBe(wanted);
   });
 
-  it('starts no SDK without them', () => {
-    expect(startTracing({ service: 'x', env: {} })).toBeUndefined();
+  it('starts no SDK without them', async () => {
+    expect(await startTracing({ service: 'x', env: {} })).toBeUndefined();
   });
 });
 

@@ -33,7 +33,7 @@ export async function runService<S extends TObject>(
     process.exit(1);
   }
   // Before the app: its plugins and routes add spans only when tracing is on (docs/adr/0055).
-  const stopTracing = service ? startTracing({ service, env, file: config.ONTO_TRACES_FILE }) : undefined;
+  const stopTracing = service ? await startTracing({ service, env, file: config.ONTO_TRACES_FILE }) : undefined;
   const fastify = Fastify(fastifyOptions(config));
   closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS, logger: fastify.log }, async ({ signal, err }) => {
     if (err) fastify.log.error({ err }, 'shutting down after an unhandled error');

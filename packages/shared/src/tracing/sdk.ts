@@ -1,8 +1,7 @@
 import { appendFileSync } from 'node:fs';
 import { type Attributes, SpanKind } from '@opentelemetry/api';
 import { ExportResultCode, hrTimeToMicroseconds } from '@opentelemetry/core';
-import { NodeSDK } from '@opentelemetry/sdk-node';
-import { BatchSpanProcessor, type ReadableSpan, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace';
+import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace';
 import { setTracingEnabled } from './context.js';
 
 /**
@@ -73,15 +72,20 @@ export interface TracingOptions {
  * test's processors) and turns on the carrying of trace context; answers how to flush and stop
  * it, or undefined when tracing stays off. The SDK reads the standard variables itself: the
  * OTLP endpoint, protocol and headers, OTEL_TRACES_SAMPLER (parentbased_always_on by default),
- * OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES.
+ * OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES. The SDK's modules are loaded only then: a process
+ * that does not trace (a service by default, onto-admin, a test) never loads them.
  */
-export function startTracing(options: TracingOptions): (() => Promise<void>) | undefined {
+export async function startTracing(options: TracingOptions): Promise<(() => Promise<void>) | undefined> {
   const env = options.env ?? process.env;
+  if (!options.spanProcessors && !options.file && !exportingWanted(env)) return undefined;
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
+  const [{ NodeSDK }, { BatchSpanProcessor }] = await Promise.all([
+    import('@opentelemetry/sdk-node'),
+    import('@opentelemetry/sdk-trace'),
+  ]);
   const processors =
     options.spanProcessors ??
     (options.file ? [new BatchSpanProcessor({ exporter: new FileSpanExporter(options.file) })] : undefined);
-  if (!processors && !exportingWanted(env)) return undefined;
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
   const sdk = new NodeSDK({
     serviceName: env.OTEL_SERVICE_NAME ?? `onto-${options.service}`,
     // Spans are made where onto knows what they mean (tracing/http.ts, the relay, the consumer): no
