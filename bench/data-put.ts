@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
 import pg from 'pg';
-import { fmt, libpqArgs } from './lib/harness.js';
+import { fmt, libpqArgs, report } from './lib/harness.js';
 import { benchStack, Item } from './lib/stack.js';
 
 const seconds = Number(process.argv[2] ?? 10);
@@ -143,6 +143,7 @@ COMMIT;
   );
   console.log(`| pgbench: object row + outbox row | ${fmt(tps)} | | |`);
   console.log(`ratio ${(restRate / tps).toFixed(2)} (goal ≥ 0.7)`);
+  report('data-put', { 'PUT ÷ pgbench': restRate / tps, 'PUT p99 ms': rest.latency.p99 });
 } finally {
   await stack.close();
 }

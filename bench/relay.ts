@@ -3,7 +3,9 @@
  *   1. Kafka's own ProducerPerformance: N records of the outbox's average body size, acks=all;
  *   2. the outbox relay draining N pending rows to Kafka;
  *   3. the inbox consumer applying them (inbox row + version-checked upsert per event).
- * Prints the rates and the ratios relay/raw (goal ≥ 0.5) and consumer/relay (goal ≥ 1.0).
+ * Beside them, the client floor: the same client producing and consuming the same records from
+ * memory. Prints the rates and the ratios relay/raw (goal ≥ 0.65), relay/client floor (≥ 0.9)
+ * and consumer/relay (goal ≥ 1.0).
  *
  *   ./onto bench relay [rows]      (default 200000)
  *
@@ -13,6 +15,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import {
+  cloudEventHeaders,
   InboxConsumer,
   kernelMigrations,
   newEvent,
@@ -24,7 +27,7 @@ import {
 } from '@onto/shared';
 import { createTestDatabase, createTestTopics, testBroker, testEndpoints, testLogger } from '@onto/shared/testing';
 import pg from 'pg';
-import { fmt, kafkaTool, until } from './lib/harness.js';
+import { fmt, kafkaTool, report, until } from './lib/harness.js';
 
 const rows = Number(process.argv[2] ?? 200_000);
 const cpuMicros = (u: NodeJS.CpuUsage) => u.user + u.system;
@@ -94,6 +97,59 @@ try {
       .at(-1) ?? '';
   const raw = Number(rawLine.match(/([\d.]+) records\/sec/)?.[1]);
   console.log(`ProducerPerformance: ${rawLine.trim()}`);
+
+  // --- 1b. the client floor: the same client sending the same records (key, body, headers)
+  // straight from memory, 4 requests of 1,000 in flight, then consuming them in a group of its
+  // own. What the relay and the consumer could reach if onto's own work cost nothing.
+  const floorTopic = `${topics.prefix}bench.floor`;
+  await admin.ensureTopics([{ name: floorTopic, partitions: 6 }]);
+  const records = (
+    await pool.query<{ event_id: string; partition_key: string; body: string }>(
+      'SELECT event_id::text, partition_key, body FROM outbox ORDER BY id',
+    )
+  ).rows.map((r) => ({
+    key: r.partition_key,
+    value: r.body,
+    headers: { 'onto-event-id': r.event_id, ...cloudEventHeaders(r.event_id, r.body) },
+  }));
+  const floorProducer = await broker.producer();
+  const floorStart = performance.now();
+  const floorCpu = process.cpuUsage();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 4 }, async () => {
+      for (let at = next; at < records.length; at = next) {
+        next += 1000;
+        await floorProducer.send([{ topic: floorTopic, messages: records.slice(at, at + 1000) }]);
+      }
+    }),
+  );
+  const floorProduceRate = rows / ((performance.now() - floorStart) / 1000);
+  const floorProduceCpuUs = cpuMicros(process.cpuUsage(floorCpu));
+  await floorProducer.disconnect();
+  const floorConsumer = await broker.consumer({
+    groupId: `${topics.prefix}bench-floor`,
+    topics: [floorTopic],
+    fromBeginning: true,
+    partitionsConsumedConcurrently: 6,
+  });
+  let floorConsumed = 0;
+  let floorFirst = 0;
+  let floorConsumeCpu: NodeJS.CpuUsage | undefined;
+  void floorConsumer.run(async (batch) => {
+    if (floorFirst === 0) {
+      floorFirst = performance.now();
+      floorConsumeCpu = process.cpuUsage();
+    }
+    for (const m of batch.messages) if (m.value !== null && m.headers.ce_id) floorConsumed++;
+  });
+  await until('the client floor consumed', async () => floorConsumed >= rows, 600_000, 20);
+  const floorConsumeRate = rows / ((performance.now() - floorFirst) / 1000);
+  const floorConsumeCpuUs = cpuMicros(process.cpuUsage(floorConsumeCpu));
+  await floorConsumer.disconnect();
+  console.log(
+    `client floor: produce ${fmt(floorProduceRate)} records/s (${fmt(floorProduceCpuUs / rows, 1)} µs CPU), consume ${fmt(floorConsumeRate)} records/s (${fmt(floorConsumeCpuUs / rows, 1)} µs CPU)`,
+  );
 
   // --- 2. the relay
   const concurrency = Number(process.env.RELAY_CONCURRENCY ?? 2);
@@ -193,9 +249,14 @@ try {
   console.log(`|---|---:|---:|---:|`);
   console.log(`| Kafka ProducerPerformance (acks=all, ${recordSize} B) | ${fmt(raw)} | | |`);
   console.log(
-    `| outbox relay, ${fmt(rows)} rows | ${fmt(relayRate)} | ${(relayRate / raw).toFixed(2)} × raw | ≥ 0.5 |`,
+    `| outbox relay, ${fmt(rows)} rows | ${fmt(relayRate)} | ${(relayRate / raw).toFixed(2)} × raw | ≥ 0.65 |`,
   );
+  console.log(
+    `| the client floor: kafkajs producing the same records from memory | ${fmt(floorProduceRate)} | ${(floorProduceRate / raw).toFixed(2)} × raw | |`,
+  );
+  console.log(`| outbox relay ÷ the client floor | | ${(relayRate / floorProduceRate).toFixed(2)} × floor | ≥ 0.9 |`);
   console.log(`| relay's PostgreSQL side alone (claim + mark, publish skipped) | ${fmt(pgRate)} | | |`);
+  console.log(`| the client floor: kafkajs consuming them (first record on) | ${fmt(floorConsumeRate)} | | |`);
   console.log(
     `| inbox consumer (inbox + upsert) | ${fmt(consumerRate)} | ${(consumerRate / relayRate).toFixed(2)} × relay | ≥ 1.0 |`,
   );
@@ -203,11 +264,18 @@ try {
     `| inbox consumer from its first effect (group join excluded) | ${fmt(steadyRate)} | ${(steadyRate / relayRate).toFixed(2)} × relay | |`,
   );
   console.log(
-    `(Node CPU per record: relay ${fmt(relayCpuUs / rows, 1)} µs, consumer ${fmt(consumerCpuUs / rows, 1)} µs)`,
+    `(Node CPU per record: relay ${fmt(relayCpuUs / rows, 1)} µs, consumer ${fmt(consumerCpuUs / rows, 1)} µs; the client floor ${fmt(floorProduceCpuUs / rows, 1)} µs producing, ${fmt(floorConsumeCpuUs / rows, 1)} µs consuming)`,
   );
   console.log(
     `(consumer wrote ${fmt(items ?? 0)} items; relay ${fmt(relaySeconds, 1)} s, consumer ${fmt(consumerSeconds, 1)} s of which ${fmt(consumerSeconds - steadySeconds, 1)} s before its first effect)`,
   );
+  report('relay', {
+    'relay ÷ ProducerPerformance': relayRate / raw,
+    'relay ÷ client floor': relayRate / floorProduceRate,
+    'consumer ÷ relay': consumerRate / relayRate,
+    'relay CPU µs/record': relayCpuUs / rows,
+    'consumer CPU µs/record': consumerCpuUs / rows,
+  });
 } finally {
   await pool.end();
   await topics.drop();

@@ -199,6 +199,8 @@ describe('every event the services produce matches the published contract', () =
     await s.until('the tag complete', async () =>
       (await s.controlCall('GET', `/v1/worlds/${W}/tags/contract-1`)).json().status === 'COMPLETE' ? true : undefined,
     );
+    // Deleting it tells data and intelligence to forget its name (world.tag.deleted).
+    expect((await s.controlCall('DELETE', `/v1/worlds/${W}/tags/contract-1`)).statusCode).toBe(204);
 
     // Merges (docs/adr/0037): a fork and W both change an order and the rule; a MANUAL merge finds a
     // conflict in data and one in intelligence, resolved, applied and verified. Then a merge whose

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { appendFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 export const repo = fileURLToPath(new URL('../..', import.meta.url));
@@ -52,4 +53,13 @@ export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return sorted[i] as number;
+}
+
+/**
+ * Hands a benchmark's figures to `./onto bench ci` (bench/ci.ts), which runs it as a child with
+ * BENCH_RESULT_FILE set; a run by hand only prints its table.
+ */
+export function report(bench: string, figures: Record<string, number>): void {
+  const file = process.env.BENCH_RESULT_FILE;
+  if (file) appendFileSync(file, `${JSON.stringify({ bench, figures })}\n`);
 }

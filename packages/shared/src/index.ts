@@ -90,6 +90,7 @@ export { upsertIfNewer } from './messaging/upsert.js';
 export { UUID_V7, uuidv7 } from './messaging/uuidv7.js';
 export {
   type ProvisionOutcome,
+  type TagRequest,
   type WorldHooks,
   type WorldOrigin,
   worldProvisioning,

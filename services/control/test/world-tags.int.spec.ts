@@ -80,9 +80,16 @@ describe('a world-level tag', () => {
     expect(await amount(W, 'o-1')).toBe(10);
     expect(await amount(W, 'o-1', tag.ref.data)).toBe(1);
     expect((await s.dataCall('GET', `/v1/worlds/${W}/objects/Order/o-3?at=${tag.ref.data}`)).statusCode).toBe(404);
-    // data does not know tag names: control resolves them.
-    const byName = expectProblem(await s.dataCall('GET', `/v1/worlds/${W}/objects/Order/o-1?at=release-1`), 404);
-    expect(byName.detail).toContain('tags are resolved by control');
+    // data and intelligence learnt the tag from its request: a read at its name is a read at its commit.
+    const byName = await s.dataCall('GET', `/v1/worlds/${W}/objects/Order/o-1?at=release-1`);
+    expect(byName.statusCode, byName.body).toBe(200);
+    expect(byName.json()).toEqual(
+      (await s.dataCall('GET', `/v1/worlds/${W}/objects/Order/o-1?at=${tag.ref.data}`)).json(),
+    );
+    const inIntelligence = await s.intelCall('GET', `/v1/worlds/${W}/objects/Order/o-1?at=release-1`);
+    expect(inIntelligence.statusCode, inIntelligence.body).toBe(200);
+    expect(inIntelligence.json()).toMatchObject({ version: 1, properties: { amount: 1 } });
+    expectProblem(await s.dataCall('GET', `/v1/worlds/${W}/objects/Order/o-1?at=release-2`), 404);
 
     const fork = await s.controlCall('POST', '/v1/worlds', {
       body: { id: 'from-release', from: { world: W, ref: 'release-1' } },

@@ -11,6 +11,7 @@ import identity from './identity/plugin.js';
 import bulk from './ingest/routes.js';
 import links from './links/routes.js';
 import merges from './merges/consumer.js';
+import objectSets from './objects/query.js';
 import objects from './objects/routes.js';
 import positions from './positions/plugin.js';
 import schema from './schema/plugin.js';
@@ -40,6 +41,10 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(objects, {
     groups: { inFlight: config.WRITE_GROUPS_IN_FLIGHT, maxGroup: config.WRITE_GROUP_MAX },
+  });
+  await fastify.register(objectSets, {
+    scanLimit: config.QUERY_SCAN_LIMIT,
+    ...(config.QUERY_TOKEN_SECRET !== undefined && { tokenSecret: config.QUERY_TOKEN_SECRET }),
   });
   await fastify.register(links);
   await fastify.register(bulk);

@@ -19,6 +19,19 @@ export const ConfigSchema = Type.Composite([
       default: 64,
       description: 'single-object writes in one group transaction at most (1: no grouping)',
     }),
+    QUERY_SCAN_LIMIT: Type.Integer({
+      minimum: 1,
+      default: 10_000,
+      description:
+        'objects a query or aggregation may read when no index narrows its where-clause; above it the answer is a 422 naming the property to index, unless the request sets allowScan (docs/adr/0048)',
+    }),
+    QUERY_TOKEN_SECRET: Type.Optional(
+      Type.String({
+        minLength: 32,
+        description:
+          'the key page tokens of object-set queries are signed with (HMAC-SHA256); every instance of data needs the same one. Unset: a random key per process, so tokens do not survive a restart (docs/adr/0047)',
+      }),
+    ),
     CDC_MAPPINGS: Type.String({
       default: '[]',
       description:

@@ -14,6 +14,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { awaitBase, type Base, coveredThroughChain } from './readmodel/chain.js';
+import { type At, resolveAt } from './worlds/ref.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -29,6 +30,8 @@ declare module 'fastify' {
     consistencyHeader(reply: FastifyReply, worldId: string, watermark?: number): Promise<void>;
     /** The world's base (docs/adr/0033), waiting (bounded) while a fork's commit is not recorded yet. */
     awaitBase(worldId: string): Promise<Base>;
+    /** Resolves a read's `?at=` (worlds/ref.ts resolveAt), a PENDING tag waiting as long as a consistency token. */
+    resolveAt(worldId: string, raw: string, field?: string): Promise<At>;
   }
 }
 
@@ -101,6 +104,9 @@ export default fp(
       );
     app.decorate('awaitDataApplied', awaitData);
     app.decorate('awaitBase', (worldId: string) => awaitBase(pool, worldId, opts.waitBoundMs));
+    app.decorate('resolveAt', (worldId: string, raw: string, field?: string) =>
+      resolveAt(pool, worldId, raw, opts.waitBoundMs, field),
+    );
     app.decorate('consistencyHeader', async (reply: FastifyReply, worldId: string, watermark?: number) => {
       reply.header('x-consistency-token', `data=${watermark ?? (await dataWatermark(pool, worldId))}`);
     });

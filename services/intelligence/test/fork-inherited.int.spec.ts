@@ -190,9 +190,13 @@ describe('inherited objects in a fork', () => {
     const before = await at('history', v1);
     expect(before.statusCode, before.body).toBe(422);
     expect(before.json().errors[0].path).toBe('querystring/at');
-    const malformed = await at('history', 'yesterday');
+    // A name is a tag of the world or nothing (docs/adr/0046); a ref of no shape is malformed.
+    const noTag = await at('history', 'yesterday');
+    expect(noTag.statusCode).toBe(404);
+    expect(noTag.json().errors[0].path).toBe('querystring/at');
+    const malformed = await at('history', 'not%20a%20ref');
     expect(malformed.statusCode).toBe(400);
-    expect(malformed.body).toContain('at');
+    expect(malformed.json().errors[0].path).toBe('querystring/at');
   }, 120_000);
 
   it('a fork of a fork reads each base at its own fork point', async () => {

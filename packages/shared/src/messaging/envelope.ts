@@ -21,6 +21,7 @@ export const EVENT_TYPES = {
   'links.recount.requested': 'onto.worlds',
   'derived.recompute.requested': 'onto.worlds',
   'world.tag.requested': 'onto.worlds',
+  'world.tag.deleted': 'onto.worlds',
   'identity.token.revoked': 'onto.identity',
   'identity.roles.changed': 'onto.identity',
   'identity.keys.published': 'onto.identity',

@@ -37,20 +37,32 @@ export type ProvisionOutcome =
   | { reply: Record<string, unknown> }
   | { failed: { field: string; reason: string } };
 
+/** What `world.tag.requested` asks about: a tag's name and the request (a uuidv7: later requests sort after). */
+export interface TagRequest {
+  tag: string;
+  request: string;
+}
+
 export interface WorldHooks {
   /** Makes what the service keeps per world; runs in the transaction that records it. */
   provision?: (tx: pg.ClientBase, worldId: string, from: WorldOrigin | null) => Promise<ProvisionOutcome | undefined>;
   /** Removes everything the service keeps for the world. */
   drop?: (tx: pg.ClientBase, worldId: string) => Promise<void>;
-  /** The service's position in the world now, for a tag (`world.tag.requested`, docs/adr/0029). */
-  position?: (tx: pg.ClientBase, worldId: string) => Promise<Record<string, number>>;
+  /**
+   * The service's position in the world now, for a tag (`world.tag.requested`, docs/adr/0029);
+   * `tag` names the tag and the request, so the service can also keep the tag for `?at=` (docs/adr/0046).
+   */
+  position?: (tx: pg.ClientBase, worldId: string, tag: TagRequest) => Promise<Record<string, number>>;
+  /** Forgets a deleted tag (`world.tag.deleted`, docs/adr/0046); nothing is replied. */
+  untag?: (tx: pg.ClientBase, worldId: string, tag: TagRequest) => Promise<void>;
 }
 
 /**
  * The provisioner's side of the world saga, for data and intelligence: `world.created` records
  * the world (table `worlds`, see the service's migration) and replies provisioned;
  * `world.deleted` and `world.drop.requested` (compensation) drop it and reply dropped;
- * `world.tag.requested` replies the service's position (a world it does not have: none). Replies
+ * `world.tag.requested` replies the service's position (a world it does not have: none);
+ * `world.tag.deleted` forgets the tag, with no reply. Replies
  * carry `caused_by` and are enqueued in the inbox transaction, so each is sent exactly once in
  * effect.
  */
@@ -78,12 +90,15 @@ export function worldProvisioning(service: 'data' | 'intelligence', topicPrefix:
         await hooks.drop?.(tx, event.world_id);
         await tx.query('DELETE FROM worlds WHERE id = $1', [event.world_id]);
         type = reply.dropped;
+      } else if (event.type === 'world.tag.deleted') {
+        await hooks.untag?.(tx, event.world_id, event.payload as unknown as TagRequest);
+        continue;
       } else if (event.type === 'world.tag.requested' && hooks.position) {
         const known = await tx.query('SELECT 1 FROM worlds WHERE id = $1', [event.world_id]);
         if (known.rowCount === 0) continue; // dropped since: control deletes its tags with it
-        const { tag, request } = event.payload as { tag: string; request: string };
+        const { tag, request } = event.payload as unknown as TagRequest;
         type = reply.positioned;
-        payload = { service, tag, request, ...(await hooks.position(tx, event.world_id)) };
+        payload = { service, tag, request, ...(await hooks.position(tx, event.world_id, { tag, request })) };
       } else continue;
       const answer = newEvent({
         type: type as 'world.provisioned',

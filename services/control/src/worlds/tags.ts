@@ -210,12 +210,27 @@ export default fp(
         const { world, name } = request.params;
         await inTransaction(app.pg, async (tx) => {
           await lockWorld(tx, world);
-          const { rowCount } = await tx.query('DELETE FROM world_tags WHERE world_id = $1 AND name = $2', [
-            world,
-            name,
-          ]);
-          if (rowCount === 0) throw new NotFound(`world ${world} has no tag ${name}`);
+          const { rows } = await tx.query<{ request: string | null }>(
+            'DELETE FROM world_tags WHERE world_id = $1 AND name = $2 RETURNING request_id::text AS request',
+            [world, name],
+          );
+          if (!rows[0]) throw new NotFound(`world ${world} has no tag ${name}`);
           await recordAudit(tx, request, { action: 'world.tag.delete', worldId: world, subject: name });
+          // data and intelligence resolve the tag's name in ?at= (docs/adr/0046): they forget it.
+          // A tag made before vectors was never asked of them, and has no request.
+          const made = rows[0].request;
+          if (made) {
+            const event = newEvent({
+              type: 'world.tag.deleted',
+              worldId: world,
+              key: world,
+              version: 0,
+              producer: 'control',
+              producerSeq: 0,
+              payload: { tag: name, request: made },
+            });
+            await new Outbox(tx, app.topicPrefix).add({ event, key: TOPICS['onto.worlds'].key({ worldId: world }) });
+          }
         });
         reply.code(204);
         return null;

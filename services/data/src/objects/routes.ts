@@ -38,7 +38,7 @@ export const At = Type.Optional(
   Type.String({
     maxLength: 100,
     description:
-      'read at a ref: a data commit (the n of X-Consistency-Token: data=<n>) or an RFC 3339 instant with an offset; absent: now. In a fork, reads go up to the base at the fork point.',
+      "read at a ref: a data commit (the n of X-Consistency-Token: data=<n>), an RFC 3339 instant with an offset, or a tag of this world (the commit data cut for it: the same answer as ?at=<that commit>); absent: now. A commit ahead of data's head, a name that is no tag of the world (or a tag data has not positioned yet: its vector has no data part) 404; a commit or instant before the world existed, or an instant in the future, 422; anything else 400 — each naming querystring/at. In a fork, reads go up to the base at the fork point.",
   }),
 );
 const ReadHeaders = Type.Object({

@@ -3,12 +3,23 @@ import pg from 'pg';
 
 const MAX_ATTEMPTS = 5;
 
+/** The kinds of index a property gets (docs/adr/0048). */
+export type IndexKind = 'btree' | 'gin' | 'text';
+
 interface Claimed {
   name: string;
   object_type: string;
   property: string;
+  kind: IndexKind;
   attempts: number;
 }
+
+/** The indexed expression and access method of each kind; queries compile to the same expressions (objects/where.ts). */
+const KEYS: Record<IndexKind, (property: string) => string> = {
+  btree: (property) => `(world_id, (properties -> ${pg.escapeLiteral(property)}), pk)`,
+  gin: (property) => `USING gin ((properties -> ${pg.escapeLiteral(property)}) jsonb_path_ops)`,
+  text: (property) => `USING gin (to_tsvector('simple'::regconfig, properties ->> ${pg.escapeLiteral(property)}))`,
+};
 
 /**
  * The DDL of the index for one (object type, property): partial on the type and live rows, led
@@ -21,9 +32,10 @@ export function indexDdl(
   objectType: string,
   property: string,
   table: 'object_heads' | 'object_history' = 'object_heads',
+  kind: IndexKind = 'btree',
 ): string {
   return `CREATE INDEX CONCURRENTLY IF NOT EXISTS ${pg.escapeIdentifier(name)} ON ${table}
-    (world_id, (properties -> ${pg.escapeLiteral(property)}), pk)
+    ${KEYS[kind](property)}
     WHERE type = ${pg.escapeLiteral(objectType)} AND NOT deleted`;
 }
 
@@ -89,7 +101,7 @@ export class IndexBuilder {
           SELECT name FROM storage_indexes
            WHERE state = 'pending' OR (state = 'building' AND claimed_at < now() - interval '15 minutes')
            ORDER BY requested_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-        RETURNING name, object_type, property, attempts`,
+        RETURNING name, object_type, property, kind, attempts`,
     );
     const job = rows[0];
     if (!job) return false;
@@ -108,13 +120,16 @@ export class IndexBuilder {
         if (existing.rows[0]?.valid === false) {
           await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(name)}`);
         }
-        await client.query(indexDdl(name, job.object_type, job.property, table));
+        await client.query(indexDdl(name, job.object_type, job.property, table, job.kind));
       }
       await client.query(
         "UPDATE storage_indexes SET state = 'ready', ready_at = now(), last_error = NULL WHERE name = $1",
         [job.name],
       );
-      this.log.info({ index: job.name, objectType: job.object_type, property: job.property }, 'index built');
+      this.log.info(
+        { index: job.name, objectType: job.object_type, property: job.property, kind: job.kind },
+        'index built',
+      );
     } catch (err) {
       const state = job.attempts >= MAX_ATTEMPTS ? 'failed' : 'pending';
       this.log.warn({ err, index: job.name, attempts: job.attempts, state }, 'index build failed');

@@ -320,7 +320,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
         tags: ['series'],
         summary: 'Read points of a time series, or rollups over fixed buckets',
         description:
-          "Points with from <= time < to, by time, a page at a time (next is the cursor of the following page, null at the end). With bucket (30s, 1m, 1h, 1d, 1w…, aligned on the Unix epoch) and agg (min, max, avg, sum, count, last) each point is a bucket: its start and its aggregate, computed in PostgreSQL. Points past the series retention are not answered. With at (a commit or an instant), the series as it was then; in a fork, the base's points up to the fork point and the fork's own after (the fork's win an instant both have).",
+          "Points with from <= time < to, by time, a page at a time (next is the cursor of the following page, null at the end). With bucket (30s, 1m, 1h, 1d, 1w…, aligned on the Unix epoch) and agg (min, max, avg, sum, count, last) each point is a bucket: its start and its aggregate, computed in PostgreSQL. Points past the series retention are not answered. With at (a commit, an instant or a tag of the world), the series as it was then; in a fork, the base's points up to the fork point and the fork's own after (the fork's win an instant both have).",
         params: SeriesParams,
         querystring: Type.Object({
           from: Type.Optional(Type.String({ description: 'RFC 3339, inclusive' })),

@@ -242,13 +242,18 @@ export default fp(
           tags: ['worlds'],
           summary: 'What changed in a world between two refs, or against another world of its chain',
           description:
-            'from=<ref>&to=<ref> (to: now by default): the objects and links of the world that differ between the two refs. against=<world>: the world now against another world of the same chain (its base, a child, a sibling), over what either changed since they diverged; `from` is the other world, `to` this one. A ref is a data commit or an RFC 3339 instant. Paginated with `next` (objects and links each up to `limit` a page); type=<object type> keeps the objects of that type and the links touching it. The schema part of a world diff is control’s (its schema history).',
+            'from=<ref>&to=<ref> (to: now by default): the objects and links of the world that differ between the two refs. against=<world>: the world now against another world of the same chain (its base, a child, a sibling), over what either changed since they diverged; `from` is the other world, `to` this one. A ref is a data commit, an RFC 3339 instant or a tag of the world (its data commit). Paginated with `next` (objects and links each up to `limit` a page); type=<object type> keeps the objects of that type and the links touching it. The schema part of a world diff is control’s (its schema history).',
           params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
           querystring: Type.Object(
             {
-              from: Type.Optional(Type.String({ maxLength: 100, description: 'a ref: commit or instant' })),
+              from: Type.Optional(
+                Type.String({ maxLength: 100, description: 'a ref: commit, instant or tag of the world' }),
+              ),
               to: Type.Optional(
-                Type.String({ maxLength: 100, description: 'a ref: commit or instant; now by default' }),
+                Type.String({
+                  maxLength: 100,
+                  description: 'a ref: commit, instant or tag of the world; now by default',
+                }),
               ),
               against: Type.Optional(Type.String({ pattern: WORLD_ID, description: 'another world of the chain' })),
               type: Type.Optional(Type.String({ pattern: NAME })),

@@ -1,4 +1,4 @@
-import { type ProvisionOutcome, type WorldOrigin, worldProvisioning } from '@onto/shared';
+import { type ProvisionOutcome, type TagRequest, type WorldOrigin, worldProvisioning } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
@@ -14,7 +14,14 @@ import { commitAtInstant, INSTANT } from './refs.js';
  */
 async function dropWorld(tx: pg.ClientBase, worldId: string): Promise<void> {
   await lockWorldForDrop(tx, worldId);
-  for (const table of ['object_heads', 'object_history', 'link_heads', 'link_history', 'schema_versions']) {
+  for (const table of [
+    'object_heads',
+    'object_history',
+    'link_heads',
+    'link_history',
+    'schema_versions',
+    'world_tags',
+  ]) {
     await tx.query(`DELETE FROM ${table} WHERE world_id = $1`, [worldId]);
   }
   await dropWorldSeries(tx, worldId);
@@ -86,10 +93,32 @@ async function provisionWorld(tx: pg.ClientBase, worldId: string, from: WorldOri
 
 /**
  * data's part of a tag's vector (docs/adr/0029): a commit cut in the request's inbox transaction,
- * so every write acknowledged before control made the tag is at or below it, and reads at it are exact.
+ * so every write acknowledged before control made the tag is at or below it, and reads at it are
+ * exact. The tag is kept with its commit, so reads resolve `?at=<tag>` here (docs/adr/0046); a
+ * tag made again under its name (a newer request) replaces it.
  */
-async function tagPosition(tx: pg.ClientBase): Promise<{ commit: number }> {
-  return { commit: await cutCommitIn(tx) };
+async function tagPosition(
+  tx: pg.ClientBase,
+  worldId: string,
+  { tag, request }: TagRequest,
+): Promise<{ commit: number; written: number }> {
+  const commit = await cutCommitIn(tx);
+  // The world's own newest write in the tag: a reader (intelligence) that has applied it has all
+  // of the world's own data at the tag's commit, whose seq is global and may be no write of it.
+  const newest = (table: string) =>
+    `(SELECT x.seq FROM ${table} x WHERE x.world_id = $1 AND x.seq <= $2 ORDER BY x.seq DESC LIMIT 1)`;
+  const { rows } = await tx.query<{ written: string | null }>(
+    `SELECT greatest(${newest('object_heads')}, ${newest('object_history')},
+                     ${newest('link_history')}, ${newest('series_batches')})::text AS written`,
+    [worldId, commit],
+  );
+  await tx.query(
+    `INSERT INTO world_tags (world_id, name, request_id, commit) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (world_id, name) DO UPDATE SET request_id = EXCLUDED.request_id, commit = EXCLUDED.commit
+      WHERE world_tags.request_id < EXCLUDED.request_id`,
+    [worldId, tag, request, commit],
+  );
+  return { commit, written: Number(rows[0]?.written ?? 0) };
 }
 
 /** This service's side of the world lifecycle saga (see worldProvisioning). */
@@ -99,6 +128,14 @@ export default fp(
       provision: provisionWorld,
       drop: dropWorld,
       position: tagPosition,
+      // A deleted tag's name no longer resolves (its request and deletion arrive in order here).
+      untag: async (tx, worldId, { tag, request }) => {
+        await tx.query('DELETE FROM world_tags WHERE world_id = $1 AND name = $2 AND request_id = $3', [
+          worldId,
+          tag,
+          request,
+        ]);
+      },
     });
     const answerChecker = checkerAnswers(app);
     app.addConsumer({

@@ -2,8 +2,8 @@ import { BadRequest, HttpProblem, type Queryable, Unprocessable } from '@onto/sh
 import { notProvisioned } from '../schema/lookup.js';
 
 /*
- * Refs and chains (docs/adr/0023). A ref of world w is a data commit (data_seq) or an RFC 3339
- * instant; w at commit c reads, per key, w's newest version with seq <= c, else its base's at
+ * Refs and chains (docs/adr/0023). A ref of world w is a data commit (data_seq), an RFC 3339
+ * instant or a tag of w (the commit data cut for it, docs/adr/0029, 0046); w at commit c reads, per key, w's newest version with seq <= c, else its base's at
  * the fork point, and so on up the chain.
  */
 
@@ -23,6 +23,29 @@ export interface ReadPoint {
 const DIGITS = /^[0-9]{1,18}$/;
 /** RFC 3339 date-time with a required offset (Z or ±hh:mm). */
 export const INSTANT = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** A tag's name, as control's TAG_NAME: a ref of this shape that is neither a commit nor an instant names a tag. */
+const TAG = /^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$/;
+
+/**
+ * The commit of tag `name` of `world`: the one data cut when it answered the tag's request
+ * (docs/adr/0029). data learns tags from those requests (`world.tag.requested`), never from
+ * control over HTTP, so a tag control shows as PENDING because data has not answered yet is not
+ * known here yet: 404, as for a name that is no tag.
+ */
+export async function tagCommit(db: Queryable, world: string, name: string, field = 'querystring/at'): Promise<number> {
+  const { rows } = await db.query<{ commit: string }>(
+    'SELECT commit::text FROM world_tags WHERE world_id = $1 AND name = $2',
+    [world, name],
+  );
+  if (!rows[0]) {
+    throw notFoundRef(
+      field,
+      `no tag ${name} in ${world}: a ref is a commit, an instant or a tag of the world, and data knows a tag once it has positioned it (its vector has \`data\`)`,
+    );
+  }
+  return Number(rows[0].commit);
+}
 
 const notFoundRef = (field: string, detail: string) =>
   new HttpProblem(404, 'not-found', 'Not Found', detail, { errors: [{ path: field, message: detail }] });
@@ -74,9 +97,10 @@ export async function commitAtInstant(
 }
 
 /**
- * Resolves `raw` (a commit or an instant; undefined: now) for a read of `world`; the answers of
- * the contract: malformed 400, a commit ahead of data's head 404, before the world 422, a name
- * (a tag: control resolves those) 404. `field` names the parameter in problems.
+ * Resolves `raw` (a commit, an instant or a tag of the world; undefined: now) for a read of
+ * `world` — the one place data resolves refs: every read route, and any new one, calls this.
+ * The answers of the contract: malformed 400, a commit ahead of data's head 404, before the
+ * world 422, a name that is no tag of the world 404. `field` names the parameter in problems.
  */
 export async function resolveRef(
   db: Queryable,
@@ -123,11 +147,12 @@ export async function resolveRef(
     }
     // The instant as given: PostgreSQL keeps its microseconds, a JavaScript Date would not.
     commit = await commitAtInstant(db, world, raw, createdSeq, Number(w.head));
+  } else if (TAG.test(raw)) {
+    commit = await tagCommit(db, world, raw, field);
   } else {
-    throw notFoundRef(
-      field,
-      `no ref ${raw} in ${world}: data reads at a commit or an instant (tags are resolved by control)`,
-    );
+    throw new BadRequest(`${raw} is not a ref`, [
+      { path: field, message: 'must be a data commit (digits), an RFC 3339 instant with an offset or a tag name' },
+    ]);
   }
   return { schemaVersion, commit, chain: await chainOf(db, world, commit) };
 }

@@ -59,8 +59,8 @@ export default fp(
     });
     app.addConsumer({
       name: 'intelligence-definitions',
-      // onto.worlds too, applying nothing: data's replies on onto.storage (world.provisioned,
-      // world.dropped) are caused by its events, and would otherwise wait for a cause this
+      // onto.worlds too: data's replies on onto.storage (world.provisioned, world.dropped,
+      // world.tag.positioned) are caused by its events, and would otherwise wait for a cause this
       // consumer never sees, holding up the world's schema events queued behind them.
       topics: ['onto.schema', 'onto.storage', 'onto.worlds'],
       apply: applySchemaChanges(app.schemaReplica, log, {

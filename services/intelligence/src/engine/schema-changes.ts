@@ -153,6 +153,8 @@ const WORLD_TABLES = [
   'decision_definitions',
   'definition_revisions',
   'definition_history',
+  'fork_points',
+  'world_tags',
 ];
 
 /** Forgets a dropped world: its read model, definitions, values, alerts and decisions. */
@@ -173,6 +175,24 @@ async function recordBase(tx: Queryable, worldId: string, base: { world: string;
   await tx.query(
     `INSERT INTO world_bases (world_id, base_world, base_seq) VALUES ($1, $2, $3) ON CONFLICT (world_id) DO NOTHING`,
     [worldId, base.world, base.commit],
+  );
+}
+
+/**
+ * A tag's commit from data's reply (docs/adr/0046; the row's other half is written by the
+ * intelligence-worlds consumer, in either order): for the newest request of the name only — an
+ * older request's reply changes nothing, a newer one replaces the row (the tag was made again).
+ */
+async function recordTagCommit(tx: Queryable, worldId: string, payload: Record<string, unknown>) {
+  await tx.query(
+    `INSERT INTO world_tags (world_id, name, request_id, commit, written) VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (world_id, name) DO UPDATE
+       SET request_id = EXCLUDED.request_id, commit = EXCLUDED.commit, written = EXCLUDED.written,
+           definitions = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.definitions END,
+           moment = CASE WHEN world_tags.request_id = EXCLUDED.request_id THEN world_tags.moment END,
+           deleted = world_tags.deleted AND world_tags.request_id = EXCLUDED.request_id
+     WHERE world_tags.request_id <= EXCLUDED.request_id`,
+    [worldId, payload.tag, payload.request, payload.commit, payload.written ?? null],
   );
 }
 
@@ -209,6 +229,8 @@ export function applySchemaChanges(
         }
       } else if (event.type === 'world.provisioned') {
         await recordBase(tx, event.world_id, event.payload.base as { world: string; commit: number } | undefined);
+      } else if (event.type === 'world.tag.positioned') {
+        await recordTagCommit(tx, event.world_id, event.payload);
       } else if (DROPS.has(event.type)) {
         await dropWorld(tx, event.world_id);
         hooks.dropped(event.world_id);

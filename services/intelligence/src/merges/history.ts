@@ -35,7 +35,11 @@ export function bodyOf(fields: Record<string, unknown>): Body {
   return Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined && v !== null));
 }
 
-/** Appends one change (body null: deleted); answers its seq. */
+/**
+ * Appends one change (body null: deleted); answers its seq. The row keeps the world's data
+ * watermark now (the caller holds the world's lock), which places the change on data's scale
+ * for a fork at a commit (docs/adr/0045).
+ */
 export async function recordChange(
   tx: Queryable,
   worldId: string,
@@ -45,8 +49,8 @@ export async function recordChange(
   body: Body | null,
 ): Promise<number> {
   const { rows } = await tx.query<{ seq: string }>(
-    `INSERT INTO definition_history (world_id, kind, name, version, body) VALUES ($1, $2, $3, $4, $5::jsonb)
-     RETURNING seq::text`,
+    `INSERT INTO definition_history (world_id, kind, name, version, body, data_seq)
+     VALUES ($1, $2, $3, $4, $5::jsonb, rm_world_seq($1)) RETURNING seq::text`,
     [worldId, kind, name, version, body === null ? null : JSON.stringify(body)],
   );
   return Number(rows[0]?.seq);
@@ -58,10 +62,11 @@ export async function recordChange(
  */
 export async function recordAll(tx: Queryable, worldId: string): Promise<void> {
   await tx.query(
-    `INSERT INTO definition_history (world_id, kind, name, version, body)
-     SELECT world_id, 'derived', name, version,
+    `INSERT INTO definition_history (world_id, kind, name, version, body, data_seq)
+     SELECT world_id, kind, name, version, body, rm_world_seq($1) FROM (
+     SELECT world_id, 'derived' AS kind, name, version,
             jsonb_strip_nulls(jsonb_build_object('objectType', object_type, 'expression', expression,
-              'aggregates', aggregates, 'maxStalenessMs', max_staleness_ms, 'description', description))
+              'aggregates', aggregates, 'maxStalenessMs', max_staleness_ms, 'description', description)) AS body
        FROM derived_definitions WHERE world_id = $1
      UNION ALL
      SELECT world_id, 'rule', name, version,
@@ -72,7 +77,7 @@ export async function recordAll(tx: Queryable, worldId: string): Promise<void> {
      SELECT world_id, 'decision', name, version,
             jsonb_strip_nulls(jsonb_build_object('rule', rule, 'alertType', alert_type, 'actionType', action_type,
               'parameters', parameters, 'approval', approval, 'description', description))
-       FROM decision_definitions WHERE world_id = $1`,
+       FROM decision_definitions WHERE world_id = $1) defs`,
     [worldId],
   );
 }

@@ -110,8 +110,9 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     const watermark = await app.awaitConsistency(request, world);
     let at: number | undefined;
     if (atText !== undefined) {
-      at = Number(atText);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      const point = await app.resolveAt(world, atText);
+      at = point.commit;
       // A fork has no commits before its fork point (as data answers).
       const base = await app.awaitBase(world);
       if (base.kind === 'known' && at < base.seq) {
@@ -120,8 +121,8 @@ export async function readModelRoutes(fastify: FastifyInstance) {
           [{ path: 'querystring/at', message: `must be at or after the fork point, ${base.seq}` }],
         );
       }
-      // What intelligence held at n is known once it has applied the world's data up to n.
-      await app.awaitDataApplied(world, at);
+      // What intelligence held at n is known once it has applied the world's own data up to n.
+      await app.awaitDataApplied(world, point.needs);
     }
     const found = await read(world, type, pk, at);
     await app.consistencyHeader(reply, world, watermark);
@@ -131,9 +132,9 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     {
       at: Type.Optional(
         Type.String({
-          pattern: '^[0-9]{1,15}$',
+          maxLength: 100,
           description:
-            "read at a data commit (the n of X-Consistency-Token: data=<n>, or a version's seq in data's history): the object and its derived values as intelligence held them once it had applied the world's data up to n; waits, bounded, until it has. Instants and tags are resolved by data and control.",
+            "read at a ref: a data commit (the n of X-Consistency-Token: data=<n>, or a version's seq in data's history) or a tag of the world (its data commit: the same answer as ?at=<that commit>, here and in data). The object and its derived values as intelligence held them once it had applied the world's data up to that commit; waits, bounded, until it has (503). A tag data has not positioned yet (PENDING) waits, bounded, then 409; a name that is no tag of the world 404; an RFC 3339 instant 422 (data resolves instants: intelligence does not know data's write times); a commit before a fork's fork point 422.",
         }),
       ),
     },

@@ -32,7 +32,11 @@ const inheritedView = ({ worldId, ...alert }: Alert) => ({ ...alert, inherited: 
 
 /**
  * A fork's alerts: its own, and its bases' that were open at the fork point (each base at its
- * point, docs/adr/0033) on objects no nearer world of the chain wrote by its point, and of
+ * point, docs/adr/0033) — raised by then and not cleared by then, where "by then" is both on
+ * data's scale (the commit) and in intelligence's order (the moment the fork copied its
+ * definitions, docs/adr/0045): an alert a base raised after the fork, even on data the fork
+ * inherits (a rule made since), is not the fork's, and one it cleared after the fork stays open
+ * in the fork until the fork's own evaluation decides — on objects no nearer world of the chain wrote by its point, and of
  * rules the fork has no open alert of on them — shown as they were then (OPEN). Ordered and
  * paged by id like the world's own; $10, when given, is the one alert id read.
  */
@@ -44,10 +48,11 @@ const FORK_ALERTS = `SELECT * FROM (
            a.severity, a.object_type AS "objectType", a.pk, 'OPEN' AS status,
            to_json(a.raised_at)#>>'{}' AS "raisedAt", a.raised_object_version::float8 AS "raisedObjectVersion",
            NULL AS "clearedAt", NULL::float8 AS "clearedObjectVersion", NULL AS "clearReason", true AS inherited
-      FROM rm_chain($1) c
+      FROM rm_fork_chain($1) c
       JOIN alerts a ON a.world_id = c.world_id
      WHERE c.depth > 0 AND ($2::text IS NULL OR $2 = 'OPEN')
-       AND a.raised_data_seq <= c.point AND (a.cleared_data_seq IS NULL OR a.cleared_data_seq > c.point)
+       AND a.raised_data_seq <= c.point AND (c.moment IS NULL OR a.raised_seq <= c.moment)
+       AND (a.cleared_data_seq IS NULL OR a.cleared_data_seq > c.point OR a.cleared_seq > c.moment)
        AND NOT EXISTS (SELECT 1 FROM alerts o
                         WHERE o.world_id = $1 AND o.rule = a.rule AND o.object_type = a.object_type AND o.pk = a.pk
                           AND o.status = 'OPEN')

@@ -357,6 +357,13 @@ export const EVENT_PAYLOADS = {
     },
     'a world-level tag was made: data and intelligence reply with their position in the world (docs/adr/0029)',
   ),
+  'world.tag.deleted': closed(
+    {
+      tag: Text,
+      request: Type.String({ pattern: UUID_V7.source, description: 'the request that made the tag deleted' }),
+    },
+    'a world-level tag was deleted: data and intelligence stop resolving its name in ?at= (docs/adr/0046); no reply',
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
@@ -431,6 +438,13 @@ export const EVENT_PAYLOADS = {
         minimum: 0,
         description: 'a commit of the world cut when the request was applied: every write acknowledged before is in it',
       }),
+      written: Type.Optional(
+        Type.Integer({
+          minimum: 0,
+          description:
+            "the world's own newest write at or before the commit (0: none): once a reader has applied it, it has all of the world's own data the tag names",
+        }),
+      ),
     },
     "data's position in a world for a tag: the reply to world.tag.requested",
   ),

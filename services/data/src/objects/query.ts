@@ -1,0 +1,451 @@
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import {
+  BadRequest,
+  BODY_LIMITS,
+  type ObjectType,
+  ownValue,
+  problemResponses,
+  setOwn,
+  Unprocessable,
+  WORLD_ID,
+} from '@onto/shared';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { objectTypeOf } from '../schema/lookup.js';
+import { cutCommit } from '../storage/commit.js';
+import { type ReadPoint, resolveRef } from '../worlds/refs.js';
+import { aggregate, type Chain, queryPage, scanSize } from './sets.js';
+import {
+  INTERVALS,
+  indexedAccess,
+  METRIC_OPS,
+  parseGroupBy,
+  parseMetrics,
+  parseOrderBy,
+  parseSelect,
+  parseWhere,
+  pivot,
+  QUERY_LIMITS,
+  QueryFaults,
+  type SortKey,
+  type WhereNode,
+} from './where.js';
+
+const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
+const errors = problemResponses(400, 401, 403, 404, 422, 503);
+const Params = Type.Object({
+  world: Type.String({ pattern: WORLD_ID }),
+  type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
+});
+const ReadHeaders = Type.Object({
+  'x-consistency-token': Type.Optional(
+    Type.String({ description: 'control=<schema version>: wait (bounded) until data has applied it' }),
+  ),
+});
+
+const Scalar = Type.Union([Type.String(), Type.Number(), Type.Boolean()]);
+/** `{<$op>: value, …}` on one property; a bare value means $eq. */
+const Condition = Type.Union([
+  Scalar,
+  Type.Object(
+    {
+      $eq: Type.Optional(Scalar),
+      $ne: Type.Optional(Scalar),
+      $in: Type.Optional(Type.Array(Scalar, { minItems: 1, maxItems: QUERY_LIMITS.inValues })),
+      $gt: Type.Optional(Type.Union([Type.String(), Type.Number()])),
+      $gte: Type.Optional(Type.Union([Type.String(), Type.Number()])),
+      $lt: Type.Optional(Type.Union([Type.String(), Type.Number()])),
+      $lte: Type.Optional(Type.Union([Type.String(), Type.Number()])),
+      $isNull: Type.Optional(Type.Boolean()),
+      $startsWith: Type.Optional(Type.String({ minLength: 1, maxLength: QUERY_LIMITS.operand })),
+      $contains: Type.Optional(Scalar),
+      $containsAnyTerm: Type.Optional(Type.String({ minLength: 1, maxLength: QUERY_LIMITS.operand })),
+      $containsAllTerms: Type.Optional(Type.String({ minLength: 1, maxLength: QUERY_LIMITS.operand })),
+    },
+    { additionalProperties: false, minProperties: 1 },
+  ),
+]);
+/**
+ * A where-clause. Combinators and property conditions may share one object (all ANDed). The
+ * property names are checked against the schema, the values against the properties' types, the
+ * nesting (at most 16) and the conditions (at most 200) by the service: faults name their path.
+ */
+export const Where = Type.Recursive(
+  (This) =>
+    Type.Object(
+      {
+        $and: Type.Optional(Type.Array(This, { minItems: 1 })),
+        $or: Type.Optional(Type.Array(This, { minItems: 1 })),
+        $not: Type.Optional(This),
+        $link: Type.Optional(
+          Type.Object(
+            {
+              type: Type.String({ pattern: NAME, description: 'a link type with the queried type on one side' }),
+              where: Type.Optional(This),
+            },
+            { additionalProperties: false },
+          ),
+        ),
+      },
+      {
+        // Type.Record would lose the key pattern in the emitted document: property names are
+        // stated with propertyNames.
+        additionalProperties: Condition,
+        propertyNames: { pattern: '^(\\$(and|or|not|link)|[A-Za-z][A-Za-z0-9_]{0,62})$' },
+        description:
+          '{$and: [Where]} | {$or: [Where]} | {$not: Where} | {$link: {type, where?}} | {<property>: <value> | {<$op>: value}}; several keys are ANDed',
+      },
+    ),
+  { $id: 'Where' },
+);
+const AtField = Type.Optional(
+  Type.String({
+    maxLength: 100,
+    description: 'read at a ref (as ?at= of the reads); absent: now, pinned at a commit cut by the first page',
+  }),
+);
+const AllowScan = Type.Optional(
+  Type.Boolean({
+    description: 'read more than QUERY_SCAN_LIMIT objects when no index narrows the where-clause (else 422)',
+  }),
+);
+
+const QueryBody = Type.Object(
+  {
+    where: Type.Optional(Where),
+    orderBy: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            property: Type.String({ pattern: NAME }),
+            direction: Type.Optional(Type.Union([Type.Literal('asc'), Type.Literal('desc')])),
+          },
+          { additionalProperties: false },
+        ),
+        { maxItems: QUERY_LIMITS.orderBy },
+      ),
+    ),
+    select: Type.Optional(Type.Array(Type.String({ pattern: NAME }), { maxItems: 1000 })),
+    pageSize: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
+    pageToken: Type.Optional(Type.String({ maxLength: 8192, description: 'nextPageToken of the previous page' })),
+    at: AtField,
+    pivotTo: Type.Optional(
+      Type.Array(Type.String({ pattern: NAME }), {
+        minItems: 1,
+        maxItems: QUERY_LIMITS.pivotSteps,
+        description: 'link types followed in turn from the set; the answer holds the objects reached (deduplicated)',
+      }),
+    ),
+    allowScan: AllowScan,
+  },
+  { additionalProperties: false },
+);
+const ObjectItem = Type.Object({
+  type: Type.String(),
+  pk: Type.String(),
+  version: Type.Integer(),
+  properties: Type.Record(Type.String(), Type.Unknown()),
+});
+const QueryAnswer = Type.Object({
+  objects: Type.Array(ObjectItem),
+  nextPageToken: Type.Union([Type.String(), Type.Null()]),
+  commit: Type.Integer({ description: 'the data commit every page of the query reads' }),
+});
+
+const Range = Type.Object(
+  { from: Type.Optional(Type.Number()), to: Type.Optional(Type.Number()) },
+  { additionalProperties: false, description: 'from inclusive, to exclusive' },
+);
+const GroupBySchema = Type.Union([
+  Type.Object(
+    {
+      property: Type.String({ pattern: NAME }),
+      type: Type.Literal('exact'),
+      maxGroups: Type.Optional(
+        Type.Integer({
+          minimum: 1,
+          maximum: QUERY_LIMITS.maxGroups,
+          description: `distinct values of this property the answer may hold (default ${QUERY_LIMITS.defaultMaxGroups}); more is a 422`,
+        }),
+      ),
+    },
+    { additionalProperties: false },
+  ),
+  Type.Object(
+    {
+      property: Type.String({ pattern: NAME }),
+      type: Type.Literal('ranges'),
+      ranges: Type.Array(Range, { minItems: 1, maxItems: QUERY_LIMITS.ranges }),
+    },
+    { additionalProperties: false },
+  ),
+  Type.Object(
+    {
+      property: Type.String({ pattern: NAME }),
+      type: Type.Literal('bucket'),
+      interval: Type.Union(INTERVALS.map((i) => Type.Literal(i))),
+    },
+    { additionalProperties: false },
+  ),
+]);
+const AggregateBody = Type.Object(
+  {
+    where: Type.Optional(Where),
+    at: AtField,
+    groupBy: Type.Optional(Type.Array(GroupBySchema, { maxItems: QUERY_LIMITS.groupBy })),
+    metrics: Type.Array(
+      Type.Object(
+        {
+          name: Type.String({ minLength: 1, maxLength: 100 }),
+          op: Type.Union(METRIC_OPS.map((o) => Type.Literal(o))),
+          property: Type.Optional(Type.String({ pattern: NAME, description: 'required except for count' })),
+        },
+        { additionalProperties: false },
+      ),
+      { minItems: 1, maxItems: QUERY_LIMITS.metrics },
+    ),
+    allowScan: AllowScan,
+  },
+  { additionalProperties: false },
+);
+const AggregateAnswer = Type.Object({
+  groups: Type.Array(
+    Type.Object({
+      key: Type.Record(Type.String(), Type.Unknown(), {
+        description: 'per groupBy property: the value (null: objects without one), {from, to} or the bucket start',
+      }),
+      metrics: Type.Record(Type.String(), Type.Union([Type.Number(), Type.String(), Type.Null()])),
+    }),
+  ),
+  commit: Type.Integer({ description: 'the data commit the answer reflects' }),
+});
+
+/**
+ * Page tokens: `<payload>.<HMAC-SHA256>` with the server's secret. The payload binds the token to
+ * its world and query (a hash of everything in the body but pageSize and pageToken) and carries
+ * the pinned commit and where the page ended.
+ */
+export class PageTokens {
+  constructor(private readonly secret: Buffer) {}
+
+  private mac(payload: string) {
+    return createHmac('sha256', this.secret).update(`onto-query-page\u0000${payload}`).digest();
+  }
+
+  sign(position: { q: string; c: number; k: unknown[] }): string {
+    const payload = Buffer.from(JSON.stringify(position), 'utf8').toString('base64url');
+    return `${payload}.${this.mac(payload).toString('base64url')}`;
+  }
+
+  /** The position of a token issued for query `q`; 400 naming `body/pageToken` otherwise. */
+  open(token: string, q: string): { c: number; k: unknown[] } {
+    const fault = (message: string) =>
+      new BadRequest(`the page token ${message}`, [{ path: 'body/pageToken', message }]);
+    const [payload, mac, ...rest] = token.split('.');
+    const given = Buffer.from(mac ?? '', 'base64url');
+    const expected = this.mac(payload ?? '');
+    if (rest.length > 0 || !payload || given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      throw fault('was not issued by this service or was altered');
+    }
+    const position = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as Record<string, unknown>;
+    if (position.q !== q) throw fault('belongs to another query (or world): send the same body with it');
+    if (!Number.isSafeInteger(position.c) || !Array.isArray(position.k)) throw fault('is malformed');
+    return { c: position.c as number, k: position.k };
+  }
+}
+
+export interface QueryOptions {
+  /** Objects a query may read without an index narrowing it (QUERY_SCAN_LIMIT). */
+  scanLimit: number;
+  /** QUERY_TOKEN_SECRET; absent: a random one per process (tokens do not survive a restart). */
+  tokenSecret?: string;
+}
+
+/**
+ * Object sets: `POST /v1/worlds/{world}/objects/{type}/query` and `…/aggregate` (docs/adr/0047,
+ * 0048). Pages of a query read one commit; tokens are signed and bound to their query.
+ */
+export default fp(
+  async (fastify: FastifyInstance, opts: QueryOptions) => {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+    const tokens = new PageTokens(opts.tokenSecret ? Buffer.from(opts.tokenSecret, 'utf8') : randomBytes(32));
+    if (!opts.tokenSecret) app.log.info('QUERY_TOKEN_SECRET unset: page tokens are signed with a per-process key');
+
+    /** The world at the ref asked (a commit; now: a commit cut for the purpose) with its chain and schema. */
+    async function pinned(world: string, at: string | undefined, commit: number | null, field = 'body/at') {
+      let point: ReadPoint;
+      if (commit !== null) point = await resolveRef(app.pg, world, String(commit), 'body/pageToken');
+      else if (at !== undefined) point = await resolveRef(app.pg, world, at, field);
+      else {
+        // Resolve first (404 for an unknown world), then cut: every write up to it has committed.
+        await resolveRef(app.pg, world, undefined, field);
+        const cut = await cutCommit(app.pg);
+        point = await resolveRef(app.pg, world, String(cut), field);
+      }
+      if (point.commit === null) throw new Error('a pinned read has a commit');
+      return { point, commit: point.commit, chain: point.chain as Chain };
+    }
+
+    /** 422 when the where-clause reads more than the scan limit without an index narrowing it. */
+    async function checkScan(
+      chain: Chain,
+      typeName: string,
+      where: WhereNode | null,
+      sortFirst: SortKey | undefined,
+      allowScan: boolean | undefined,
+      aggregating: boolean,
+    ) {
+      if (allowScan) return;
+      let culprit: { property: string; path: string } | undefined;
+      if (where !== null) {
+        const access = indexedAccess(where);
+        if (!access.indexed) culprit = access;
+      } else if (!aggregating && sortFirst && !sortFirst.indexed) {
+        culprit = { property: sortFirst.property, path: 'body/orderBy/0/property' };
+      }
+      if (!culprit) return;
+      const size = await scanSize(app.pg, chain, typeName, opts.scanLimit);
+      if (size <= opts.scanLimit) return;
+      const what = culprit.property
+        ? `index ${culprit.property} (indexed: true in the schema) or set allowScan`
+        : 'narrow it with a condition on an indexed property or set allowScan';
+      throw new Unprocessable(
+        `the query reads more than ${opts.scanLimit} ${typeName} objects without an index: ${what}`,
+        [
+          {
+            path: culprit.path || 'body/where',
+            message: `is not served by an index and the set has more than ${opts.scanLimit} objects: ${what}`,
+          },
+        ],
+      );
+    }
+
+    const faultsOr = (faults: QueryFaults, detail: string) => {
+      if (faults.any) throw new BadRequest(detail, faults.list);
+    };
+
+    app.post(
+      '/v1/worlds/:world/objects/:type/query',
+      {
+        // A where-clause of 200 conditions with $in lists: bounded as an object's body is.
+        bodyLimit: BODY_LIMITS.object,
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['objects'],
+          summary: 'Query an object set',
+          description:
+            'The live objects of the type matching `where`, in `orderBy` order (then the primary key, as text), a page at a time. Every page of one query reads the data commit the first page pinned (`commit`): an object is returned exactly once while writers run. `pivotTo` follows link types from the set and answers the objects reached. Unknown properties, operators, link types, values of the wrong type, a where-clause deeper than 16 or with more than 200 conditions: 400 naming the JSON path. More than QUERY_SCAN_LIMIT objects to read with no index narrowing the where-clause: 422 naming the property to index, unless allowScan. A page token is signed and bound to its query and world: altered or reused for another query, 400.',
+          params: Params,
+          headers: ReadHeaders,
+          body: QueryBody,
+          response: { 200: QueryAnswer, ...errors },
+        },
+      },
+      async (request) => {
+        const { world, type: typeName } = request.params;
+        const body = request.body;
+        await app.awaitSchemaConsistency(request, world);
+        const { pageSize: size, pageToken, ...rest } = body;
+        const pageSize = size ?? 100;
+        const q = createHash('sha256')
+          .update(JSON.stringify(['query', world, typeName, rest]))
+          .digest('base64url')
+          .slice(0, 22);
+        const position = pageToken === undefined ? null : tokens.open(pageToken, q);
+        const { commit, chain, point } = await pinned(world, body.at, position?.c ?? null);
+        const { type, doc } = await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
+        const faults = new QueryFaults();
+        const where = parseWhere(doc, type, body.where, 'body/where', faults);
+        let target: ObjectType = type;
+        let condition = where;
+        if (body.pivotTo !== undefined && !faults.any) {
+          const pivoted = pivot(doc, type, where, body.pivotTo, faults);
+          if (pivoted) {
+            target = pivoted.type;
+            condition = pivoted.where;
+          }
+        }
+        const keys = parseOrderBy(target, body.orderBy, faults);
+        const select = parseSelect(target, body.select, faults);
+        faultsOr(faults, 'the query cannot be made as asked');
+        if (!position) await checkScan(chain, typeName, condition, keys[0], body.allowScan, false);
+        const rows = await queryPage(app.pg, {
+          chain,
+          type: target.apiName,
+          where: condition,
+          keys,
+          after: position?.k ?? null,
+          limit: pageSize + 1,
+        });
+        const page = rows.slice(0, pageSize);
+        const last = page.at(-1);
+        return {
+          objects: page.map((r) => ({
+            type: target.apiName,
+            pk: r.pk,
+            version: r.version,
+            properties: select ? pick(r.properties, select) : r.properties,
+          })),
+          nextPageToken: rows.length > pageSize && last ? tokens.sign({ q, c: commit, k: last.keys }) : null,
+          commit,
+        };
+      },
+    );
+
+    app.post(
+      '/v1/worlds/:world/objects/:type/aggregate',
+      {
+        // A where-clause of 200 conditions with $in lists: bounded as an object's body is.
+        bodyLimit: BODY_LIMITS.object,
+        preHandler: app.authorize({ role: 'viewer' }),
+        schema: {
+          tags: ['objects'],
+          summary: 'Aggregate an object set',
+          description:
+            "Metrics of the live objects matching `where`, grouped by up to 3 properties: exact values (`maxGroups` distinct values at most, else 422), numeric ranges (from inclusive, to exclusive; an object counts in every range holding it, and in none outside them) or time buckets of timestamps and dates (UTC; weeks start on Monday). Exact, approximateDistinct included; read at `at` or at a commit cut now, through a fork's chain. sum and avg of numbers, min and max of ordered values (numbers as numbers, others as their stored text). A where-clause no index narrows over more than QUERY_SCAN_LIMIT objects: 422 unless allowScan.",
+          params: Params,
+          headers: ReadHeaders,
+          body: AggregateBody,
+          response: { 200: AggregateAnswer, ...errors },
+        },
+      },
+      async (request) => {
+        const { world, type: typeName } = request.params;
+        const body = request.body;
+        await app.awaitSchemaConsistency(request, world);
+        const { commit, chain, point } = await pinned(world, body.at, null);
+        const { type, doc } = await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
+        const faults = new QueryFaults();
+        const where = parseWhere(doc, type, body.where, 'body/where', faults);
+        const groupBy = parseGroupBy(type, body.groupBy, faults);
+        const metrics = parseMetrics(type, body.metrics, faults);
+        faultsOr(faults, 'the aggregation cannot be made as asked');
+        await checkScan(chain, typeName, where, undefined, body.allowScan, true);
+        const cap = groupBy.reduce((n, g) => Math.min(n * (g.type === 'exact' ? g.maxGroups : 1_000), 1_000_000), 1);
+        const groups = await aggregate(app.pg, { chain, type: typeName, where, groupBy, metrics, cap });
+        for (const [i, g] of groupBy.entries()) {
+          if (g.type !== 'exact') continue;
+          const distinct = new Set(groups.map((r) => JSON.stringify(ownValue(r.key, g.property)))).size;
+          if (distinct > g.maxGroups || groups.length > cap) {
+            throw new Unprocessable(`${g.property} has more than ${g.maxGroups} distinct values in the set`, [
+              {
+                path: `body/groupBy/${i}/maxGroups`,
+                message: `is exceeded: narrow the where-clause or raise maxGroups`,
+              },
+            ]);
+          }
+        }
+        return { groups, commit };
+      },
+    );
+  },
+  { name: 'onto-data-object-sets', dependencies: ['onto-auth', 'onto-data-schema'] },
+);
+
+function pick(properties: Record<string, unknown>, names: string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const name of names) if (Object.hasOwn(properties, name)) setOwn(out, name, properties[name]);
+  return out;
+}
