@@ -16,6 +16,11 @@ const aloneSpecs = [
   'test/chaos.int.spec.ts',
 ];
 
+// Specs of several minutes each (issue 33: three brokers of their own, services started while
+// everything they need is away): outside the default run (`./onto test` and CI run unit, int and
+// alone); `./onto test --project slow` or `pnpm exec vitest run --project slow` runs them.
+const slowSpecs = ['packages/shared/test/kafka-cluster.int.spec.ts', 'test/startup-resilience.int.spec.ts'];
+
 export default defineConfig({
   resolve: { conditions: [source, ...defaultClientConditions] },
   ssr: { resolve: { conditions: [source, ...defaultServerConditions] } },
@@ -37,7 +42,7 @@ export default defineConfig({
         test: {
           name: 'int',
           include: folders.map((folder) => `${folder}/*.spec.ts`),
-          exclude: [...configDefaults.exclude, ...unitSpecs, ...aloneSpecs],
+          exclude: [...configDefaults.exclude, ...unitSpecs, ...aloneSpecs, ...slowSpecs],
           globalSetup: ['packages/shared/src/testing/global-setup.ts'],
         },
       },
@@ -47,6 +52,17 @@ export default defineConfig({
           name: 'alone',
           include: aloneSpecs,
           fileParallelism: false,
+          globalSetup: ['packages/shared/src/testing/global-setup.ts'],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'slow',
+          include: slowSpecs,
+          fileParallelism: false,
+          testTimeout: 300_000,
+          hookTimeout: 300_000,
           globalSetup: ['packages/shared/src/testing/global-setup.ts'],
         },
       },

@@ -5,12 +5,15 @@
  * the faults stop, the stack is left to drain, and what every acknowledged write promised is
  * checked against data, the wire (onto.changes.objects), intelligence and the DLQs.
  *
- *   node --conditions=@onto/source --import tsx bench/chaos.ts [minutes] [--pg-restart] [--json FILE]
+ *   node --conditions=@onto/source --import tsx bench/chaos.ts [minutes] [--pg-restart] [--brokers 1|3] [--json FILE]
  *
  * (`./onto chaos [minutes]` runs it.) Exits 1 on any violation, 2 when the run itself broke.
  * PostgreSQL is shared with other work: by default its fault terminates the run's own
  * connections (pg_terminate_backend); `--pg-restart` restarts the server (pg_ctlcluster), which
- * only a machine of its own (CI) should do.
+ * only a machine of its own (CI) should do. `--brokers 3` runs a cluster of three brokers of its own
+ * (replication 3, min.insync.replicas 2; docs/adr/0053) and adds two faults: SIGKILL of the broker
+ * that leads the most partitions, and a rolling restart of the three; a probe producer (acks=all)
+ * measures the longest gap between acknowledged records through each broker fault.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, openSync, writeFileSync } from 'node:fs';
@@ -20,6 +23,7 @@ import { promisify } from 'node:util';
 import { migrations as controlMigrations } from '@onto/control/app';
 import { migrations as dataMigrations } from '@onto/data/app';
 import { migrations as intelligenceMigrations } from '@onto/intelligence/app';
+import { createKafkaBroker } from '@onto/shared';
 import {
   createTestDatabase,
   createTestTopics,
@@ -28,6 +32,7 @@ import {
   type TestDatabase,
   testEndpoints,
   testIdentityEnv,
+  testLogger,
 } from '@onto/shared/testing';
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
@@ -42,7 +47,15 @@ const BOOTSTRAP = 'chaos-bootstrap-token-0123456789abcdef';
 
 // ---------------------------------------------------------------- options
 const argv = process.argv.slice(2);
-const minutes = Number(argv.find((a) => /^\d+(\.\d+)?$/.test(a)) ?? '2');
+const brokersAt = argv.findIndex((a) => a === '--brokers' || a.startsWith('--brokers='));
+const brokersArg =
+  brokersAt < 0 ? '1' : ((argv[brokersAt]?.includes('=') ? argv[brokersAt]?.split('=')[1] : argv[brokersAt + 1]) ?? '');
+if (brokersArg !== '1' && brokersArg !== '3') {
+  process.stderr.write(`--brokers must be 1 or 3 (got '${brokersArg}')\n`);
+  process.exit(2);
+}
+const brokerNodes = Number(brokersArg) as 1 | 3;
+const minutes = Number(argv.find((a, i) => /^\d+(\.\d+)?$/.test(a) && !(brokersAt >= 0 && i === brokersAt + 1)) ?? '2');
 const pgRestart = argv.includes('--pg-restart');
 const jsonOut = argv.includes('--json') ? argv[argv.indexOf('--json') + 1] : undefined;
 const durationMs = Math.max(20_000, minutes * 60_000);
@@ -198,6 +211,9 @@ function notSent(error: unknown): boolean {
 }
 
 let token = '';
+/** When each request of the workload was acknowledged, and each record of the broker probe. */
+const ackTimes: number[] = [];
+const probeAckTimes: number[] = [];
 const stats = { requests: 0, acknowledged: 0, refused: 0, unknown: 0, retriedElsewhere: 0 };
 
 /**
@@ -238,6 +254,7 @@ async function call(
       if (opts.count !== false) {
         stats.requests++;
         stats[outcome === 'ok' ? 'acknowledged' : outcome]++;
+        if (outcome === 'ok') ackTimes.push(Date.now());
       }
       return { outcome, status: res.status, json, headers: res.headers };
     } catch (error) {
@@ -303,7 +320,7 @@ async function main(): Promise<number> {
   // The broker takes longest to start: the databases and Redis meanwhile.
   const redis = new PrivateRedis(await freePort());
   const [kafka, dbList] = await Promise.all([
-    startPrivateKafka({ readyTimeoutMs: 300_000 }),
+    startPrivateKafka({ readyTimeoutMs: 300_000, nodes: brokerNodes }),
     Promise.all(
       [controlMigrations, dataMigrations, intelligenceMigrations].map((m) =>
         createTestDatabase(endpoints.postgresUrl, m),
@@ -357,8 +374,8 @@ async function main(): Promise<number> {
     }, 300_000);
     try {
       await setUp(stack);
-      const faults = new Faults(stack, kafka, redis, dbs, endpoints.postgresUrl);
-      const producer = new Kafka({ brokers: [kafka.brokers], logLevel: logLevel.NOTHING }).producer();
+      const faults = new Faults(stack, kafka, redis, dbs, endpoints.postgresUrl, prefix);
+      const producer = new Kafka({ brokers: kafka.brokers.split(','), logLevel: logLevel.NOTHING }).producer();
       // Records no consumer can decode, on intelligence's input: the DLQ's expected content.
       const sendPoison = async (n: number) => {
         const messages = Array.from({ length: n }, () => {
@@ -391,6 +408,7 @@ async function main(): Promise<number> {
         actionWorker(stack.intelligence, stopAt),
         schemaWorker(stack.control, stopAt, durationMs),
         faults.schedule(stopAt - calmMs),
+        brokerProbe(kafka, `${prefix}chaos.probe`, stopAt),
         (async () => {
           await sleep(durationMs / 2);
           await sendPoison(1);
@@ -402,6 +420,14 @@ async function main(): Promise<number> {
       );
       const checkStart = Date.now();
       const table = await check(stack, pools, kafka, prefix, faults);
+      table.counts['longest gap between acknowledgements through each broker fault, ms (probe records / requests)'] =
+        faults.windows
+          .map(
+            (w) =>
+              `${w.kind} ${longestGap(probeAckTimes, w.from, w.to + 5000)} / ${longestGap(ackTimes, w.from, w.to + 5000)}`,
+          )
+          .join(', ') || 'no broker fault';
+      table.counts['brokers (replication factor)'] = `${kafka.nodes.length} (${kafka.nodes.length === 3 ? 3 : 1})`;
       const seconds = (from: number, to: number) => Math.round((to - from) / 1000);
       table.counts['seconds: start-up / workload / drain and checks'] =
         `${seconds(started, workloadStart)} / ${seconds(workloadStart, checkStart)} / ${seconds(checkStart, Date.now())}`;
@@ -676,13 +702,43 @@ async function schemaWorker(control: Instance[], stopAt: number, duration: numbe
 }
 
 // ---------------------------------------------------------------- faults
-type FaultKind = 'sigkill' | 'rebalance' | 'broker' | 'postgres' | 'redis-stop' | 'redis-flush';
+type FaultKind =
+  | 'sigkill'
+  | 'rebalance'
+  | 'broker'
+  | 'broker-leader-kill'
+  | 'broker-rolling-restart'
+  | 'postgres'
+  | 'redis-stop'
+  | 'redis-flush';
+const BROKER_FAULTS: FaultKind[] = ['broker', 'broker-leader-kill', 'broker-rolling-restart'];
+
+/** The longest pause between two acknowledgements from `from` to `to` (ms). */
+function longestGap(times: number[], from: number, to: number): number {
+  let longest = 0;
+  let previous: number | undefined;
+  for (const t of times) {
+    if (t < from) {
+      previous = t;
+      continue;
+    }
+    if (t > to) {
+      if (previous !== undefined) longest = Math.max(longest, t - previous);
+      break;
+    }
+    if (previous !== undefined) longest = Math.max(longest, t - previous);
+    previous = t;
+  }
+  return longest;
+}
 
 class Faults {
   count: Record<FaultKind, number> = {
     sigkill: 0,
     rebalance: 0,
     broker: 0,
+    'broker-leader-kill': 0,
+    'broker-rolling-restart': 0,
     postgres: 0,
     'redis-stop': 0,
     'redis-flush': 0,
@@ -693,9 +749,11 @@ class Faults {
     private readonly redis: PrivateRedis,
     private readonly dbs: Record<ServiceName, TestDatabase>,
     private readonly serverUrl: string,
+    private readonly prefix: string,
   ) {}
+  /** When each broker fault began and ended: the gaps of acknowledgements are measured over them. */
+  readonly windows: { kind: FaultKind; from: number; to: number }[] = [];
 
-  /** One fault after another, a few seconds apart, in a shuffled round so every kind comes up. */
   /** Instances being started again in the background after a kill. */
   private readonly restarting = new Set<Promise<void>>();
   private readonly failures: unknown[] = [];
@@ -716,13 +774,40 @@ class Faults {
       'sigkill',
       'redis-flush',
     ];
+    // On three brokers: one broker killed, and a rolling restart, early and then in every round.
+    if (this.kafka.nodes.length === 3) {
+      first.splice(1, 0, 'broker-leader-kill');
+      first.splice(4, 0, 'broker-rolling-restart');
+      then.splice(2, 0, 'broker-leader-kill');
+      then.splice(6, 0, 'broker-rolling-restart');
+    }
     await sleep(2000);
     for (let i = 0; Date.now() < until; i++) {
       const kind = (i < first.length ? first[i] : then[(i - first.length) % then.length]) as FaultKind;
+      const from = Date.now();
       if (await this.inject(kind)) this.count[kind]++;
+      if (BROKER_FAULTS.includes(kind)) this.windows.push({ kind, from, to: Date.now() });
       await sleep(1000 + rand(2000));
     }
     await this.settled();
+  }
+
+  /** The node leading the most partitions of the run's topics, as the cluster's metadata says. */
+  private async busiestBroker() {
+    const admin = new Kafka({ brokers: this.kafka.brokers.split(','), logLevel: logLevel.NOTHING }).admin();
+    try {
+      await admin.connect();
+      const topics = (await admin.listTopics()).filter((t) => t.startsWith(this.prefix));
+      const { topics: metadata } = await admin.fetchTopicMetadata({ topics });
+      const leads = new Map<number, number>();
+      for (const t of metadata) for (const p of t.partitions) leads.set(p.leader, (leads.get(p.leader) ?? 0) + 1);
+      const [leader] = [...leads].sort((a, b) => b[1] - a[1])[0] ?? [];
+      return this.kafka.nodes.find((n) => n.nodeId === leader && n.running());
+    } catch {
+      return this.kafka.nodes.find((n) => n.running());
+    } finally {
+      await admin.disconnect().catch(() => {});
+    }
   }
 
   /** Waits for the instances being restarted: the stack is whole again. */
@@ -769,6 +854,27 @@ class Faults {
         await sleep(4000 + rand(4000));
         await this.kafka.start();
         return true;
+      case 'broker-leader-kill': {
+        // The broker that leads the most partitions of the run's topics, SIGKILLed; back 4-8 s later.
+        const victim = await this.busiestBroker();
+        if (!victim) return false;
+        say(`  SIGKILL broker ${victim.nodeId}`);
+        await victim.stop();
+        await sleep(4000 + rand(4000));
+        victim.start();
+        await this.kafka.whole();
+        return true;
+      }
+      case 'broker-rolling-restart':
+        // One broker at a time, each stopped cleanly (controlled shutdown moves its leaders away)
+        // and back in the cluster before the next: an upgrade's restart.
+        for (const node of this.kafka.nodes) {
+          say(`  restarting broker ${node.nodeId}`);
+          await node.stop('SIGTERM');
+          node.start();
+          await this.kafka.whole();
+        }
+        return true;
       case 'postgres':
         if (pgRestart) {
           const version = (await run('ls', ['/etc/postgresql'])).stdout.trim().split('\n').sort().at(-1) ?? '';
@@ -795,6 +901,33 @@ class Faults {
         await this.redis.flush();
         return true;
     }
+  }
+}
+
+/**
+ * A producer as the relay's (acks=all, idempotent) sending one record at a time to a topic of its
+ * own until the workload stops, each sent again until acknowledged: when each was acknowledged
+ * shows how long a broker fault stopped writes to Kafka (the leader election's pause).
+ */
+async function brokerProbe(kafka: PrivateKafka, topic: string, stopAt: number): Promise<void> {
+  const broker = createKafkaBroker({ brokers: kafka.brokers.split(','), clientId: 'chaos-probe', logger: testLogger });
+  const admin = await broker.admin();
+  await admin.ensureTopics([{ name: topic, partitions: 3 }]);
+  await admin.disconnect();
+  const producer = await broker.producer();
+  try {
+    for (let seq = 0; Date.now() < stopAt; ) {
+      try {
+        await producer.send([{ topic, messages: [{ key: String(seq % 3), value: String(seq) }] }]);
+        probeAckTimes.push(Date.now());
+        seq++;
+        await sleep(20);
+      } catch {
+        await sleep(100);
+      }
+    }
+  } finally {
+    await producer.disconnect().catch(() => {});
   }
 }
 
@@ -1104,7 +1237,7 @@ async function check(
 }
 
 async function listTopics(kafka: PrivateKafka): Promise<string[]> {
-  const admin = new Kafka({ brokers: [kafka.brokers], logLevel: logLevel.NOTHING }).admin();
+  const admin = new Kafka({ brokers: kafka.brokers.split(','), logLevel: logLevel.NOTHING }).admin();
   await admin.connect();
   try {
     return await admin.listTopics();
@@ -1118,7 +1251,7 @@ async function readTopic(
   kafka: PrivateKafka,
   topic: string,
 ): Promise<{ key: string; value: string; headers: Record<string, string> }[]> {
-  const client = new Kafka({ brokers: [kafka.brokers], logLevel: logLevel.NOTHING });
+  const client = new Kafka({ brokers: kafka.brokers.split(','), logLevel: logLevel.NOTHING });
   const admin = client.admin();
   await admin.connect();
   const ends = await admin.fetchTopicOffsets(topic);

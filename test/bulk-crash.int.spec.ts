@@ -1,6 +1,5 @@
-import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { committedToEnd, eventually, testBroker, testEndpoints } from '@onto/shared/testing';
+import { builtForProcesses, committedToEnd, eventually, testBroker, testEndpoints } from '@onto/shared/testing';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { startService } from '../bench/lib/services.js';
@@ -8,7 +7,7 @@ import { benchStack, Item } from '../bench/lib/stack.js';
 
 // data runs as a real process from its compiled server (./onto test builds it first), so that it
 // can be killed with SIGKILL while a bulk write is at a chosen statement.
-const built = existsSync(fileURLToPath(new URL('../services/data/dist/server.js', import.meta.url)));
+const built = builtForProcesses([fileURLToPath(new URL('../services/data/dist/server.js', import.meta.url))]);
 const W = 'bulkcrash';
 const N = 20_000;
 

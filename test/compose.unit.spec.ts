@@ -182,3 +182,79 @@ describe('docker-compose.yml', () => {
     });
   });
 });
+
+// docker-compose.cluster.yml, over docker-compose.yml: three brokers (issue 33, docs/adr/0053).
+describe('docker-compose.cluster.yml', () => {
+  const cluster = parse(readFileSync(new URL('../docker-compose.cluster.yml', import.meta.url), 'utf8'), {
+    merge: true,
+  }) as { services: Record<string, ComposeService> };
+  /** Compose's merge of an override: environment and depends_on merged by key, the rest replaced. */
+  const merged = (name: string): ComposeService => {
+    const base = compose.services[name] ?? {};
+    const over = cluster.services[name] ?? {};
+    return {
+      ...base,
+      ...over,
+      environment: { ...base.environment, ...over.environment },
+      depends_on: { ...base.depends_on, ...over.depends_on },
+    };
+  };
+  const nodes = ['kafka', 'kafka-2', 'kafka-3'];
+  const properties = (file: string) =>
+    Object.fromEntries(
+      readFileSync(new URL(`../infra/kafka/${file}`, import.meta.url), 'utf8')
+        .split('\n')
+        .filter((l) => /^[a-z]/.test(l))
+        .map((l) => l.split(/=(.*)/s).slice(0, 2) as [string, string]),
+    );
+
+  it('runs three KRaft nodes of one cluster, each broker and controller, with the cluster settings', () => {
+    const envs = nodes.map((n) => merged(n).environment ?? {});
+    expect(envs.map((e) => Number(e.ONTO_KAFKA_NODE_ID))).toEqual([1, 2, 3]);
+    expect(envs.map((e) => e.ONTO_KAFKA_ADVERTISED_HOST)).toEqual(nodes);
+    for (const env of envs) {
+      expect(env.ONTO_KAFKA_QUORUM_VOTERS).toBe('1@kafka:9093,2@kafka-2:9093,3@kafka-3:9093');
+      expect(env.ONTO_KAFKA_CLUSTER_ID).toBe(envs[0]?.ONTO_KAFKA_CLUSTER_ID);
+      expect(Buffer.from(String(env.ONTO_KAFKA_CLUSTER_ID), 'base64url')).toHaveLength(16);
+      for (const u of KAFKA_USERS) {
+        expect(() => interpolate(env[`KAFKA_${u.toUpperCase()}_PASSWORD`] ?? '', {})).toThrow(/openssl rand -hex 24/);
+      }
+    }
+    for (const n of nodes) {
+      const node = merged(n);
+      expect(node.image).toMatch(/^apache\/kafka:4\.1\./);
+      expect(node.entrypoint).toEqual(['/etc/onto-kafka/compose-start.sh']);
+      expect(JSON.stringify((node as { volumes?: unknown }).volumes)).toContain('cluster.properties');
+      expect(node.healthcheck?.test.join(' ')).toContain('kafka-broker-api-versions.sh');
+    }
+    expect(properties('cluster.properties')).toMatchObject({
+      'default.replication.factor': '3',
+      'min.insync.replicas': '2',
+      'offsets.topic.replication.factor': '3',
+      'transaction.state.log.replication.factor': '3',
+      'transaction.state.log.min.isr': '2',
+      'unclean.leader.election.enable': 'false',
+    });
+  });
+
+  it('gives the services and the topics job the three brokers, and starts them once all are healthy', () => {
+    expect(merged('topics').environment?.KAFKA_BROKERS).toBe('kafka:9092,kafka-2:9092,kafka-3:9092');
+    for (const n of nodes) expect(merged('topics').depends_on?.[n]).toEqual({ condition: 'service_healthy' });
+    for (const s of SERVICES) {
+      const entry = merged(s.name);
+      const env = Object.fromEntries(Object.entries(entry.environment ?? {}).map(([k, v]) => [k, interpolate(v)]));
+      const config = loadConfig(s.schema, env) as { KAFKA_BROKERS: string };
+      expect(config.KAFKA_BROKERS).toBe('kafka:9092,kafka-2:9092,kafka-3:9092');
+      for (const n of nodes) expect(entry.depends_on?.[n]).toEqual({ condition: 'service_healthy' });
+      expect(entry.depends_on?.topics).toEqual({ condition: 'service_completed_successfully' });
+    }
+  });
+
+  it("the broker's start script refuses a cluster node without its quorum and cluster id", () => {
+    const start = fileURLToPath(new URL('../infra/kafka/compose-start.sh', import.meta.url));
+    const env = Object.fromEntries(KAFKA_USERS.map((u) => [`KAFKA_${u.toUpperCase()}_PASSWORD`, 'a1'.repeat(16)]));
+    const run = spawnSync('bash', [start], { env: { PATH: process.env.PATH, ...env, ONTO_KAFKA_NODE_ID: '2' } });
+    expect(run.status).toBe(1);
+    expect(run.stderr.toString()).toMatch(/ONTO_KAFKA_QUORUM_VOTERS and ONTO_KAFKA_CLUSTER_ID/);
+  });
+});

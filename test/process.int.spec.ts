@@ -1,9 +1,14 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { createTestDatabase, eventually, testEndpoints, testIdentityEnv } from '@onto/shared/testing';
+import {
+  builtForProcesses,
+  createTestDatabase,
+  eventually,
+  testEndpoints,
+  testIdentityEnv,
+} from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
@@ -41,7 +46,7 @@ async function waitForListening(run: Run, timeoutMs = 20_000): Promise<void> {
 
 let nextPort = 14_100 + Math.floor(Math.random() * 500);
 
-describe.runIf(SERVICES.every((s) => existsSync(serverJs(s.name))))('service processes', () => {
+describe.runIf(builtForProcesses(SERVICES.map((s) => serverJs(s.name))))('service processes', () => {
   const endpoints = testEndpoints();
   const dbs = new Map<string, Awaited<ReturnType<typeof createTestDatabase>>>();
   const baseEnv = (name: string) => ({

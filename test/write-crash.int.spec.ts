@@ -1,6 +1,5 @@
-import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { eventually, testEndpoints } from '@onto/shared/testing';
+import { builtForProcesses, eventually, testEndpoints } from '@onto/shared/testing';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { startService } from '../bench/lib/services.js';
@@ -8,7 +7,7 @@ import { benchStack, Item } from '../bench/lib/stack.js';
 
 // data runs as a real process from its compiled server (./onto test builds it first), so that it
 // can be killed with SIGKILL in the middle of its write groups.
-const built = existsSync(fileURLToPath(new URL('../services/data/dist/server.js', import.meta.url)));
+const built = builtForProcesses([fileURLToPath(new URL('../services/data/dist/server.js', import.meta.url))]);
 const W = 'crash';
 
 describe.runIf(built)('data killed while it commits writes in groups', () => {

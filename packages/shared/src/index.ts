@@ -46,6 +46,17 @@ export {
 } from './http/platform.js';
 export * from './http/problem.js';
 export { runService } from './http/server.js';
+export { type JobsPluginOptions, jobsPlugin } from './jobs/plugin.js';
+export {
+  type EnqueueOptions,
+  enqueueJob,
+  type JobContext,
+  type JobHandler,
+  type JobOutcome,
+  JobRunner,
+  type JobRunnerOptions,
+  type TaskOptions,
+} from './jobs/runner.js';
 export { type AclRule, kafkaAclsCommands, producedTopics, serviceAcls } from './kafka/acls.js';
 export type * from './kafka/broker.js';
 export * from './kafka/events/index.js';
@@ -75,6 +86,15 @@ export {
 } from './messaging/consumers-plugin.js';
 export { DeadLetters, type DeadRecord, DLQ_HEADERS } from './messaging/dead-letters.js';
 export * from './messaging/envelope.js';
+export {
+  type EventHandlers,
+  type EventOf,
+  type EventPayload,
+  type EventReadings,
+  eventHandlers,
+  eventReadings,
+  isEvent,
+} from './messaging/event-handlers.js';
 export { ConcurrencyConflictError, isConflict, type OccOptions, StaleWriteError, withOcc } from './messaging/occ.js';
 export * from './messaging/outbox.js';
 export { outboxOldestAgeSeconds } from './messaging/outbox-age.js';

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { JobRunner } from '../src/jobs/runner.js';
 import { InboxConsumer, pruneInbox, uuidv7Floor } from '../src/messaging/consumer.js';
 import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { eventually, testBroker, testLogger } from '../src/testing/index.js';
@@ -85,7 +86,7 @@ describe('inbox retention', () => {
     expect((await remaining('backlog')).size).toBe(1);
   });
 
-  it('a running consumer prunes its own inbox on its interval, and still recognises a recent duplicate', async () => {
+  it('a running consumer is pruned by its job on its interval, and still recognises a recent duplicate', async () => {
     const topic = fx.topic('retention');
     const admin = await testBroker(fx.endpoints.kafkaBrokers).admin();
     await admin.ensureTopics([{ name: topic, partitions: 1 }]);
@@ -103,6 +104,10 @@ describe('inbox retention', () => {
       pruneIntervalMs: 100,
     });
     await consumer.start();
+    // As consumersPlugin runs it in a service.
+    const jobs = new JobRunner({ pool: fx.pool, logger: testLogger, pollMs: 50 });
+    jobs.every(`kernel.inbox-prune: ${name}`, consumer.pruneIntervalMs, () => consumer.prune());
+    await jobs.start();
     try {
       const producer = await testBroker(fx.endpoints.kafkaBrokers).producer();
       const first = orderEvent('r1', 1);
@@ -119,6 +124,7 @@ describe('inbox retention', () => {
       expect(counts.get(second.event.event_id)).toBe(1);
       await producer.disconnect();
     } finally {
+      await jobs.stop();
       await consumer.stop();
     }
   });

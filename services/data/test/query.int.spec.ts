@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { compileWhere, parseWhere } from '../src/objects/where.js';
+import { indexName } from '../src/schema/replica.js';
 import { dataStack, expectProblem, forkThroughControl, type Stack } from './stack.js';
 
 /*
@@ -242,6 +244,8 @@ describe('object-set queries and aggregations', () => {
     });
     expect(res.statusCode, res.body).toBe(200);
   };
+  const schemaVersionOf = async (world: string) =>
+    (await s.dataCall('GET', `/v1/worlds/${world}/schema-version`)).json().version as number;
   const dataHead = async () =>
     Number((await s.data.app.pg.query<{ c: string }>('SELECT last_value AS c FROM data_seq')).rows[0]?.c ?? 0);
 
@@ -622,6 +626,40 @@ describe('object-set queries and aggregations', () => {
       /to_tsvector\('simple'::regconfig, \(properties ->> 'bio'/,
     );
     expect(defs.rows.map((r) => r.indexdef).join('\n')).toMatch(/properties -> 'tags'::text\)+ jsonb_path_ops/);
+    // The compiled conditions are the indexes' expressions: with plain scans off, the planner
+    // reaches the rows through the index each condition needs (GINs are not led by the world).
+    const doc = await s.data.app.schemaReplica.document(s.data.app.pg, W, await schemaVersionOf(W));
+    const type = doc.objectTypes.Customer as NonNullable<(typeof doc.objectTypes)[string]>;
+    await s.data.app.pg.query('ANALYZE object_heads');
+    for (const [where, index, world] of [
+      [{ tags: { $contains: 'red' } }, indexName('Customer', 'tags', 'gin'), false],
+      [{ bio: { $containsAllTerms: 'red blue' } }, indexName('Customer', 'bio', 'text'), false],
+      [{ tier: { $in: ['gold'] } }, indexName('Customer', 'tier'), true],
+    ] as const) {
+      const params: unknown[] = [];
+      const condition = compileWhere(parseWhere(doc, type, where), {
+        param: (v) => {
+          params.push(v);
+          return `$${params.length}`;
+        },
+        linkExists: () => 'false',
+      });
+      const client = await s.data.app.pg.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query('SET LOCAL enable_seqscan = off');
+        await client.query('SET LOCAL enable_indexscan = off');
+        const plan = await client.query<Record<string, string>>(
+          `EXPLAIN SELECT r.pk FROM object_heads r
+            WHERE ${world ? `r.world_id = '${W}' AND ` : ''}r.type = 'Customer' AND NOT r.deleted AND ${condition}`,
+          params,
+        );
+        expect(plan.rows.map((row) => row['QUERY PLAN']).join('\n'), JSON.stringify(where)).toContain(index);
+      } finally {
+        await client.query('ROLLBACK');
+        client.release();
+      }
+    }
   });
 
   it('returns each object present at the pinned commit exactly once while two writers insert, update and delete', async () => {

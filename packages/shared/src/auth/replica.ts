@@ -109,6 +109,8 @@ export class IdentityReplica implements KeyRing, RevocationView {
   async start(): Promise<void> {
     this.stopped = false;
     await this.reload().catch((err) => this.log.warn({ err }, 'could not load the identity replica'));
+    // The replica is this process's memory of control's keys and revocations: each instance polls
+    // its own tables, a per-process timer rather than a job (docs/adr/0051).
     this.timer = setInterval(() => this.kick(), this.opts.pollIntervalMs ?? 200);
     this.timer.unref();
   }

@@ -25,7 +25,8 @@ const MIGRATION_LOCK = 'onto.migrations';
  * starting at the same moment apply each file once and neither fails.
  */
 export async function migrate(connectionString: string, tracks: MigrationTrack[]): Promise<MigrationResult[]> {
-  const client = new pg.Client({ connectionString, application_name: 'onto-migrate' });
+  // Bounded, so that an unreachable server fails the boot (which then retries) within Fastify's plugin timeout.
+  const client = new pg.Client({ connectionString, application_name: 'onto-migrate', connectionTimeoutMillis: 5000 });
   await client.connect();
   try {
     await client.query('SELECT pg_advisory_lock(hashtext($1))', [MIGRATION_LOCK]);

@@ -6,6 +6,7 @@ import fp from 'fastify-plugin';
 import { type KafkaSaslConfig, kafkaSaslOf } from '../config/load.js';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
+import { jobsPlugin } from '../jobs/plugin.js';
 import { asyncApiDocument } from '../kafka/events/asyncapi.js';
 import { kafkaPlugin } from '../kafka/plugin.js';
 import { consumersPlugin } from '../messaging/consumers-plugin.js';
@@ -160,7 +161,8 @@ export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOpti
 
 /**
  * Everything a service has before its own routes: problem+json errors, request ids, metrics,
- * health and readiness, OpenAPI, PostgreSQL with migrations, Redis, Kafka and the outbox relay.
+ * health and readiness, OpenAPI, PostgreSQL with migrations, the job runner, Redis, Kafka and the
+ * outbox relay.
  */
 export const platformPlugin = fp(
   async (app: FastifyInstance, opts: PlatformOptions) => {
@@ -217,6 +219,7 @@ export const platformPlugin = fp(
       applicationName: `onto-${opts.service}`,
       migrations: opts.migrations,
     });
+    await app.register(jobsPlugin, {});
     await app.register(redisPlugin, { url: opts.config.REDIS_URL });
     await app.register(kafkaPlugin, {
       brokers: opts.config.KAFKA_BROKERS.split(','),

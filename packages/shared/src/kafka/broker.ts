@@ -103,7 +103,16 @@ export interface Consumer {
 export interface TopicSpec {
   name: string;
   partitions: number;
+  /** Copies of each partition; the cluster's default (3 on three brokers, 1 on one) unless said. */
+  replicationFactor?: number;
   config?: Record<string, string>;
+}
+
+export interface PartitionReplicas {
+  partition: number;
+  leader: number;
+  replicas: number[];
+  isr: number[];
 }
 
 export interface PartitionOffsets {
@@ -115,6 +124,10 @@ export interface PartitionOffsets {
 export interface Admin {
   /** Succeeds once a metadata request has been answered. */
   ping(): Promise<void>;
+  /** Brokers registered with the cluster now. */
+  brokerCount(): Promise<number>;
+  /** Each partition's leader, replicas and in-sync replicas (broker ids), by partition. */
+  partitionReplicas(topic: string): Promise<PartitionReplicas[]>;
   ensureTopics(specs: TopicSpec[]): Promise<string[]>;
   deleteTopics(names: string[]): Promise<void>;
   listTopics(): Promise<string[]>;

@@ -5,6 +5,7 @@ import kafkajs, {
   type ConfigSource,
   type ICustomPartitioner,
   Kafka,
+  type Admin as KafkaAdmin,
   type Producer as KafkaProducer,
   type logCreator,
   logLevel,
@@ -75,6 +76,7 @@ const keyPartitioner: ICustomPartitioner = () => {
 // exports Node finds in its CommonJS module, only its types are.
 const TOPIC_RESOURCE = 2 as ConfigResourceTypes;
 const SET_ON_TOPIC = 1 as ConfigSource;
+const BROKER_RESOURCE = 4 as ConfigResourceTypes;
 
 /**
  * Produce errors that the same records meet again however often they are sent: the relay sets
@@ -323,18 +325,32 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
         async ping() {
           await admin.describeCluster();
         },
+        async brokerCount() {
+          return (await admin.describeCluster()).brokers.length;
+        },
+        async partitionReplicas(topic) {
+          const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+          return (topics[0]?.partitions ?? [])
+            .map((p) => ({ partition: p.partitionId, leader: p.leader, replicas: p.replicas, isr: p.isr }))
+            .sort((a, b) => a.partition - b.partition);
+        },
         async ensureTopics(specs) {
           const existing = new Set(await admin.listTopics());
           const missing = specs.filter((s) => !existing.has(s.name));
           if (missing.length === 0) return [];
+          const replication = await replicationOf(admin);
           await admin.createTopics({
             waitForLeaders: false,
-            topics: missing.map((s) => ({
-              topic: s.name,
-              numPartitions: s.partitions,
-              replicationFactor: 1,
-              configEntries: Object.entries(s.config ?? {}).map(([name, value]) => ({ name, value })),
-            })),
+            topics: missing.map((s) => {
+              const factor = s.replicationFactor ?? replication;
+              const config = { 'min.insync.replicas': String(minInsyncReplicas(factor)), ...s.config };
+              return {
+                topic: s.name,
+                numPartitions: s.partitions,
+                replicationFactor: factor,
+                configEntries: Object.entries(config).map(([name, value]) => ({ name, value })),
+              };
+            }),
           });
           // A topic is usable once every broker knows it; until then producing fails.
           const names = missing.map((s) => s.name);
@@ -429,6 +445,34 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
       };
     },
   };
+}
+
+/**
+ * The replication factor of new topics (docs/adr/0053): 3 on a cluster of three brokers or more,
+ * 1 on a single broker. The cluster's own `default.replication.factor` says it, so that a topic
+ * created while one of three brokers is away still gets three replicas (the broker count alone
+ * would say 2); a broker that does not say falls back to the count of brokers up, capped at 3.
+ */
+async function replicationOf(admin: KafkaAdmin): Promise<number> {
+  const { brokers } = await admin.describeCluster();
+  const up = Math.min(3, Math.max(1, brokers.length));
+  try {
+    const { resources } = await admin.describeConfigs({
+      includeSynonyms: false,
+      resources: brokers.map((b) => ({ type: BROKER_RESOURCE, name: String(b.nodeId) })).slice(0, 1),
+    });
+    const entry = resources[0]?.configEntries.find((c) => c.configName === 'default.replication.factor');
+    const factor = Number(entry?.configValue);
+    if (Number.isInteger(factor) && factor >= 1) return Math.min(factor, 3);
+  } catch {
+    // an older broker or no DescribeConfigs right on the cluster: the count of brokers up
+  }
+  return up;
+}
+
+/** Acknowledged (acks=all) once two copies have it on three replicas; one copy on a single broker. */
+export function minInsyncReplicas(replicationFactor: number): number {
+  return replicationFactor >= 3 ? 2 : 1;
 }
 
 // Node's ESM loader does not see these among kafkajs's CommonJS named exports.

@@ -116,7 +116,10 @@ export interface InboxConsumerOptions {
    * would apply events whose rows were pruned a second time.
    */
   retentionMs?: number;
-  /** How often inbox rows older than the retention are pruned (default every 10 minutes). */
+  /**
+   * How often inbox rows older than the retention are pruned (default every 10 minutes), by the
+   * recurring job consumersPlugin defines; a consumer built by hand is pruned by its owner.
+   */
   pruneIntervalMs?: number;
   faults?: ConsumerFaults;
   /** Records that bypass the inbox (see PassThrough). */

@@ -52,7 +52,6 @@ export class InboxConsumer {
   private readonly deadLetters: DeadLetters;
   private readonly parking: Parking;
   private readonly merger: BatchMerger | undefined;
-  private pruneTimer: NodeJS.Timeout | undefined;
   /** Whether to send the effects' prepared statements with the inbox statement (see PrepareEffects). */
   private speculate = true;
 
@@ -105,10 +104,11 @@ export class InboxConsumer {
     });
     await this.consumer.run((batch) => this.handleBatch(batch));
     this.parking.arm();
-    this.pruneTimer = setInterval(() => {
-      this.prune().catch((err) => this.log.warn({ err }, 'inbox prune failed'));
-    }, this.opts.pruneIntervalMs ?? 600_000);
-    this.pruneTimer.unref();
+  }
+
+  /** How often `prune` is meant to run: the service runs it as a recurring job (consumersPlugin). */
+  get pruneIntervalMs(): number {
+    return this.opts.pruneIntervalMs ?? 600_000;
   }
 
   /** Prunes this consumer's inbox rows older than the retention (see pruneInbox). */
@@ -119,7 +119,6 @@ export class InboxConsumer {
   }
 
   async stop(): Promise<void> {
-    clearInterval(this.pruneTimer);
     await this.parking.stop();
     await this.consumer?.disconnect();
     await this.progress.close();

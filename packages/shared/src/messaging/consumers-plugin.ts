@@ -122,6 +122,10 @@ export const consumersPlugin = fp(
               registry: app.metrics,
               ...(opts.tracer ? { tracer: opts.tracer } : {}),
             });
+      if (consumer instanceof InboxConsumer) {
+        // Its inbox is pruned by one replica a period, on the job runner (docs/adr/0051).
+        app.jobs.every(`kernel.inbox-prune: ${options.name}`, consumer.pruneIntervalMs, () => consumer.prune());
+      }
       consumers.set(consumer, { running: false, startAttempts: 0, lastStartError: null });
       groups.push({ group: name, topics });
       return consumer;
@@ -169,5 +173,5 @@ export const consumersPlugin = fp(
       await admin?.then((a) => a.disconnect()).catch(() => {});
     });
   },
-  { name: 'onto-consumers', dependencies: ['onto-postgres', 'onto-redis', 'onto-kafka', 'onto-metrics'] },
+  { name: 'onto-consumers', dependencies: ['onto-postgres', 'onto-redis', 'onto-kafka', 'onto-metrics', 'onto-jobs'] },
 );

@@ -51,6 +51,8 @@ export const outboxPlugin = fp(
       ...opts,
     });
     app.decorate('relay', relay);
+    // Sent rows past the retention go, one replica a period (docs/adr/0051).
+    app.jobs.every('kernel.outbox-prune', relay.pruneIntervalMs, () => relay.prune());
 
     // What the broker accepts, read at start so that writes are refused at once (413) rather than
     // set aside by the relay; until the broker answers, Kafka's default limit holds.
@@ -74,6 +76,7 @@ export const outboxPlugin = fp(
       await withTimeout(learn(), 3000, 'the broker did not say its record limits').catch((err) =>
         app.log.warn({ err }, "record limits not known: Kafka's default limit holds until the broker answers"),
       );
+      // Each instance keeps its own copy of the limits in memory: a per-process timer, not a job.
       refresh = setInterval(() => {
         learn().catch((err) => app.log.warn({ err }, 'record limits not refreshed'));
       }, recordLimitsRefreshMs ?? 300_000);
@@ -88,5 +91,5 @@ export const outboxPlugin = fp(
       await admin?.disconnect().catch(() => {});
     });
   },
-  { name: 'onto-outbox', dependencies: ['onto-postgres', 'onto-kafka', 'onto-metrics'] },
+  { name: 'onto-outbox', dependencies: ['onto-postgres', 'onto-kafka', 'onto-metrics', 'onto-jobs'] },
 );

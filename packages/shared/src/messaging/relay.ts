@@ -288,7 +288,6 @@ export class OutboxRelay {
   /** Counts the signals that rows were committed: a loop whose batch overlapped one claims again. */
   private signals = 0;
   private unsubscribe: () => void = () => {};
-  private pruneTimer: NodeJS.Timeout | undefined;
   private readonly published: Counter;
   private readonly failures: Counter;
   private readonly setAside: Counter;
@@ -446,6 +445,11 @@ export class OutboxRelay {
     }
   }
 
+  /** How often `prune` is meant to run: the service runs it as a recurring job (outboxPlugin). */
+  get pruneIntervalMs(): number {
+    return this.opts.pruneIntervalMs;
+  }
+
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
@@ -457,10 +461,6 @@ export class OutboxRelay {
     await this.listen();
     this.unsubscribe = onLocalOutboxWrite(() => this.wakeOne());
     this.loops = Array.from({ length: this.opts.concurrency }, (_, i) => this.loop(i));
-    this.pruneTimer = setInterval(() => {
-      this.prune().catch((err) => this.opts.logger.warn({ err }, 'outbox prune failed'));
-    }, this.opts.pruneIntervalMs);
-    this.pruneTimer.unref();
   }
 
   /**
@@ -470,7 +470,6 @@ export class OutboxRelay {
   async stop(waitMs = 3000): Promise<void> {
     this.running = false;
     this.stopping = true;
-    clearInterval(this.pruneTimer);
     this.signalStop(new Error('relay stopping'));
     this.unsubscribe();
     this.wakeAll();

@@ -1,4 +1,5 @@
 export { buildTestService, type TestService } from './app.js';
+export { builtForProcesses } from './built.js';
 export { createEmptyTestDatabase, createTestDatabase, type TestDatabase } from './databases.js';
 export { dockerAvailable, ENV, endpointsFromEnv, type TestEndpoints, testEndpoints } from './env.js';
 export { type EventuallyOptions, eventually } from './eventually.js';

@@ -4,6 +4,7 @@ import {
   type Broker,
   dlqOf,
   inTransaction,
+  isEvent,
   lockSpace,
   newEvent,
   Outbox,
@@ -76,17 +77,17 @@ export interface CheckerOptions {
   outboxMaxAgeSeconds: number;
 }
 
-const REPORTS: Record<string, 'data' | 'intelligence'> = {
+const REPORTS = {
   'storage.check.reported': 'data',
   'intelligence.check.reported': 'intelligence',
-};
+} as const;
 
 /** The statement that records a batch's check reports, or null when it has none; a duplicate changes nothing. */
 export function recordingCheckReports(events: ReceivedEvent[]): Statement | null {
   const rows = events.flatMap(({ event }) => {
+    if (!isEvent(event, 'storage.check.reported', 'intelligence.check.reported')) return [];
     const service = REPORTS[event.type];
-    if (!service) return [];
-    const { checkId, ...report } = event.payload as { checkId: string } & Record<string, unknown>;
+    const { checkId, ...report } = event.payload;
     return [{ checkId, world: event.world_id, service, report: JSON.stringify(report) }];
   });
   if (rows.length === 0) return null;

@@ -56,28 +56,16 @@ export default fp(
       logger: app.log.child({ component: 'identity-heartbeat' }),
       identityKey,
     });
-    // Rotation by age: every replica checks, the first to take the lock rotates, the others skip.
-    let ageCheck: NodeJS.Timeout | undefined;
+    // Rotation by age: one replica a period checks (rotate takes a lock besides), on the job runner.
     const maxAge = config.SIGNING_KEY_MAX_AGE_SECONDS;
-    const checkAge = async () => {
-      try {
+    if (maxAge > 0) {
+      app.jobs.every('control.signing-key-age', config.SIGNING_KEY_CHECK_INTERVAL_MS, async () => {
         const rotated = await signingKeys.rotate({ graceSeconds, olderThanSeconds: maxAge });
         if (rotated) app.log.info({ ...rotated, maxAgeSeconds: maxAge }, 'rotated the signing key: it reached its age');
-      } catch (err) {
-        app.log.warn({ err }, 'could not check the signing key’s age');
-      }
-    };
-    app.addHook('onReady', async () => {
-      heartbeat.start();
-      if (maxAge > 0) {
-        ageCheck = setInterval(checkAge, config.SIGNING_KEY_CHECK_INTERVAL_MS);
-        ageCheck.unref();
-      }
-    });
-    app.addHook('onClose', () => {
-      clearInterval(ageCheck);
-      return heartbeat.stop();
-    });
+      });
+    }
+    app.addHook('onReady', async () => heartbeat.start());
+    app.addHook('onClose', () => heartbeat.stop());
   },
-  { name: 'onto-identity', dependencies: ['onto-postgres', 'onto-kafka', 'onto-outbox', 'onto-redis'] },
+  { name: 'onto-identity', dependencies: ['onto-postgres', 'onto-kafka', 'onto-outbox', 'onto-redis', 'onto-jobs'] },
 );

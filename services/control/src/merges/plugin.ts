@@ -18,18 +18,10 @@ export default fp(
       topics: ['onto.storage', 'onto.intelligence'],
       apply: (tx, events) => applyMergeReplies(tx, events, ctx),
     });
-    let timer: NodeJS.Timeout | undefined;
-    app.addHook('onReady', async () => {
-      timer = setInterval(() => {
-        failOverdueMerges(app.pg, ctx)
-          .then((failed) => {
-            if (failed.length > 0) app.log.warn({ merges: failed }, 'merges passed their deadline');
-          })
-          .catch((err) => app.log.warn({ err }, 'checking merge deadlines failed'));
-      }, 500);
-      timer.unref();
+    app.jobs.every('control.merge-deadlines', 500, async () => {
+      const failed = await failOverdueMerges(app.pg, ctx);
+      if (failed.length > 0) app.log.warn({ merges: failed }, 'merges passed their deadline');
     });
-    app.addHook('onClose', async () => clearInterval(timer));
   },
-  { name: 'onto-control-merges-saga', dependencies: ['onto-consumers', 'onto-auth'] },
+  { name: 'onto-control-merges-saga', dependencies: ['onto-consumers', 'onto-auth', 'onto-jobs'] },
 );

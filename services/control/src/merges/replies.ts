@@ -3,7 +3,7 @@
  * control-merges consumer under the merge's row lock: plans and conflicts, applies, failures,
  * compensations and verifications.
  */
-import type { ReceivedEvent } from '@onto/shared';
+import { type EventPayload, isEvent, type ReceivedEvent } from '@onto/shared';
 import type pg from 'pg';
 import {
   deadline,
@@ -19,16 +19,46 @@ import {
 } from './repository.js';
 import { afterPlans, compensate, endCompensation, type SagaContext } from './saga.js';
 
-type Reply = { kind: string; service: Service; payload: Record<string, unknown> };
+type DataReply =
+  | 'merge.planned'
+  | 'merge.conflicts.found'
+  | 'merge.applied'
+  | 'merge.failed'
+  | 'merge.compensated'
+  | 'merge.verified';
+/** The payload of a reply of data's type `D`, or of intelligence's of the same kind. */
+type Payload<D extends DataReply> = EventPayload<D> | EventPayload<`intelligence.${D}`>;
+
+/** A reply of each kind, from data (merge.*) or intelligence (intelligence.merge.*), with its payload. */
+type Reply =
+  | { kind: 'planned'; service: Service; payload: Payload<'merge.planned'> }
+  | { kind: 'conflicts.found'; service: Service; payload: Payload<'merge.conflicts.found'> }
+  | { kind: 'applied'; service: Service; payload: Payload<'merge.applied'> }
+  | { kind: 'failed'; service: Service; payload: Payload<'merge.failed'> }
+  | { kind: 'compensated'; service: Service; payload: Payload<'merge.compensated'> }
+  | { kind: 'verified'; service: Service; payload: Payload<'merge.verified'> };
 
 /** A merge reply from data (onto.storage) or intelligence (onto.intelligence), or undefined. */
 function replyOf(event: ReceivedEvent['event']): Reply | undefined {
-  const m = /^(?:intelligence\.)?merge\.(planned|conflicts\.found|applied|failed|compensated|verified)$/.exec(
-    event.type,
-  );
-  if (!m) return undefined;
-  const payload = event.payload as Record<string, unknown>;
-  return { kind: m[1] ?? '', service: payload.service as Service, payload };
+  if (isEvent(event, 'merge.planned', 'intelligence.merge.planned')) {
+    return { kind: 'planned', service: event.payload.service, payload: event.payload };
+  }
+  if (isEvent(event, 'merge.conflicts.found', 'intelligence.merge.conflicts.found')) {
+    return { kind: 'conflicts.found', service: event.payload.service, payload: event.payload };
+  }
+  if (isEvent(event, 'merge.applied', 'intelligence.merge.applied')) {
+    return { kind: 'applied', service: event.payload.service, payload: event.payload };
+  }
+  if (isEvent(event, 'merge.failed', 'intelligence.merge.failed')) {
+    return { kind: 'failed', service: event.payload.service, payload: event.payload };
+  }
+  if (isEvent(event, 'merge.compensated', 'intelligence.merge.compensated')) {
+    return { kind: 'compensated', service: event.payload.service, payload: event.payload };
+  }
+  if (isEvent(event, 'merge.verified', 'intelligence.merge.verified')) {
+    return { kind: 'verified', service: event.payload.service, payload: event.payload };
+  }
+  return undefined;
 }
 
 /** Applies data's and intelligence's merge replies (steps 2 to 5), each under the merge's lock. */
@@ -37,17 +67,17 @@ export async function applyMergeReplies(tx: pg.ClientBase, events: ReceivedEvent
     const reply = replyOf(event);
     if (!reply) continue;
     if (reply.kind === 'verified') {
-      await recordVerification(tx, reply);
+      await recordVerification(tx, reply.service, reply.payload);
       continue;
     }
-    const merge = await lockMerge(tx, reply.payload.merge as string);
+    const merge = await lockMerge(tx, reply.payload.merge);
     if (!merge) continue;
     await onReply(tx, ctx, merge, reply);
   }
 }
 
 async function onReply(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, reply: Reply): Promise<void> {
-  const { service, payload } = reply;
+  const { service } = reply;
   const set = (state: PartRow['state'], from: PartRow['state'][], columns: Record<string, unknown>) =>
     tx.query(
       `UPDATE merge_parts SET state = $3, updated_at = now(), ${Object.keys(columns)
@@ -58,9 +88,10 @@ async function onReply(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, rep
     );
   switch (reply.kind) {
     case 'conflicts.found':
-      await recordConflicts(tx, merge, payload.conflicts as Record<string, unknown>[]);
+      await recordConflicts(tx, merge, reply.payload.conflicts);
       return;
     case 'planned': {
+      const payload = reply.payload;
       await tx.query(
         `INSERT INTO merge_parts (merge_id, service, state, source_pos, target_pos, changes, conflicts)
          VALUES ($1, $2, 'planned', $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
@@ -73,6 +104,7 @@ async function onReply(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, rep
       return;
     }
     case 'applied': {
+      const payload = reply.payload;
       const moved = (await set('applied', ['planned'], { target_pos: payload.target, applied: payload.applied }))
         .rowCount;
       if (merge.phase === 'applying') {
@@ -101,14 +133,15 @@ async function onReply(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, rep
       return;
     }
     case 'failed': {
+      const payload = reply.payload;
       // A verification that could not run says nothing about the merge's parts.
       if (payload.phase === 'verify') return;
       const failure: Failure = {
         service,
-        phase: payload.phase as string,
-        status: payload.status as number,
-        reason: payload.reason as string,
-        ...(payload.field ? { field: payload.field as string } : {}),
+        phase: payload.phase,
+        status: payload.status,
+        reason: payload.reason,
+        ...(payload.field ? { field: payload.field } : {}),
       };
       await tx.query(
         `INSERT INTO merge_parts (merge_id, service, state, failure) VALUES ($1, $2, 'failed', $3)
@@ -129,8 +162,8 @@ async function onReply(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, rep
     }
     case 'compensated':
       await set('compensated', ['planned', 'applied', 'failed'], {
-        reverted: payload.reverted,
-        not_reverted: JSON.stringify(payload.notReverted ?? []),
+        reverted: reply.payload.reverted,
+        not_reverted: JSON.stringify(reply.payload.notReverted ?? []),
       });
       if (merge.phase === 'compensating') await endCompensation(tx, merge);
       return;
@@ -141,7 +174,11 @@ async function onReply(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, rep
  * Conflicts data and intelligence found. A strategy other than MANUAL settles them (the service
  * applies it); an object that fails the merged schema needs a person whatever the strategy.
  */
-async function recordConflicts(tx: pg.ClientBase, merge: MergeRow, conflicts: Record<string, unknown>[]) {
+async function recordConflicts(
+  tx: pg.ClientBase,
+  merge: MergeRow,
+  conflicts: EventPayload<'merge.conflicts.found'>['conflicts'],
+) {
   for (const c of conflicts) {
     const needsPerson = c.type === 'SCHEMA_CONFLICT';
     const settled = merge.strategy !== 'MANUAL' && !needsPerson;
@@ -151,7 +188,7 @@ async function recordConflicts(tx: pg.ClientBase, merge: MergeRow, conflicts: Re
         ? 'source'
         : merge.strategy === 'TARGET_WINS'
           ? 'target'
-          : timestampTake(c.sourceAt as string | null, c.targetAt as string | null);
+          : timestampTake(c.sourceAt ?? null, c.targetAt ?? null);
     await tx.query(
       `INSERT INTO merge_conflicts (merge_id, id, type, entity, base, source, target, source_at, target_at, reason,
                                     needs_person, resolution_take, resolved_by, resolved_at)
@@ -183,9 +220,12 @@ function timestampTake(sourceAt: string | null, targetAt: string | null) {
   return s === t ? null : s > t ? 'source' : 'target';
 }
 
-async function recordVerification(tx: pg.ClientBase, reply: Reply): Promise<void> {
-  const { verification, checked, differences, sample } = reply.payload;
-  await tx.query(`UPDATE merge_verifications SET ${reply.service} = $2 WHERE id = $1`, [
+async function recordVerification(
+  tx: pg.ClientBase,
+  service: Service,
+  { verification, checked, differences, sample }: Payload<'merge.verified'>,
+): Promise<void> {
+  await tx.query(`UPDATE merge_verifications SET ${service} = $2 WHERE id = $1`, [
     verification,
     { checked, differences, sample },
   ]);

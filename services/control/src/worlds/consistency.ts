@@ -1,5 +1,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { NotFound, problemResponses, type Queryable, type ReceivedEvent, type Statement, WORLD_ID } from '@onto/shared';
+import {
+  eventReadings,
+  NotFound,
+  problemResponses,
+  type Queryable,
+  type ReceivedEvent,
+  type Statement,
+  WORLD_ID,
+} from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
@@ -14,15 +22,15 @@ interface Announced {
 }
 
 /** What each event type announces of its producer's position; the other field stays as it is (0). */
-const ANNOUNCEMENTS: Record<string, (payload: Record<string, unknown>) => { service: Reporter } & Announced> = {
-  'storage.schema.updated': (p) => ({ service: 'data', schemaVersion: Number(p.version), dataSeq: 0 }),
-  'storage.position': (p) => ({ service: 'data', schemaVersion: 0, dataSeq: Number(p.seq) }),
-  'intelligence.position': (p) => ({
+const announced = eventReadings<{ service: Reporter } & Announced>({
+  'storage.schema.updated': ({ payload }) => ({ service: 'data', schemaVersion: payload.version, dataSeq: 0 }),
+  'storage.position': ({ payload }) => ({ service: 'data', schemaVersion: 0, dataSeq: payload.seq }),
+  'intelligence.position': ({ payload }) => ({
     service: 'intelligence',
-    schemaVersion: Number(p.schemaVersion),
-    dataSeq: Number(p.dataSeq),
+    schemaVersion: payload.schemaVersion,
+    dataSeq: payload.dataSeq,
   }),
-};
+});
 
 /**
  * The statement that records a batch's position announcements, or null when it has none. Every
@@ -32,9 +40,8 @@ const ANNOUNCEMENTS: Record<string, (payload: Record<string, unknown>) => { serv
 export function recordingPositions(events: ReceivedEvent[]): Statement | null {
   const folded = new Map<string, { world: string; service: Reporter } & Announced>();
   for (const { event } of events) {
-    const read = ANNOUNCEMENTS[event.type];
-    if (!read) continue;
-    const a = read(event.payload as Record<string, unknown>);
+    const a = announced(event);
+    if (!a) continue;
     const key = `${event.world_id}\u0000${a.service}`;
     const had = folded.get(key);
     folded.set(key, {
@@ -343,17 +350,8 @@ export default fp(
       },
     );
 
-    // Samples older than what is kept go, a batch a minute (every replica; the deletes are idempotent).
-    let trim: NodeJS.Timeout | undefined;
-    app.addHook('onReady', async () => {
-      trim = setInterval(() => {
-        trimPositionSamples(pool, opts.keepSeconds).catch((err) =>
-          app.log.warn({ err }, 'trimming the version vector samples failed'),
-        );
-      }, 60_000);
-      trim.unref();
-    });
-    app.addHook('onClose', async () => clearInterval(trim));
+    // Samples older than what is kept go, a batch a minute (one replica a minute).
+    app.jobs.every('control.trim-position-samples', 60_000, () => trimPositionSamples(pool, opts.keepSeconds));
   },
-  { name: 'onto-control-consistency', dependencies: ['onto-auth'] },
+  { name: 'onto-control-consistency', dependencies: ['onto-auth', 'onto-jobs'] },
 );

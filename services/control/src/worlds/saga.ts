@@ -1,4 +1,4 @@
-import { inTransaction, newEvent, Outbox, type ReceivedEvent, TOPICS } from '@onto/shared';
+import { inTransaction, isEvent, newEvent, Outbox, type ReceivedEvent, TOPICS } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
@@ -17,8 +17,8 @@ const REPORTS: Record<string, { service: string; kind: 'provisioned' | 'dropped'
 /** Applies data's and intelligence's reports to the world lifecycle. */
 export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[], topicPrefix: string): Promise<void> {
   for (const { event } of events) {
-    if (event.type === 'world.provision.failed') {
-      const { field, reason } = event.payload as { field?: string; reason?: string };
+    if (isEvent(event, 'world.provision.failed')) {
+      const { field, reason } = event.payload;
       await failProvisioning(
         tx,
         event.world_id,
@@ -38,14 +38,15 @@ export async function applyReports(tx: pg.ClientBase, events: ReceivedEvent[], t
         WHERE id = $1`,
       [event.world_id, report.service],
     );
-    const base = (event.payload as { base?: { commit: number } }).base;
-    if (event.type === 'world.provisioned' && base) {
-      await tx.query('UPDATE worlds SET parent_commit = $2 WHERE id = $1', [event.world_id, base.commit]);
+    if (isEvent(event, 'world.provisioned') && event.payload.base) {
+      await tx.query('UPDATE worlds SET parent_commit = $2 WHERE id = $1', [event.world_id, event.payload.base.commit]);
     }
     // intelligence's fork position: the merge base's definitions (docs/adr/0037).
-    const definitions = (event.payload as { base?: { definitions?: number } }).base?.definitions;
-    if (event.type === 'intelligence.world.provisioned' && definitions !== undefined) {
-      await tx.query('UPDATE worlds SET parent_definitions = $2 WHERE id = $1', [event.world_id, definitions]);
+    if (isEvent(event, 'intelligence.world.provisioned') && event.payload.base) {
+      await tx.query('UPDATE worlds SET parent_definitions = $2 WHERE id = $1', [
+        event.world_id,
+        event.payload.base.definitions,
+      ]);
     }
     await tx.query(
       `UPDATE worlds SET status = CASE WHEN status = 'PROVISIONING' THEN 'READY' ELSE 'DELETED' END,
@@ -132,18 +133,10 @@ export default fp(
         if (reports) await tx.query(reports.text, [...(reports.values ?? [])]);
       },
     });
-    let timer: NodeJS.Timeout | undefined;
-    app.addHook('onReady', async () => {
-      timer = setInterval(() => {
-        failOverdue(app.pg, app.topicPrefix)
-          .then((failed) => {
-            if (failed.length > 0) app.log.warn({ worlds: failed }, 'world provisioning timed out; compensating');
-          })
-          .catch((err) => app.log.warn({ err }, 'checking provisioning deadlines failed'));
-      }, 500);
-      timer.unref();
+    app.jobs.every('control.provisioning-deadlines', 500, async () => {
+      const failed = await failOverdue(app.pg, app.topicPrefix);
+      if (failed.length > 0) app.log.warn({ worlds: failed }, 'world provisioning timed out; compensating');
     });
-    app.addHook('onClose', async () => clearInterval(timer));
   },
-  { name: 'onto-control-world-saga', dependencies: ['onto-consumers'] },
+  { name: 'onto-control-world-saga', dependencies: ['onto-consumers', 'onto-jobs'] },
 );

@@ -3,6 +3,7 @@ import {
   actorOf,
   BODY_LIMITS,
   Conflict,
+  eventReadings,
   inTransaction,
   NotFound,
   newEvent,
@@ -62,10 +63,15 @@ const NewTagParams = Type.Object({
 const SELECT_TAG = `SELECT world_id AS world, name, status, ref, created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt" FROM world_tags`;
 
 /** The replies to `world.tag.requested`, and the part of the vector each fills. */
-const POSITIONS: Record<string, { part: 'data' | 'intelligence'; value: (p: Record<string, unknown>) => number }> = {
-  'world.tag.positioned': { part: 'data', value: (p) => Number(p.commit) },
-  'intelligence.world.tag.positioned': { part: 'intelligence', value: (p) => Number(p.dataSeq) },
-};
+const positioned = eventReadings<{ part: 'data' | 'intelligence'; tag: string; request: string; value: number }>({
+  'world.tag.positioned': ({ payload: p }) => ({ part: 'data', tag: p.tag, request: p.request, value: p.commit }),
+  'intelligence.world.tag.positioned': ({ payload: p }) => ({
+    part: 'intelligence',
+    tag: p.tag,
+    request: p.request,
+    value: p.dataSeq,
+  }),
+});
 
 /**
  * Fills tags' vectors from data's and intelligence's replies (docs/adr/0029). A reply counts only
@@ -75,16 +81,15 @@ const POSITIONS: Record<string, { part: 'data' | 'intelligence'; value: (p: Reco
  */
 export async function applyTagPositions(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
   for (const { event } of events) {
-    const position = POSITIONS[event.type];
+    const position = positioned(event);
     if (!position) continue;
-    const payload = event.payload as Record<string, unknown>;
     await tx.query(
       `UPDATE world_tags
           SET ref = ref || jsonb_build_object($4::text, $5::bigint),
               status = CASE WHEN (ref || jsonb_build_object($4::text, $5::bigint)) ?& array['data', 'intelligence']
                             THEN 'COMPLETE' ELSE 'PENDING' END
         WHERE world_id = $1 AND name = $2 AND request_id = $3 AND NOT ref ? $4::text`,
-      [event.world_id, payload.tag, payload.request, position.part, position.value(payload)],
+      [event.world_id, position.tag, position.request, position.part, position.value],
     );
   }
 }

@@ -1,11 +1,11 @@
-import type { ReceivedEvent } from '@onto/shared';
+import { eventHandlers, type ReceivedEvent } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { cutCommit, cutCommitIn } from '../storage/commit.js';
 import { applyMerge } from './apply.js';
 import { compensateMerge } from './compensate.js';
-import { type MergeRequested, planMerge, resolveConflict } from './plan.js';
+import { planMerge, resolveConflict } from './plan.js';
 import { verifyMerge } from './verify.js';
 
 /*
@@ -21,31 +21,23 @@ export function mergeEvents(app: FastifyInstance) {
     // off until it commits) — otherwise the cut commits at once and writers go on during the plan.
     let wrote = false;
     const cut = () => (wrote ? cutCommitIn(tx) : cutCommit(app.pg));
-    for (const { event } of events) {
-      const p = event.payload as Record<string, unknown>;
-      switch (event.type) {
-        case 'world.merge.requested':
-          await planMerge(tx, app.topicPrefix, event.event_id, p as unknown as MergeRequested, cut);
-          break;
-        case 'world.merge.conflict.resolved':
-          await resolveConflict(tx, p as unknown as Parameters<typeof resolveConflict>[1]);
-          break;
-        case 'world.merge.apply':
-          await applyMerge(tx, app.topicPrefix, event.event_id, p as unknown as Parameters<typeof applyMerge>[3]);
-          wrote = true;
-          break;
-        case 'world.merge.compensate':
-          await compensateMerge(tx, app.topicPrefix, event.event_id, {
-            merge: p.merge as string,
-            target: event.world_id,
-          });
-          wrote = true;
-          break;
-        case 'world.merge.verify.requested':
-          await verifyMerge(tx, app.topicPrefix, event.event_id, p as { merge: string; verification: string });
-          break;
-      }
-    }
+    const handle = eventHandlers<[]>({
+      'world.merge.requested': (event) => planMerge(tx, app.topicPrefix, event.event_id, event.payload, cut),
+      'world.merge.conflict.resolved': (event) => resolveConflict(tx, event.payload),
+      'world.merge.apply': async (event) => {
+        await applyMerge(tx, app.topicPrefix, event.event_id, event.payload);
+        wrote = true;
+      },
+      'world.merge.compensate': async (event) => {
+        await compensateMerge(tx, app.topicPrefix, event.event_id, {
+          merge: event.payload.merge,
+          target: event.world_id,
+        });
+        wrote = true;
+      },
+      'world.merge.verify.requested': (event) => verifyMerge(tx, app.topicPrefix, event.event_id, event.payload),
+    });
+    for (const { event } of events) await handle(event);
   };
 }
 

@@ -1,3 +1,4 @@
+import { enqueueJob, type JobRunner, type Queryable } from '@onto/shared';
 import type { FastifyBaseLogger } from 'fastify';
 import pg from 'pg';
 
@@ -45,82 +46,64 @@ export function indexDdl(
  */
 export const historyIndexName = (name: string) => `${name}_at`;
 
+/** The job that builds a requested index (docs/adr/0051), keyed by the index's name. */
+export const BUILD_INDEX = 'data.build-index';
+
+/** Asks for the build of the index `name` (a row of storage_indexes), in the caller's transaction. */
+export const enqueueIndexBuild = (tx: Queryable, name: string) =>
+  enqueueJob(tx, BUILD_INDEX, { key: name, maxAttempts: MAX_ATTEMPTS });
+
 /**
  * Builds the indexes the schema replica requests, one at a time, with CREATE INDEX CONCURRENTLY:
- * outside any transaction, so that a new index on a large table never blocks writes. Requests are
- * claimed with SKIP LOCKED (several instances share the work); a build that failed leaves an
- * invalid index, dropped before the next attempt; after MAX_ATTEMPTS the request is `failed`.
+ * outside any transaction, so that a new index on a large table never blocks writes. Each request
+ * is a job of the service's runner (several instances share the work; a crashed instance's build
+ * is taken again after its lease); a build that failed leaves an invalid index, dropped before the
+ * next attempt; after MAX_ATTEMPTS the request is `failed`.
  */
 export class IndexBuilder {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopped = true;
-  private backendPid: number | undefined;
-
   constructor(
     private readonly pool: pg.Pool,
     private readonly log: FastifyBaseLogger,
-    private readonly intervalMs = 500,
   ) {}
 
-  start(): void {
-    this.stopped = false;
-    this.timer = setInterval(() => this.kick(), this.intervalMs);
-    this.timer.unref();
-    this.kick();
+  /** Defines the build task on `jobs`. */
+  register(jobs: JobRunner): void {
+    jobs.define(BUILD_INDEX, (job) => this.build(job.key ?? '', job.attempt, job.signal), {
+      // A build can take minutes on a large table: the runner extends the lease while it runs.
+      leaseMs: 60_000,
+      backoff: { initialMs: 500, maxMs: 30_000 },
+    });
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearInterval(this.timer);
-    // A build can take minutes on a large table: cancel it; the request is retried later.
-    if (this.backendPid !== undefined) {
-      await this.pool.query('SELECT pg_cancel_backend($1)', [this.backendPid]).catch(() => {});
-    }
-    await this.running;
-  }
-
-  kick(): void {
-    if (this.running || this.stopped) return;
-    this.running = (async () => {
-      try {
-        while (!this.stopped && (await this.buildOne())) {}
-      } catch (err) {
-        this.log.warn({ err }, 'index builder pass failed');
-      } finally {
-        this.running = undefined;
-      }
-    })();
-  }
-
-  /** Builds the oldest pending index; false when there was none. */
-  async buildOne(): Promise<boolean> {
+  /** Builds the index `name` if it is still requested; throws when the build failed. */
+  async build(name: string, attempt: number, signal?: AbortSignal): Promise<void> {
     const { rows } = await this.pool.query<Claimed>(
       `UPDATE storage_indexes SET state = 'building', attempts = attempts + 1, claimed_at = now()
-        WHERE name = (
-          SELECT name FROM storage_indexes
-           WHERE state = 'pending' OR (state = 'building' AND claimed_at < now() - interval '15 minutes')
-           ORDER BY requested_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+        WHERE name = $1 AND state IN ('pending', 'building')
         RETURNING name, object_type, property, kind, attempts`,
+      [name],
     );
     const job = rows[0];
-    if (!job) return false;
+    if (!job) return; // built, failed for good, or no longer requested
     const client = await this.pool.connect();
-    this.backendPid = (client as unknown as { processID: number }).processID;
+    // Stopping cancels a build (it can take minutes); the job runs again later.
+    const pid = (client as unknown as { processID: number }).processID;
+    const cancel = () => void this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+    signal?.addEventListener('abort', cancel);
     try {
-      for (const [name, table] of [
+      for (const [index, table] of [
         [job.name, 'object_heads'],
         [historyIndexName(job.name), 'object_history'],
       ] as const) {
         const existing = await client.query<{ valid: boolean }>(
           `SELECT i.indisvalid AS valid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
             WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`,
-          [name],
+          [index],
         );
         if (existing.rows[0]?.valid === false) {
-          await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(name)}`);
+          await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(index)}`);
         }
-        await client.query(indexDdl(name, job.object_type, job.property, table, job.kind));
+        await client.query(indexDdl(index, job.object_type, job.property, table, job.kind));
       }
       await client.query(
         "UPDATE storage_indexes SET state = 'ready', ready_at = now(), last_error = NULL WHERE name = $1",
@@ -131,19 +114,17 @@ export class IndexBuilder {
         'index built',
       );
     } catch (err) {
-      const state = job.attempts >= MAX_ATTEMPTS ? 'failed' : 'pending';
+      const state = attempt >= MAX_ATTEMPTS ? 'failed' : 'pending';
       this.log.warn({ err, index: job.name, attempts: job.attempts, state }, 'index build failed');
       await this.pool.query('UPDATE storage_indexes SET state = $2, last_error = $3 WHERE name = $1', [
         job.name,
         state,
         (err as Error).message,
       ]);
-      // Retried on a later pass, not at once.
-      return false;
+      throw err;
     } finally {
-      this.backendPid = undefined;
+      signal?.removeEventListener('abort', cancel);
       client.release();
     }
-    return true;
   }
 }

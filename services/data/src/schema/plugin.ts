@@ -52,9 +52,7 @@ export default fp(
       apply: applySchemaEvents(app.topicPrefix, app.log.child({ component: 'schema-replica' })),
     });
 
-    const builder = new IndexBuilder(app.pg, app.log.child({ component: 'index-builder' }));
-    app.addHook('onReady', async () => builder.start());
-    app.addHook('onClose', async () => builder.stop());
+    new IndexBuilder(app.pg, app.log.child({ component: 'index-builder' })).register(app.jobs);
 
     app.get(
       '/v1/worlds/:world/schema-version',
@@ -92,5 +90,5 @@ export default fp(
       },
     );
   },
-  { name: 'onto-data-schema', dependencies: ['onto-auth', 'onto-consumers'] },
+  { name: 'onto-data-schema', dependencies: ['onto-auth', 'onto-consumers', 'onto-jobs'] },
 );

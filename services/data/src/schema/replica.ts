@@ -11,7 +11,7 @@ import {
 } from '@onto/shared';
 import type { FastifyBaseLogger } from 'fastify';
 import type pg from 'pg';
-import type { IndexKind } from './indexes.js';
+import { enqueueIndexBuild, type IndexKind } from './indexes.js';
 
 /** The name of the index shared by every world that indexes `property` of `objectType`. */
 export function indexName(objectType: string, property: string, kind: IndexKind = 'btree'): string {
@@ -65,6 +65,7 @@ async function requestIndexes(tx: Queryable, schema: SchemaDocument) {
       wanted.map((w) => w.kind),
     ],
   );
+  for (const row of rows) if (row.state === 'pending') await enqueueIndexBuild(tx, row.name);
   return rows;
 }
 

@@ -3,7 +3,6 @@
  * and a day whose every point is past the retention of every series is dropped whole.
  */
 import { isSeriesType, type Queryable, retentionMs, type SchemaDocument } from '@onto/shared';
-import type { FastifyBaseLogger } from 'fastify';
 import type pg from 'pg';
 import { forgetPartitions } from './repository.js';
 
@@ -52,39 +51,4 @@ export async function maintainPartitions(pool: pg.Pool, now = new Date()): Promi
   );
   if (rows.length > 0) forgetPartitions();
   return rows.map((r) => r.name);
-}
-
-/** Runs maintainPartitions at start and every `intervalMs` (an hour by default). */
-export class PartitionMaintenance {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-
-  constructor(
-    private readonly pool: pg.Pool,
-    private readonly log: FastifyBaseLogger,
-    private readonly intervalMs = 3_600_000,
-  ) {}
-
-  start(): void {
-    this.timer = setInterval(() => this.kick(), this.intervalMs);
-    this.timer.unref();
-    this.kick();
-  }
-
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    await this.running;
-  }
-
-  kick(): void {
-    if (this.running) return;
-    this.running = maintainPartitions(this.pool)
-      .then((dropped) => {
-        if (dropped.length > 0) this.log.info({ dropped }, 'series partitions past retention dropped');
-      })
-      .catch((err) => this.log.warn({ err }, 'series partition maintenance failed'))
-      .finally(() => {
-        this.running = undefined;
-      });
-  }
 }

@@ -7,10 +7,18 @@ import type pg from 'pg';
 import type { Aggregate, StoredPoint } from './model.js';
 import type { SeriesPoints } from './write.js';
 
-/** Days whose partition exists, as far as this process knows (maintenance forgets dropped ones). */
+/**
+ * Days whose partition exists, as far as this process knows: forgotten when this process's
+ * maintenance drops some, and at least hourly, since another replica's maintenance may have.
+ */
 const knownDays = new Set<string>();
+const FORGET_EVERY_MS = 3_600_000;
+let knownSince = Date.now();
 
-export const forgetPartitions = () => knownDays.clear();
+export const forgetPartitions = () => {
+  knownDays.clear();
+  knownSince = Date.now();
+};
 
 /** How many partitions one request may create: a bound on what a body of odd instants can cost. */
 export const NEW_DAYS_PER_REQUEST = 62;
@@ -25,6 +33,7 @@ export async function ensurePartitions(
   points: { time: string; path: string }[],
   created: Set<string> = new Set(),
 ): Promise<void> {
+  if (Date.now() - knownSince > FORGET_EVERY_MS) forgetPartitions();
   const missing: string[] = [];
   for (const { time, path } of points) {
     const day = time.slice(0, 10);

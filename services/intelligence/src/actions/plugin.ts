@@ -151,39 +151,14 @@ export default fp(
       apply: (tx, events) => sagas.applyReplies(tx, events),
     });
 
-    const timers: NodeJS.Timeout[] = [];
-    const every = (ms: number, job: () => Promise<unknown>, what: string) => {
-      let running = false;
-      const timer = setInterval(() => {
-        if (running) return;
-        running = true;
-        job()
-          .catch((err) => app.log.warn({ err }, `${what} failed`))
-          .finally(() => {
-            running = false;
-          });
-      }, ms);
-      timer.unref();
-      timers.push(timer);
-    };
-    app.addHook('onReady', async () => {
-      every(
-        opts.pruneIntervalMs,
-        async () => {
-          const n = await pruneKeys(app.pg);
-          if (n > 0) app.log.info({ pruned: n }, 'expired idempotency keys pruned');
-        },
-        'pruning idempotency keys',
-      );
-      every(
-        Math.max(100, Math.floor(opts.stepRetryMs / 2)),
-        () => inTransaction(app.pg, (tx) => sagas.retryStalled(tx, opts.stepRetryMs)),
-        'asking again for stalled action steps',
-      );
+    app.jobs.every('intelligence.prune-idempotency-keys', opts.pruneIntervalMs, async () => {
+      const n = await pruneKeys(app.pg);
+      if (n > 0) app.log.info({ pruned: n }, 'expired idempotency keys pruned');
     });
-    app.addHook('onClose', async () => {
-      for (const timer of timers) clearInterval(timer);
-    });
+    // Stalled steps are asked for again by one replica at a time (the retry locks its rows besides).
+    app.jobs.every('intelligence.retry-stalled-steps', Math.max(100, Math.floor(opts.stepRetryMs / 2)), () =>
+      inTransaction(app.pg, (tx) => sagas.retryStalled(tx, opts.stepRetryMs)),
+    );
 
     /** The answer a key's record holds, marked when it is a replay. */
     async function answer(reply: FastifyReply, world: string, record: KeyRecord, replayed: boolean) {
@@ -359,6 +334,12 @@ export default fp(
   },
   {
     name: 'onto-intelligence-actions',
-    dependencies: ['onto-auth', 'onto-consumers', 'onto-intelligence-schema', 'onto-intelligence-consistency'],
+    dependencies: [
+      'onto-auth',
+      'onto-consumers',
+      'onto-intelligence-schema',
+      'onto-intelligence-consistency',
+      'onto-jobs',
+    ],
   },
 );

@@ -42,7 +42,7 @@ export default fp(
     const models = new ModelCache(app.schemaReplica);
     const metrics = new EvaluationMetrics(app.metrics, app.pg);
     const log = app.log.child({ component: 'evaluation' });
-    const worker = new RecomputeWorker(app.pg, models, ctx, metrics, log);
+    const worker = new RecomputeWorker(app.pg, models, ctx, metrics);
     const engine: Engine = { models, worker, ctx, metrics };
 
     app.addConsumer({
@@ -68,8 +68,7 @@ export default fp(
         dropped: (worldId) => metrics.forget(worldId),
       }),
     });
-    app.addHook('onReady', async () => worker.start());
-    app.addHook('onClose', async () => worker.stop());
+    worker.register(app.jobs);
 
     await readModelRoutes(app);
     const derived = await derivedRoutes(app, engine);
@@ -81,6 +80,12 @@ export default fp(
   },
   {
     name: 'onto-intelligence-evaluation',
-    dependencies: ['onto-auth', 'onto-consumers', 'onto-intelligence-schema', 'onto-intelligence-consistency'],
+    dependencies: [
+      'onto-auth',
+      'onto-consumers',
+      'onto-intelligence-schema',
+      'onto-intelligence-consistency',
+      'onto-jobs',
+    ],
   },
 );

@@ -4,8 +4,7 @@
  * under the world's lock, so that a big world never holds one giant transaction and the change
  * consumer keeps flowing between batches (docs/adr/0010).
  */
-import { inTransactionTogether, type Queryable, type Statement } from '@onto/shared';
-import type { FastifyBaseLogger } from 'fastify';
+import { enqueueJob, inTransactionTogether, type JobRunner, type Queryable, type Statement } from '@onto/shared';
 import type pg from 'pg';
 import { Evaluation, type EvaluationContext } from './evaluation.js';
 import { lockWorldsStatement } from './locks.js';
@@ -23,6 +22,12 @@ export interface JobRequest {
   dueInMs: number;
 }
 
+/**
+ * The job runner's task that works through recompute_jobs (docs/adr/0051): one job for the whole
+ * queue, so that batches go earliest due first as they always did, one at a time per deployment.
+ */
+export const RECOMPUTE = 'intelligence.recompute';
+
 /** Starts a recompute (in the caller's transaction), superseding any unfinished one of the definition. */
 export async function requestRecompute(tx: Queryable, job: JobRequest): Promise<void> {
   await finishRecomputes(tx, job.worldId, job.kind, job.name);
@@ -31,6 +36,7 @@ export async function requestRecompute(tx: Queryable, job: JobRequest): Promise<
      VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8 / 1000))`,
     [job.worldId, job.kind, job.name, job.definitionVersion, job.objectType, job.dueInMs],
   );
+  await enqueueJob(tx, RECOMPUTE, { key: '', maxAttempts: null });
 }
 
 /** Ends the definition's unfinished recomputes (it was deleted, or is recomputed anew). */
@@ -75,7 +81,6 @@ interface Job {
   after_pk: string | null;
 }
 
-/** Takes due jobs one batch at a time; polls, and is woken when a definition is written. */
 /**
  * A batch of a fork's keys of a type in pk order (docs/adr/0033): its own and its bases' at their
  * fork points, each level's next keys by index, merged; `live` through the chain (a key the fork
@@ -99,64 +104,49 @@ const CHAIN_KEYS = `WITH cand AS (
   SELECT cand.pk, EXISTS (SELECT 1 FROM rm_object_at($1, $2, cand.pk) o WHERE NOT o.deleted) AS live
     FROM cand ORDER BY cand.pk`;
 
+/** Takes due recomputes one batch at a time, as the job RECOMPUTE of the service's runner. */
 export class RecomputeWorker {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
-  private stopped = true;
+  private jobs: JobRunner | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly models: ModelCache,
     private readonly ctx: EvaluationContext,
     private readonly metrics: EvaluationMetrics,
-    private readonly log: FastifyBaseLogger,
     private readonly batchSize = 500,
-    private readonly pollMs = 250,
+    private readonly retryMs = 250,
   ) {}
 
-  start() {
-    this.stopped = false;
-    this.timer = setInterval(() => this.wake(), this.pollMs);
-    this.timer.unref();
-    this.wake();
+  /** Defines RECOMPUTE on `jobs`: a batch a run, run again at once while batches are left. */
+  register(jobs: JobRunner) {
+    this.jobs = jobs;
+    jobs.define(
+      RECOMPUTE,
+      async () => {
+        const step = await this.step();
+        if (step === 'done') return undefined;
+        return { rerunInMs: step === 'more' ? 0 : this.retryMs };
+      },
+      { backoff: { initialMs: this.retryMs, maxMs: 5000 } },
+    );
   }
 
-  async stop() {
-    this.stopped = true;
-    clearInterval(this.timer);
-    await this.running;
-  }
-
+  /** Looks for work now (a definition was written); the job's enqueue does it too once committed. */
   wake() {
-    if (this.stopped) return;
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    this.running = this.drain()
-      .catch((err) => this.log.warn({ err }, 'recompute batch failed; retrying at the next poll'))
-      .finally(() => {
-        this.running = undefined;
-        if (this.again) {
-          this.again = false;
-          this.wake();
-        }
-      });
+    this.jobs?.wake();
   }
 
-  private async drain() {
-    while (!this.stopped && (await this.step())) {}
-  }
-
-  /** One batch of the most due job; false when there is none. */
-  async step(): Promise<boolean> {
+  /**
+   * One batch of the most due recompute: `more` when one ran, `done` when none is left, `later`
+   * when the most due one cannot run yet (its fork point is not recorded).
+   */
+  async step(): Promise<'more' | 'done' | 'later'> {
     // Most polls find nothing: one statement outside any transaction says so.
     const due = await this.pool.query<{ id: string; world_id: string }>(
       'SELECT id::text, world_id FROM recompute_jobs WHERE finished_at IS NULL ORDER BY due_at, id LIMIT 1',
     );
     const next = due.rows[0];
-    if (!next) return false;
+    if (!next) return 'done';
     // BEGIN, the world's lock, then the job's row (definition writes take them in that order)
     // and the model's versions, in one trip; the values computed go with COMMIT.
     const first: Statement[] = [
@@ -170,18 +160,18 @@ export class RecomputeWorker {
     ];
     return inTransactionTogether(this.pool, first, async (tx, [, found, versions]) => {
       const job = found?.rows[0] as Job | undefined;
-      if (!job) return { value: true };
+      if (!job) return { value: 'more' as const };
       const model = await this.models.get(tx, job.world_id, versions?.rows);
       const current = job.kind === 'derived' ? model.derivedByName.get(job.name) : model.rules.get(job.name);
       if (!current || current.version !== job.definition_version || current.objectType !== job.object_type) {
         // Superseded, deleted or invalid since: nothing of this job is worth computing.
         return {
-          value: true,
+          value: 'more' as const,
           last: [{ text: 'UPDATE recompute_jobs SET finished_at = now() WHERE id = $1', values: [job.id] }],
         };
       }
       const chain = ModelCache.chainOf(versions?.rows);
-      if (chain === 'pending') return { value: false }; // its fork point is not recorded yet: later
+      if (chain === 'pending') return { value: 'later' as const }; // its fork point is not recorded yet
       const forked = chain === 'known';
       const batch = await tx.query<{ pk: string; live: boolean }>(
         forked
@@ -205,7 +195,7 @@ export class RecomputeWorker {
                 WHERE id = $1`,
         values: [job.id, seen.at(-1) ?? null, pks.length, seen.length < this.batchSize],
       };
-      return { value: true, last: [...sql.take(), progress] };
+      return { value: 'more' as const, last: [...sql.take(), progress] };
     });
   }
 }

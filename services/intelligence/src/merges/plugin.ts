@@ -1,5 +1,7 @@
+import { eventHandlers } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type pg from 'pg';
 import { apply, compensate, plan, resolve, type SagaContext, verify } from './saga.js';
 
 /**
@@ -17,17 +19,18 @@ export default fp(
       },
       afterCommit: (work) => setTimeout(work, 50).unref(),
     };
+    const handle = eventHandlers<[pg.PoolClient]>({
+      'world.merge.requested': (event, tx) => plan(tx, ctx, event),
+      'world.merge.conflict.resolved': (event, tx) => resolve(tx, event),
+      'world.merge.apply': (event, tx) => apply(tx, ctx, event),
+      'world.merge.compensate': (event, tx) => compensate(tx, ctx, event),
+      'world.merge.verify.requested': (event, tx) => verify(tx, ctx, event),
+    });
     app.addConsumer({
       name: 'intelligence-merges',
       topics: ['onto.worlds'],
       apply: async (tx, events) => {
-        for (const { event } of events) {
-          if (event.type === 'world.merge.requested') await plan(tx, ctx, event);
-          else if (event.type === 'world.merge.conflict.resolved') await resolve(tx, event);
-          else if (event.type === 'world.merge.apply') await apply(tx, ctx, event);
-          else if (event.type === 'world.merge.compensate') await compensate(tx, ctx, event);
-          else if (event.type === 'world.merge.verify.requested') await verify(tx, ctx, event);
-        }
+        for (const { event } of events) await handle(event, tx);
       },
     });
   },

@@ -3,7 +3,7 @@
  * onto.worlds, each in the consumer's inbox transaction with its reply: plan, record a
  * resolution, apply, compensate, verify.
  */
-import { type EventEnvelope, HttpProblem, type SchemaDocument } from '@onto/shared';
+import { type EventEnvelope, type EventOf, HttpProblem, type SchemaDocument } from '@onto/shared';
 import type pg from 'pg';
 import type { DefinitionWriter } from '../definition-routes.js';
 import { lockWorlds } from '../engine/locks.js';
@@ -12,7 +12,6 @@ import { schemaDocument } from './check.js';
 import { type Body, definitionsAt, type Kind, keyOf, positionOf, sameBody } from './history.js';
 import { counts, type Entry, finalBody, planEntries, readPoints, writes } from './plan.js';
 import { insertMerge, lockMerge, type Merge, type Replaced, reply, updateMerge } from './store.js';
-import type { Strategy } from './three-way.js';
 import { type Write, writeAll } from './writes.js';
 
 export interface SagaContext {
@@ -44,6 +43,7 @@ async function step(
   tx: pg.PoolClient,
   ctx: SagaContext,
   event: EventEnvelope,
+  merge: string,
   phase: 'plan' | 'apply' | 'compensate' | 'verify',
   work: () => Promise<void>,
 ): Promise<void> {
@@ -54,7 +54,6 @@ async function step(
   } catch (err) {
     if (!(err instanceof StepFailed) && !(err instanceof HttpProblem)) throw err;
     await tx.query('ROLLBACK TO SAVEPOINT merge_step');
-    const { merge } = event.payload as { merge: string };
     await reply(tx, ctx.topicPrefix, event, 'intelligence.merge.failed', {
       merge,
       phase,
@@ -95,21 +94,15 @@ async function replyPlan(tx: pg.PoolClient, ctx: SagaContext, event: EventEnvelo
   });
 }
 
-interface Requested {
-  merge: string;
-  source: string;
-  target: string;
-  strategy: Strategy;
-  dryRun: boolean;
-  base: { world: string; definitions: number } | null;
-  schema: Record<string, unknown>;
-}
-
-export async function plan(tx: pg.PoolClient, ctx: SagaContext, event: EventEnvelope): Promise<void> {
-  const p = event.payload as unknown as Requested;
+export async function plan(
+  tx: pg.PoolClient,
+  ctx: SagaContext,
+  event: EventOf<'world.merge.requested'>,
+): Promise<void> {
+  const p = event.payload;
   const known = await lockMerge(tx, p.merge);
   if (known) return replyPlan(tx, ctx, event, known); // asked again: the same answer
-  await step(tx, ctx, event, 'plan', async () => {
+  await step(tx, ctx, event, p.merge, 'plan', async () => {
     for (const field of ['source', 'target'] as const) {
       if (!(await provisioned(tx, p[field]))) {
         throw new StepFailed(404, `world ${p[field]} is not provisioned in intelligence`, field);
@@ -143,8 +136,8 @@ export async function plan(tx: pg.PoolClient, ctx: SagaContext, event: EventEnve
 }
 
 /** A person's resolution of one of intelligence's conflicts, kept for the apply (which checks a value as a PUT would). */
-export async function resolve(tx: pg.PoolClient, event: EventEnvelope): Promise<void> {
-  const p = event.payload as { merge: string; conflict: string; take: 'source' | 'target' | 'value'; value?: unknown };
+export async function resolve(tx: pg.PoolClient, event: EventOf<'world.merge.conflict.resolved'>): Promise<void> {
+  const p = event.payload;
   if (!p.conflict.startsWith('i-')) return;
   const m = await lockMerge(tx, p.merge);
   const entry = m?.entries.find((e) => e.conflict?.id === p.conflict);
@@ -153,9 +146,9 @@ export async function resolve(tx: pg.PoolClient, event: EventEnvelope): Promise<
   await updateMerge(tx, m.id, { entries: m.entries });
 }
 
-export async function apply(tx: pg.PoolClient, ctx: SagaContext, event: EventEnvelope): Promise<void> {
-  const p = event.payload as { merge: string; schema: Record<string, unknown> };
-  await step(tx, ctx, event, 'apply', async () => {
+export async function apply(tx: pg.PoolClient, ctx: SagaContext, event: EventOf<'world.merge.apply'>): Promise<void> {
+  const p = event.payload;
+  await step(tx, ctx, event, p.merge, 'apply', async () => {
     const m = await lockMerge(tx, p.merge);
     if (!m) throw new StepFailed(404, `merge ${p.merge} was never planned in intelligence`);
     if (m.status === 'applied') {
@@ -215,9 +208,13 @@ export async function apply(tx: pg.PoolClient, ctx: SagaContext, event: EventEnv
   });
 }
 
-export async function compensate(tx: pg.PoolClient, ctx: SagaContext, event: EventEnvelope): Promise<void> {
-  const p = event.payload as { merge: string };
-  await step(tx, ctx, event, 'compensate', async () => {
+export async function compensate(
+  tx: pg.PoolClient,
+  ctx: SagaContext,
+  event: EventOf<'world.merge.compensate'>,
+): Promise<void> {
+  const p = event.payload;
+  await step(tx, ctx, event, p.merge, 'compensate', async () => {
     const m = await lockMerge(tx, p.merge);
     const none = { merge: p.merge, reverted: { derived: 0, rules: 0, decisions: 0 }, notReverted: [] };
     if (m?.status !== 'applied') {
@@ -257,9 +254,13 @@ export async function compensate(tx: pg.PoolClient, ctx: SagaContext, event: Eve
  * merge-verify: the plan recomputed from the recorded points and the resolutions, each
  * definition it writes compared with the target's at the position after the merge.
  */
-export async function verify(tx: pg.PoolClient, ctx: SagaContext, event: EventEnvelope): Promise<void> {
-  const p = event.payload as { merge: string; verification: string };
-  await step(tx, ctx, event, 'verify', async () => {
+export async function verify(
+  tx: pg.PoolClient,
+  ctx: SagaContext,
+  event: EventOf<'world.merge.verify.requested'>,
+): Promise<void> {
+  const p = event.payload;
+  await step(tx, ctx, event, p.merge, 'verify', async () => {
     const m = await lockMerge(tx, p.merge);
     if (!m) throw new StepFailed(404, `merge ${p.merge} was never planned in intelligence`);
     if (m.status !== 'applied' || m.appliedPosition === null) {

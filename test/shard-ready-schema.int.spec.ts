@@ -1,0 +1,145 @@
+import { createTestDatabase, type TestDatabase, testEndpoints } from '@onto/shared/testing';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SERVICES } from './services.js';
+
+// Issue 33, docs/adr/0054: data's and intelligence's tables are to become Citus distributed tables
+// with `world_id` as the (co-located) distribution column. Citus requires the distribution column
+// in the primary key and in every unique index; `world_id` leading them also keeps a world's rows
+// together on one node's index pages. This reads the migrated catalogue and fails on:
+// - a table that is not classified below (a new table must say whether rows belong to a world);
+// - a world table whose primary key or a unique index does not lead with `world_id`, unless it is
+//   one of the PENDING ones, which name what their migration must change (a ratchet: the list may
+//   only shrink, and an entry that no longer breaks the rule fails too, so it is taken out).
+
+/** Tables whose rows belong to no world: they stay local (one per node) or become reference tables. */
+const NOT_PER_WORLD: Record<string, string> = {
+  // the messaging kernel: each node keeps its own outbox, inbox and relay state
+  outbox: 'kernel: local to a node (its relay publishes its own rows)',
+  outbox_pending: 'kernel',
+  outbox_sent: 'kernel',
+  outbox_set_aside: 'kernel',
+  inbox: 'kernel: keyed by consumer and event id',
+  inbox_deferred: 'kernel',
+  kernel_meta: 'kernel',
+  onto_kernel_migrations: 'migrations',
+  onto_identity_replica_migrations: 'migrations',
+  data_migrations: 'migrations',
+  intelligence_migrations: 'migrations',
+  // the identity replica (ADR 6): the same rows everywhere, a reference table
+  identity_keys: 'reference',
+  identity_replica: 'reference',
+  identity_revocations: 'reference',
+  identity_user_generations: 'reference',
+  // data
+  storage_indexes: 'reference: indexes of the storage schema, one set for every world',
+  worlds: 'reference: the fork tree; read to route a world to its shard (docs/adr/0054)',
+};
+
+/**
+ * World tables that break the rule today, with the change their migration must make. Citus could
+ * not distribute them as they are.
+ */
+const PENDING: Record<string, string> = {
+  'data.audit_log': 'primary key (world_id, id); world_id NOT NULL (a world-less entry goes to a reference log)',
+  'data.cdc_positions': 'primary key (world_id, source, type, pk): reorder',
+  'data.series_keys': 'primary key (world_id, id); series points carry world_id',
+  'data.series_points': 'add world_id (from series_keys) leading the primary key',
+  'data.series_point_history': 'add world_id leading the primary key',
+  'data.merges': "a merge's world is base_world: add world_id = base_world leading the primary key",
+  'data.merge_items': 'add world_id (the merge base) leading the primary key',
+  'data.merge_conflicts': 'add world_id (the merge base) leading the primary key',
+  'intelligence.audit_log': 'primary key (world_id, id)',
+  'intelligence.alerts': 'primary key (world_id, id)',
+  'intelligence.decisions': 'primary key (world_id, id)',
+  'intelligence.recompute_jobs': 'primary key (world_id, id)',
+  'intelligence.derived_values_history': 'a primary key leading with world_id',
+  'intelligence.definition_merges': 'world_id = base_world leading the primary key',
+};
+
+/** Tables whose rows belong to a world although they have no world_id column (base_world or a parent's key stands in). */
+const WORLD_BY_PARENT = new Set([
+  'data.merges',
+  'intelligence.definition_merges',
+  'data.series_points',
+  'data.series_point_history',
+  'data.merge_items',
+  'data.merge_conflicts',
+]);
+
+interface KeyRow {
+  table: string;
+  index: string;
+  primary: boolean;
+  first: string;
+  definition: string;
+}
+
+const SHARDED = SERVICES.filter((s) => s.name !== 'control');
+
+describe('a schema ready to shard by world', () => {
+  const endpoints = testEndpoints();
+  const dbs = new Map<string, TestDatabase>();
+  beforeAll(async () => {
+    for (const s of SHARDED) dbs.set(s.name, await createTestDatabase(endpoints.postgresUrl, s.migrations));
+  });
+  afterAll(async () => {
+    for (const db of dbs.values()) await db.drop();
+  });
+
+  async function catalogue(service: string) {
+    const client = new pg.Client({ connectionString: dbs.get(service)?.url });
+    await client.connect();
+    try {
+      const tables = await client.query<{ table: string; has_world: boolean }>(
+        `SELECT c.relname AS table,
+                EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'world_id' AND NOT a.attisdropped) AS has_world
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition`,
+      );
+      const keys = await client.query<KeyRow>(
+        `SELECT c.relname AS table, i.relname AS index, x.indisprimary AS primary,
+                coalesce((SELECT a.attname FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum = x.indkey[0]), '(expression)') AS first,
+                pg_get_indexdef(x.indexrelid) AS definition
+           FROM pg_index x JOIN pg_class c ON c.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'public' AND (x.indisprimary OR x.indisunique) AND NOT c.relispartition`,
+      );
+      return { tables: tables.rows, keys: keys.rows };
+    } finally {
+      await client.end();
+    }
+  }
+
+  it.each(SHARDED.map((s) => s.name))(
+    '%s: every world table leads its primary key and unique indexes with world_id',
+    async (service) => {
+      const { tables, keys } = await catalogue(service);
+      const problems = new Map<string, string[]>();
+      const unclassified: string[] = [];
+      for (const { table, has_world } of tables) {
+        const name = `${service}.${table}`;
+        if (table in NOT_PER_WORLD) {
+          if (has_world) unclassified.push(`${name} has world_id but is listed as not per world`);
+          continue;
+        }
+        if (!has_world && !WORLD_BY_PARENT.has(name)) {
+          unclassified.push(`${name}: no world_id and not classified (add it to NOT_PER_WORLD or give it world_id)`);
+          continue;
+        }
+        const own = keys.filter((k) => k.table === table);
+        const broken: string[] = [];
+        if (!own.some((k) => k.primary)) broken.push('no primary key');
+        for (const k of own) if (k.first !== 'world_id') broken.push(k.definition);
+        if (broken.length > 0) problems.set(name, broken);
+      }
+      expect(unclassified).toEqual([]);
+      const newlyBroken = [...problems]
+        .filter(([name]) => !(name in PENDING))
+        .map(([name, b]) => `${name}: ${b.join('; ')}`);
+      expect(newlyBroken, 'world tables whose keys do not lead with world_id').toEqual([]);
+      const fixed = Object.keys(PENDING).filter((name) => name.startsWith(`${service}.`) && !problems.has(name));
+      expect(fixed, 'PENDING entries that now keep the rule: take them out').toEqual([]);
+    },
+  );
+});
