@@ -364,6 +364,12 @@ describe('every event the services produce matches the published contract', () =
         .filter(([name]) => name !== 'dead-letter')
         .map(([name, message]) => [name, ajv.compile(message.payload)]),
     );
+    // Its headers too: the optional ones (traceparent, x-request-id) fit their schemas when present.
+    const publishedHeaders = new Map<string, ReturnType<Ajv['compile']>>(
+      Object.entries(asyncapi.components.messages as Record<string, { headers: object }>)
+        .filter(([name]) => name !== 'dead-letter')
+        .map(([name, message]) => [name, ajv.compile(message.headers)]),
+    );
 
     const faults: string[] = [];
     for (const r of records) {
@@ -385,6 +391,10 @@ describe('every event the services produce matches the published contract', () =
         continue;
       }
       if (!check(event)) faults.push(`${at} ${event.type}: ${ajv.errorsText(check.errors)}`);
+      const headersCheck = publishedHeaders.get(event.type);
+      if (headersCheck && !headersCheck(r.headers)) {
+        faults.push(`${at} ${event.type} headers: ${ajv.errorsText(headersCheck.errors)}`);
+      }
       const fault = payloadFault(event.type, event.payload);
       if (fault) faults.push(`${at} ${event.type}: ${fault.path} ${fault.reason}`);
       if (EVENT_TYPES[event.type] !== r.topic) faults.push(`${at}: ${event.type} on the wrong topic`);

@@ -14,6 +14,7 @@ import {
   PRODUCERS,
   type SchemaLock,
   TOPIC_NAMES,
+  TRACEPARENT_PATTERN,
 } from '@onto/shared';
 import { describe, expect, it } from 'vitest';
 
@@ -74,6 +75,9 @@ describe('the AsyncAPI document', () => {
       .all()
       .find((m) => m.id() === 'object.created');
     expect(message?.headers()?.required()).toContain('ce_type');
+    // The CloudEvents distributed-tracing extension: optional, a W3C traceparent when present.
+    expect(message?.headers()?.required()).not.toContain('traceparent');
+    expect(message?.headers()?.properties()?.traceparent?.pattern()).toBe(TRACEPARENT_PATTERN);
     expect(message?.payload()?.properties()?.payload?.required()).toContain('after');
   });
 

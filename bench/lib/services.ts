@@ -16,12 +16,17 @@ export function freePort(): Promise<number> {
 /**
  * A service from its compiled server, as deployed: its own process, its own event loop. It gets this
  * process's identity and key-encryption keys (required, ADR 35 and 42) unless `env` names others.
+ * `from`: the checkout whose build runs (another commit's, for a before/after).
  */
-export async function startService(name: 'control' | 'data' | 'intelligence', env: Record<string, string>) {
+export async function startService(
+  name: 'control' | 'data' | 'intelligence',
+  env: Record<string, string>,
+  from = repo,
+) {
   const port = await freePort();
   // BENCH_NODE_ARGS, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof", to look inside a service.
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, `${repo}/services/${name}/dist/server.js`], {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, `${from}/services/${name}/dist/server.js`], {
     env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn', ...testIdentityEnv(), ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });

@@ -54,6 +54,8 @@ export async function benchStack(
     intelligence?: boolean;
     partitions?: number;
     dataEnv?: Record<string, string>;
+    /** A checkout whose build of data runs instead of this one's (a before/after). */
+    dataFrom?: string;
     intelligenceEnv?: Record<string, string>;
   } = {},
 ) {
@@ -86,7 +88,7 @@ export async function benchStack(
       ...(opts.intelligence ? {} : { WORLD_PROVISION_TIMEOUT_MS: '3600000' }),
     });
     started.push(control);
-    const data = await startService('data', { ...common, DATABASE_URL: dataDb.url, ...opts.dataEnv });
+    const data = await startService('data', { ...common, DATABASE_URL: dataDb.url, ...opts.dataEnv }, opts.dataFrom);
     started.push(data);
     const intelligence = intelligenceDb
       ? await startService('intelligence', { ...common, DATABASE_URL: intelligenceDb.url, ...opts.intelligenceEnv })

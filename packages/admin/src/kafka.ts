@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { type Admin, Kafka, logLevel, type Producer } from 'kafkajs';
+import type { KafkaSasl } from '@onto/shared';
+import { type Admin, Kafka, logLevel, type Producer, type SASLOptions } from 'kafkajs';
 import { AdminError, EXIT } from './errors.js';
 
 /** A record as read, bytes kept as they were. */
@@ -34,12 +35,15 @@ export class KafkaTools {
   private admin: Admin | undefined;
   private producer: Producer | undefined;
 
-  constructor(brokers: string) {
+  /** `sasl`: the Kafka user to log in as (KAFKA_SASL_*), as the services do; anonymous without. */
+  constructor(brokers: string, sasl?: KafkaSasl) {
     this.kafka = new Kafka({
       brokers: brokers.split(',').map((b) => b.trim()),
       clientId: 'onto-admin',
       logLevel: logLevel.NOTHING,
       retry: { retries: 3 },
+      // kafkajs's SASLOptions is a union per mechanism; each of ours has exactly these three fields.
+      ...(sasl ? { sasl: { ...sasl } as SASLOptions } : {}),
     });
   }
 

@@ -1,5 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { DLQ_HEADERS, dlqOf, physicalTopic } from '@onto/shared';
+import {
+  ConfigError,
+  DLQ_HEADERS,
+  dlqOf,
+  kafkaSaslConfigSchema,
+  kafkaSaslOf,
+  loadConfig,
+  physicalTopic,
+} from '@onto/shared';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { AdminError, EXIT, EXIT_HELP } from './errors.js';
 import { type KafkaRecord, KafkaTools, type PartitionLog } from './kafka.js';
@@ -123,6 +131,16 @@ const deadLetterView = (r: KafkaRecord) => ({
 });
 const short = (s: string | null, n = 60) => (s && s.length > n ? `${s.slice(0, n - 1)}…` : s);
 
+/** The Kafka user of KAFKA_SASL_* (all three or none), as the services read it; a bad set is a usage error. */
+function kafkaLogin(env: NodeJS.ProcessEnv) {
+  try {
+    return kafkaSaslOf(loadConfig(kafkaSaslConfigSchema(), env));
+  } catch (error) {
+    if (error instanceof ConfigError) throw new AdminError(error.message, EXIT.usage);
+    throw error;
+  }
+}
+
 /** The CLI: returns the exit code rather than exiting, so that tests and scripts can call it. */
 export async function main(argv: string[], io: Io = processIo, env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let exitCode: number = EXIT.ok;
@@ -132,7 +150,7 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
   const setup = (cmd: Command) => {
     const o = cmd.optsWithGlobals() as GlobalOptions;
     const kafka = () => {
-      const tools = new KafkaTools(o.kafkaBrokers);
+      const tools = new KafkaTools(o.kafkaBrokers, kafkaLogin(env));
       cleanups.push(() => tools.close());
       return tools;
     };
@@ -175,7 +193,8 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
     .addHelpText(
       'after',
       `\nEnvironment: ONTO_CONTROL_URL, ONTO_DATA_URL, ONTO_INTELLIGENCE_URL, ONTO_ACCESS_TOKEN,
-  ONTO_API_TOKEN, KAFKA_BROKERS, ONTO_TOPIC_PREFIX.\n\n${EXIT_HELP}`,
+  ONTO_API_TOKEN, KAFKA_BROKERS, ONTO_TOPIC_PREFIX; KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME
+  and KAFKA_SASL_PASSWORD (all three or none) log in to an authenticated broker.\n\n${EXIT_HELP}`,
     )
     .showHelpAfterError()
     .exitOverride()
@@ -654,7 +673,13 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
       io.stderr.write(`onto-admin: ${error.message}\n`);
       exitCode = error.exitCode;
     } else {
-      io.stderr.write(`onto-admin: ${(error as Error).message ?? error}\n`);
+      const message = (error as Error).message ?? String(error);
+      // An authenticated broker closes an anonymous client's connection without saying why.
+      const hint =
+        /Closed connection/.test(message) && env.KAFKA_SASL_USERNAME === undefined
+          ? ' (an authenticated broker? log in with KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD)'
+          : '';
+      io.stderr.write(`onto-admin: ${message}${hint}\n`);
       exitCode = EXIT.failure;
     }
   } finally {

@@ -10,7 +10,12 @@ export interface CliRun {
 }
 
 /** Runs the CLI in process as a script would, after the given global options: exit code, stdout and stderr. */
-export async function runCli(globals: string[], ...args: string[]): Promise<CliRun> {
+export function runCli(globals: string[], ...args: string[]): Promise<CliRun> {
+  return runCliIn({}, globals, ...args);
+}
+
+/** runCli with these environment variables (e.g. KAFKA_SASL_*). */
+export async function runCliIn(env: NodeJS.ProcessEnv, globals: string[], ...args: string[]): Promise<CliRun> {
   let out = '';
   let err = '';
   const sink = (append: (s: string) => void) =>
@@ -30,7 +35,7 @@ export async function runCli(globals: string[], ...args: string[]): Promise<CliR
         err += s;
       }),
     },
-    {},
+    env,
   );
   return { code, out, err, json: () => JSON.parse(out) };
 }

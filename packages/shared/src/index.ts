@@ -128,3 +128,16 @@ export * from './ontology/replica.js';
 export * from './ontology/schema.js';
 export * from './ontology/values.js';
 export { createRedis, redisPlugin } from './redis/redis.js';
+export {
+  applyTraced,
+  contextOfTraceparent,
+  endSpan,
+  setTracingEnabled,
+  traceIdsOf,
+  traceparentFor,
+  traceparentOf,
+  tracerOf,
+  tracingEnabled,
+} from './tracing/context.js';
+export { traceRequests } from './tracing/http.js';
+export { exportingWanted, FileSpanExporter, spanLine, startTracing, type TracingOptions } from './tracing/sdk.js';

@@ -11,13 +11,23 @@ export interface Origin {
   causedBy: string | null;
   /** `X-Caused-By` of the request, when given: carried as the record's `x-caused-by` header, waited for by nobody. */
   claimedCause?: string | null;
+  /**
+   * The request's trace, when tracing is on: taken in its handler, since its events may be
+   * written in another request's transaction (a write group, docs/adr/0015).
+   */
+  traceparent?: string | undefined;
 }
 
-/** The record headers of an event of `origin`: its request, and the cause its client named. */
-export const originHeaders = (origin: Origin): Record<string, string> =>
-  origin.claimedCause
-    ? { 'x-request-id': origin.requestId, 'x-caused-by': origin.claimedCause }
-    : { 'x-request-id': origin.requestId };
+/**
+ * The record headers of an event of `origin`: its request, the cause its client named
+ * (docs/adr/0057) and, when traced, its trace (docs/adr/0055).
+ */
+export function originHeaders(origin: Origin): Record<string, string> {
+  const headers: Record<string, string> = { 'x-request-id': origin.requestId };
+  if (origin.claimedCause) headers['x-caused-by'] = origin.claimedCause;
+  if (origin.traceparent) headers.traceparent = origin.traceparent;
+  return headers;
+}
 
 /** A change event of data's on `key`, caused by the request and carrying its id as a header. */
 export function changeMessage(

@@ -9,6 +9,7 @@ import {
   lockSpace,
   PreconditionFailed,
   requestHeader,
+  traceparentOf,
   UUID_V7,
   withOcc,
 } from '@onto/shared';
@@ -62,12 +63,16 @@ export function written(reply: FastifyReply, version: number, seq: number) {
 }
 
 /** Who acts, under which request, caused by which event: what every change event carries. */
-export const originOf = (request: FastifyRequest): Origin => ({
-  actor: actorOf(request),
-  requestId: String(request.id),
-  causedBy: null,
-  claimedCause: claimedCause(request),
-});
+export const originOf = (request: FastifyRequest): Origin => {
+  const traceparent = traceparentOf();
+  return {
+    actor: actorOf(request),
+    requestId: String(request.id),
+    causedBy: null,
+    claimedCause: claimedCause(request),
+    ...(traceparent ? { traceparent } : {}),
+  };
+};
 
 export interface Preconditions {
   ifMatch: number | 'any' | undefined;

@@ -127,6 +127,13 @@ export function serviceConfigSchema(defaultPort: number) {
       }),
     ),
     SHUTDOWN_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600_000, default: 10_000 }),
+    ONTO_TRACES_FILE: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          'A file the spans are appended to, a JSON line each (./onto up --tracing; scripts/traces.mjs reads it), instead of the exporters of the OTEL_* variables (docs/operations-tracing.md)',
+      }),
+    ),
     DB_POOL_MAX: Type.Integer({ minimum: 1, maximum: 1000, default: 20 }),
     OUTBOX_BATCH_SIZE: Type.Integer({ minimum: 1, maximum: 1000, default: 500 }),
     OUTBOX_RETENTION_HOURS: Type.Integer({

@@ -12,6 +12,8 @@ import { kafkaPlugin } from '../kafka/plugin.js';
 import { consumersPlugin } from '../messaging/consumers-plugin.js';
 import { outboxPlugin } from '../messaging/plugin.js';
 import { redisPlugin } from '../redis/redis.js';
+import { logMixin, tracerOf, tracingEnabled } from '../tracing/context.js';
+import { traceRequests } from '../tracing/http.js';
 import { BODY_LIMITS } from './body-limits.js';
 import { corsPlugin, DEFAULT_CONSOLE_ORIGINS } from './cors.js';
 import { healthPlugin } from './health.js';
@@ -133,6 +135,8 @@ export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOpti
     logger: {
       level: config.LOG_LEVEL,
       redact: ['req.headers.authorization', 'req.headers.cookie'],
+      // trace_id and span_id of the active span on each line, when tracing is on (docs/adr/0055).
+      ...(tracingEnabled() ? { mixin: logMixin } : {}),
     },
     requestIdHeader: 'x-request-id',
     genReqId: () => randomUUID(),
@@ -175,6 +179,7 @@ export const platformPlugin = fp(
     app.addHook('onRequest', async (request, reply) => {
       reply.header('x-request-id', request.id);
     });
+    traceRequests(app, opts.service);
     await app.register(corsPlugin, { origins: opts.config.ONTO_CONSOLE_ORIGIN ?? DEFAULT_CONSOLE_ORIGINS });
     // Every route that takes a body says how large (BODY_LIMITS), or fails at boot.
     app.addHook('onRoute', (route) => {
@@ -230,10 +235,14 @@ export const platformPlugin = fp(
       sasl: kafkaSaslOf(opts.config),
     });
     await app.register(outboxPlugin, {
+      tracer: tracerOf(opts.service),
       batchSize: opts.config.OUTBOX_BATCH_SIZE,
       retentionMs: opts.config.OUTBOX_RETENTION_HOURS * 3600_000,
     });
-    await app.register(consumersPlugin, { retentionMs: opts.config.INBOX_RETENTION_HOURS * 3600_000 });
+    await app.register(consumersPlugin, {
+      retentionMs: opts.config.INBOX_RETENTION_HOURS * 3600_000,
+      tracer: tracerOf(opts.service),
+    });
   },
   { name: 'onto-platform' },
 );

@@ -5,6 +5,7 @@ import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify'
 import { backoffDelay, equalJitter } from '../backoff.js';
 import { ConfigError, loadConfig } from '../config/load.js';
 import { isInfrastructureError } from '../messaging/infrastructure-errors.js';
+import { startTracing } from '../tracing/sdk.js';
 import { fastifyOptions } from './platform.js';
 
 interface ListenConfig {
@@ -12,6 +13,7 @@ interface ListenConfig {
   PORT: number;
   LOG_LEVEL: string;
   SHUTDOWN_TIMEOUT_MS: number;
+  ONTO_TRACES_FILE?: string | undefined;
 }
 
 /** How long the boot waits between attempts while a dependency is unreachable. */
@@ -32,6 +34,7 @@ export async function runService<S extends TObject>(
   schema: S,
   app: FastifyPluginAsync<{ config: Static<S> & ListenConfig }>,
   env: NodeJS.ProcessEnv = process.env,
+  service?: string,
 ): Promise<void> {
   let config: Static<S> & ListenConfig;
   try {
@@ -41,6 +44,8 @@ export async function runService<S extends TObject>(
     process.stderr.write(`${error.message}\n`);
     process.exit(1);
   }
+  // Before the app: its plugins and routes add spans only when tracing is on (docs/adr/0055).
+  const stopTracing = service ? await startTracing({ service, env, file: config.ONTO_TRACES_FILE }) : undefined;
   let fastify: FastifyInstance = Fastify(fastifyOptions(config));
   let waiting: StartupServer | undefined;
   let stopping = false;
@@ -52,6 +57,7 @@ export async function runService<S extends TObject>(
     else fastify.log.info({ signal }, 'shutting down');
     await waiting?.close();
     await fastify.close();
+    await stopTracing?.().catch((error) => fastify.log.warn({ err: error }, 'spans not flushed'));
   });
   for (let attempt = 0; ; attempt++) {
     try {

@@ -1,3 +1,4 @@
+import type { Tracer } from '@opentelemetry/api';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Logger } from 'pino';
@@ -76,6 +77,8 @@ export interface InboxConsumerOptions {
   prepare?: PrepareEffects;
   logger: Logger;
   registry?: Registry;
+  /** A span per record applied, continuing the record's trace (docs/adr/0055); none without. */
+  tracer?: Tracer;
   /**
    * Attempts at an event whose effect throws, before it is dead-lettered. `Infinity` never
    * dead-letters: the partition waits until the effect applies (for streams where skipping an

@@ -4,6 +4,7 @@ import { backoffDelay } from '../backoff.js';
 import { inTransactionTogether, type Statement, type TransactionOutcome } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
 import type { Consumer, IncomingBatch, IncomingMessage } from '../kafka/broker.js';
+import { applyTraced } from '../tracing/context.js';
 import { BatchMerger } from './batch-merging.js';
 import { ConsumerMetrics } from './consumer-metrics.js';
 import type { DeferralPolicy, InboxConsumerOptions, ReceivedEvent } from './consumer-options.js';
@@ -255,7 +256,10 @@ export class InboxConsumer {
     }
     const last: Statement[] = [];
     if (taken.length > 0) last.push(unrecordStatement(this.opts.name, taken));
-    if (fresh.length > 0) last.push(...((await this.opts.apply(tx, fresh, prepared)) ?? []));
+    if (fresh.length > 0) {
+      const apply = () => this.opts.apply(tx, fresh, prepared);
+      last.push(...((await applyTraced(this.opts.tracer, this.opts.name, fresh, apply)) ?? []));
+    }
     if (toPark.length > 0) last.push(this.parking.statement(toPark));
     await this.opts.faults?.beforeCommit?.(fresh);
     this.metrics.duplicate('postgres', duplicates);

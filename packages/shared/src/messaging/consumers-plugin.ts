@@ -1,3 +1,4 @@
+import type { Tracer } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { Gauge } from 'prom-client';
@@ -43,6 +44,8 @@ declare module 'fastify' {
 export interface ConsumersPluginOptions {
   /** The inbox retention of every consumer that does not set its own (see InboxConsumerOptions). */
   retentionMs?: number;
+  /** The service's tracer: a span per traced record applied (docs/adr/0055). */
+  tracer?: Tracer;
 }
 
 /**
@@ -117,6 +120,7 @@ export const consumersPlugin = fp(
               pool: app.pg,
               redis: app.redis,
               registry: app.metrics,
+              ...(opts.tracer ? { tracer: opts.tracer } : {}),
             });
       if (consumer instanceof InboxConsumer) {
         // Its inbox is pruned by one replica a period, on the job runner (docs/adr/0051).

@@ -3,6 +3,7 @@ import { copyField, copyLines } from '../db/copy.js';
 import type { Statement } from '../db/pipeline.js';
 import type { Headers } from '../kafka/broker.js';
 import { type PartitionKey, physicalTopic } from '../kafka/topics.js';
+import { traceparentFor } from '../tracing/context.js';
 import { canonicalJson } from './canonical-json.js';
 import { EVENT_TYPES, type EventEnvelope, type EventType, validateEvent } from './envelope.js';
 import { wakeRelaysAfterCommit } from './outbox-signal.js';
@@ -78,13 +79,16 @@ function outboxRow(m: OutboxMessage, topicPrefix: string): OutboxRow {
   if (checked?.topicPrefix === topicPrefix) return checked.row;
   const event = validateEvent(m.event);
   checkKey(event, m.key);
+  // The trace the event continues (docs/adr/0055): the message's own, else that of its cause or
+  // of the active span; none when tracing is off.
+  const traceparent = m.headers?.traceparent === undefined ? traceparentFor(event.caused_by) : undefined;
   const row = {
     eventId: event.event_id,
     topic: physicalTopic(topicPrefix, EVENT_TYPES[event.type]),
     key: m.key,
     lane: laneOf(m.key),
     body: canonicalJson(event),
-    headers: JSON.stringify(m.headers ?? {}),
+    headers: JSON.stringify(traceparent ? { ...m.headers, traceparent } : (m.headers ?? {})),
   };
   const bytes = Buffer.byteLength(row.body) + Buffer.byteLength(row.key) + Buffer.byteLength(row.headers);
   checkEventBytes(row.eventId, row.topic, bytes);

@@ -1,3 +1,4 @@
+import type { Tracer } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { withTimeout } from '../http/health.js';
@@ -20,6 +21,8 @@ export interface OutboxPluginOptions {
   retentionMs?: number;
   /** How often the topics' `max.message.bytes` is asked again. */
   recordLimitsRefreshMs?: number;
+  /** The service's tracer: a span per traced row sent (docs/adr/0055). */
+  tracer?: Tracer;
 }
 
 /**

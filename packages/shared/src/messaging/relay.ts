@@ -1,3 +1,4 @@
+import { ROOT_CONTEXT, type Span, SpanKind, type Tracer, trace } from '@opentelemetry/api';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -7,6 +8,7 @@ import { inTransaction } from '../db/transaction.js';
 import { withTimeout } from '../http/health.js';
 import { type Producer, RecordsRefusedError } from '../kafka/broker.js';
 import { cloudEventHeaders } from '../kafka/events/cloudevents.js';
+import { contextOfTraceparent, endSpan, traceparentOf, tracingEnabled } from '../tracing/context.js';
 import { laneOf, OUTBOX_LANES, type Queryable } from './outbox.js';
 import { OUTBOX_CHANNEL, OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite, wakeRelaysAfterCommit } from './outbox-signal.js';
 import { recordLimits } from './record-limits.js';
@@ -261,6 +263,8 @@ export interface OutboxRelayOptions {
   backoffMaxMs?: number;
   registry?: Registry;
   faults?: RelayFaults;
+  /** A span per row sent that carries a trace, the parent of its consumers' (docs/adr/0055). */
+  tracer?: Tracer;
 }
 
 /**
@@ -270,7 +274,7 @@ export interface OutboxRelayOptions {
  */
 export class OutboxRelay {
   readonly batchSize: number;
-  private readonly opts: Required<Omit<OutboxRelayOptions, 'registry' | 'faults'>> & OutboxRelayOptions;
+  private readonly opts: Required<Omit<OutboxRelayOptions, 'registry' | 'faults' | 'tracer'>> & OutboxRelayOptions;
   private running = false;
   private stopping = false;
   /** Rejects once stop() is called, so that a publish to a silent broker does not hold a batch. */
@@ -362,12 +366,14 @@ export class OutboxRelay {
     const producer = Array.isArray(producers) ? (producers[loop % producers.length] as Producer) : producers;
     const client = await this.opts.pool.connect();
     let rows: ClaimedRow[] = [];
+    let spans: Span[] = [];
     try {
       rows = await claim(client, this.batchSize, this.opts.maxLanesPerClaim);
       if (rows.length === 0) {
         await client.query('COMMIT');
         return 0;
       }
+      spans = traceSends(this.opts.tracer, rows);
       const { records, malformed } = recordsOf(rows);
       const refused = [...malformed, ...(await this.publish(producer, records))];
       await this.opts.faults?.afterPublish?.(rows);
@@ -382,8 +388,10 @@ export class OutboxRelay {
         }
       }
       this.published.inc(records.length - (refused.length - malformed.length));
+      for (const span of spans) span.end();
       return records.length + malformed.length;
     } catch (error) {
+      for (const span of spans) endSpan(span, error);
       await client.query('ROLLBACK').catch(() => {});
       if (rows.length > 0 && !this.stopping) {
         this.failures.inc();
@@ -579,6 +587,39 @@ export class OutboxRelay {
       }, this.opts.backoffMaxMs).unref();
     }
   }
+}
+
+/**
+ * A producer span per claimed row that carries a trace (its `traceparent` header), the child of
+ * the span that wrote it; the row's records carry the new span on, so that their consumers'
+ * spans are its children. Rows without one, and every row when tracing is off, are sent as they
+ * are: no cost per record (docs/adr/0055).
+ */
+function traceSends(tracer: Tracer | undefined, rows: ClaimedRow[]): Span[] {
+  if (!tracer || !tracingEnabled()) return [];
+  const spans: Span[] = [];
+  for (const row of rows) {
+    const parent = row.headers.traceparent;
+    if (parent === undefined) continue;
+    const span = tracer.startSpan(
+      `send ${row.topic}`,
+      {
+        kind: SpanKind.PRODUCER,
+        attributes: {
+          'messaging.system': 'kafka',
+          'messaging.operation.type': 'send',
+          'messaging.destination.name': row.topic,
+          'messaging.message.id': row.event_id,
+          'messaging.batch.message_count': row.bundle ?? 1,
+        },
+      },
+      contextOfTraceparent(parent),
+    );
+    const traceparent = traceparentOf(trace.setSpan(ROOT_CONTEXT, span));
+    if (traceparent) row.headers = { ...row.headers, traceparent };
+    spans.push(span);
+  }
+  return spans;
 }
 
 /** One record to publish: an event of an outbox row (a bundle's events each their own). */

@@ -46,6 +46,9 @@ function keySchema(topic: TopicName): Json {
   };
 }
 
+/** A W3C traceparent of version 00 (https://www.w3.org/TR/trace-context/#traceparent-header). */
+export const TRACEPARENT_PATTERN = '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$';
+
 function eventHeaders(type: EventType, producer: ProducerName): Json {
   const text = (description: string, extra: Json = {}) => ({ type: 'string', description, ...extra });
   return {
@@ -66,6 +69,11 @@ function eventHeaders(type: EventType, producer: ProducerName): Json {
       'x-request-id': text('the HTTP request that caused the event, when one did'),
       'x-caused-by': text(
         "the event the request's client named as its cause (X-Caused-By), when it did: for tracing, never waited for",
+      ),
+      traceparent: text(
+        'W3C trace context of the span that sent the record (CloudEvents distributed-tracing extension), ' +
+          'a child of the request or applied record that caused the event; present when its producer traces',
+        { pattern: TRACEPARENT_PATTERN },
       ),
       ce_specversion: text('CloudEvents spec version', { const: CLOUDEVENTS_SPEC_VERSION }),
       ce_id: text('CloudEvents id: the envelope event_id'),
