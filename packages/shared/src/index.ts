@@ -35,11 +35,21 @@ export { type Isolation, inTransaction } from './db/transaction.js';
 export { BODY_LIMITS } from './http/body-limits.js';
 export { awaitApplied, consistencyToken } from './http/consistency.js';
 export { decodeCursor, encodeCursor } from './http/cursor.js';
-export { type IfMatchRule, ifMatch, requestHeader } from './http/headers.js';
+export {
+  CAUSED_BY_PATTERN,
+  CONSISTENCY_TOKEN_PATTERN,
+  Headers,
+  IDEMPOTENCY_KEY_PATTERN,
+  type IfMatchRule,
+  ifMatch,
+  ifMatchPattern,
+  requestHeader,
+} from './http/headers.js';
 export { CheckFailed, healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
 export { metricsPlugin } from './http/observability.js';
 export {
   type BaseServiceConfig,
+  documentedJsonBody,
   fastifyOptions,
   type PlatformOptions,
   platformPlugin,

@@ -4,6 +4,7 @@ import {
   BODY_LIMITS,
   decodeCursor,
   encodeCursor,
+  Headers,
   NotFound,
   problemResponses,
   WORLD_ID,
@@ -12,7 +13,15 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
-import { checkPreconditions, inWorldTransaction, keyParam, originOf, preconditionsOf, written } from '../http.js';
+import {
+  checkPreconditions,
+  inWorldTransaction,
+  keyParam,
+  OBJECT_IF_MATCH,
+  originOf,
+  preconditionsOf,
+  written,
+} from '../http.js';
 import { LIMITS } from '../objects/model.js';
 import { objectAt } from '../objects/repository.js';
 import { At, NAME } from '../objects/routes.js';
@@ -30,12 +39,10 @@ const LinkParams = Type.Object({
   toPk: Pk("the primary key of the link type's `to` object"),
 });
 const WriteHeaders = Type.Object({
-  'if-match': Type.Optional(Type.String({ description: 'the link version the write is based on, or *' })),
-  'if-none-match': Type.Optional(Type.String()),
-  'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(
-    Type.String({ format: 'uuid', description: 'the event (UUIDv7) that caused this write' }),
-  ),
+  'if-match': Headers.ifMatch(OBJECT_IF_MATCH, 'the link version the write is based on, or *'),
+  'if-none-match': Headers.ifNoneMatchAny(),
+  'x-consistency-token': Headers.consistencyToken(),
+  'x-caused-by': Headers.causedBy(),
 });
 const End = Type.Object({ type: Type.String(), pk: Type.String() });
 const LinkBody = Type.Object({ linkType: Type.String(), from: End, to: End, version: Type.Integer() });
@@ -137,7 +144,7 @@ export default fp(
             pk: Pk('the primary key of the object'),
             linkType: Type.String({ pattern: NAME }),
           }),
-          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
           querystring: Type.Object(
             {
               direction: Type.Optional(Type.Union([Type.Literal('outgoing'), Type.Literal('incoming')])),
