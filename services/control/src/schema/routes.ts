@@ -20,7 +20,7 @@ import fp from 'fastify-plugin';
 import { lockWorld, lockWritableWorld } from '../worlds/repository.js';
 import { ActionTypeBody, LinkTypeBody, ObjectTypeBody } from './bodies.js';
 import { checkActionType, checkLinkType, checkObjectType, NAME, type SchemaDocument, usesOf } from './model.js';
-import { currentSchema, history, writeVersion } from './repository.js';
+import { currentSchema, history, schemaAt, writeVersion } from './repository.js';
 
 /** What a schema write's If-Match may name: the version it is based on, 0 before the first. */
 const SCHEMA_IF_MATCH = { what: 'a schema version', any: false, min: 0, maxDigits: 9 } as const;
@@ -72,13 +72,30 @@ export default fp(
       '/v1/worlds/:world/schema',
       {
         preHandler: app.authorize({ role: 'viewer' }),
-        schema: { tags: ['schema'], params: WorldParams, response: { 200: Schema, ...errors } },
+        schema: {
+          tags: ['schema'],
+          params: WorldParams,
+          querystring: Type.Object({
+            version: Type.Optional(
+              Type.Integer({
+                minimum: 1,
+                maximum: 2 ** 31 - 1,
+                description: 'the schema as it was at this version (404 when the world never had it); absent: current',
+              }),
+            ),
+          }),
+          response: { 200: Schema, ...errors },
+        },
       },
       async (request, reply) => {
+        const { version } = request.query;
         const head = await inTransaction(app.pg, async (tx) => {
           await lockWorld(tx, request.params.world);
-          return currentSchema(tx, request.params.world);
+          return version === undefined
+            ? currentSchema(tx, request.params.world)
+            : schemaAt(tx, request.params.world, version);
         });
+        if (!head) throw new NotFound(`world ${request.params.world} has no schema version ${version}`);
         reply.header('etag', `"${head.version}"`).header('x-consistency-token', `control=${head.version}`);
         return { version: head.version, ...head.document };
       },
