@@ -56,7 +56,7 @@ const doc = (text: string | undefined, indent: string) =>
   text ? `${indent}/** ${text.replaceAll('*/', '*\\/').replace(/\s+/g, ' ').trim()} */\n` : '';
 
 function tsType(t: PropertyType, indent = ''): string {
-  if (typeof t === 'string') return PRIMITIVE_TS[t] ?? 'unknown';
+  if (typeof t === 'string') return Object.hasOwn(PRIMITIVE_TS, t) ? (PRIMITIVE_TS[t] as string) : 'unknown';
   switch (t.type) {
     case 'enum':
       return t.values.map((v) => JSON.stringify(v)).join(' | ');
@@ -67,7 +67,7 @@ function tsType(t: PropertyType, indent = ''): string {
         .map(([name, field]) => `${key(name)}?: ${tsType(field, indent)}`)
         .join('; ')} }`;
     case 'series':
-      return typeof t.value === 'string' ? (PRIMITIVE_TS[t.value] ?? 'unknown') : tsType(t.value, indent);
+      return tsType(t.value, indent);
   }
 }
 

@@ -194,7 +194,10 @@ export class Transport {
   /** Sends, retrying 429 and 503 (and a connection refused) with backoff, Retry-After first. */
   private async send<T>(service: Service, call: Call, token?: string): Promise<Answer<T>> {
     const headers: Record<string, string> = { accept: 'application/json, application/problem+json' };
-    for (const [name, value] of Object.entries(call.headers ?? {})) if (value !== undefined) headers[name] = value;
+    for (const [name, value] of Object.entries(call.headers ?? {})) {
+      // own-key: header names are the client's own constants (if-match, idempotency-key, …)
+      if (value !== undefined) headers[name] = value;
+    }
     if (token) headers.authorization = `Bearer ${token}`;
     if (call.body !== undefined) headers['content-type'] = 'application/json';
     const body = call.body === undefined ? undefined : JSON.stringify(call.body);

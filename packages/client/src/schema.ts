@@ -31,7 +31,8 @@ const esc = (key: string) => key.replaceAll('~', '~0').replaceAll('/', '~1');
 
 /** Every entry generated code depends on, by JSON path into the schema. */
 export function signatureOf(schema: SchemaDocument): Record<string, string> {
-  const out: Record<string, string> = {};
+  // A null-prototype record: the schema's names are the world owner's text.
+  const out: Record<string, string> = Object.create(null);
   for (const [name, type] of Object.entries(schema.objectTypes)) {
     out[`/objectTypes/${esc(name)}/primaryKey`] = canonical(type.primaryKey);
     for (const [p, def] of Object.entries(type.properties)) {
@@ -64,7 +65,8 @@ export interface SchemaDrift {
 export function drift(generated: Record<string, string>, current: Record<string, string>): SchemaDrift[] {
   const out: SchemaDrift[] = [];
   for (const [path, value] of Object.entries(generated)) {
-    if (current[path] !== value) out.push({ path, generated: value, current: current[path] });
+    const now = Object.hasOwn(current, path) ? current[path] : undefined;
+    if (now !== value) out.push({ path, generated: value, current: now });
   }
   for (const [path, value] of Object.entries(current)) {
     if (path in generated) continue;

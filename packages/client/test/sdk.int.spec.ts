@@ -155,7 +155,9 @@ describe('@onto/client generated for the demo world', () => {
       version: seen.shipped.version,
       properties: { amount: 300, status: 'shipped' },
     });
-    const { rows } = await (s.intelligence?.app.pg as NonNullable<typeof s.intelligence>['app']['pg']).query(
+    const intelligence = s.intelligence;
+    if (!intelligence) throw new Error('the stack has no intelligence service');
+    const { rows } = await intelligence.app.pg.query(
       'SELECT count(*)::int AS n FROM actions WHERE world_id = $1 AND idempotency_key = $2',
       ['demo', seen.seen.actionKeys[0]],
     );

@@ -90,6 +90,7 @@ function withPropertyNames(schema: unknown): unknown {
   if (Array.isArray(schema)) return schema.map(withPropertyNames);
   if (typeof schema !== 'object' || schema === null) return schema;
   const out: Record<string, unknown> = {};
+  // own-key: the keys of the services' own route schemas, never a request's
   for (const [key, value] of Object.entries(schema)) out[key] = withPropertyNames(value);
   const patterns = out.patternProperties as Record<string, unknown> | undefined;
   if (patterns && Object.keys(patterns).length === 1 && !out.properties) {
