@@ -78,7 +78,7 @@ const CROSS_PARAMETER: Record<string, (query: Record<string, string>) => boolean
 /** Opaque tokens a listing issued (`next`): the document says so, and no generator can make one. */
 const OPAQUE = new Set(['cursor', 'pageToken']);
 /** Refusals that depend on the world's schema (which properties exist, are indexed), not on the document. */
-const WORLD_DEPENDENT = /is not a property|is not indexed|only eq applies/;
+const WORLD_DEPENDENT = /is not a property|is not indexed|only eq applies|an indexed property of/;
 const ODD_SEGMENTS = ['', 'a'.repeat(300), '%00', '..', '%2F', 'é', '日本', ' ', '-1', '9'.repeat(30), "'; --"];
 
 /** mulberry32: small, deterministic, good enough to pick among cases. */
