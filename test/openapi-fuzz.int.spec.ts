@@ -1,4 +1,5 @@
 import { Ajv } from 'ajv';
+import addFormats from 'ajv-formats';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BOOTSTRAP } from '../services/control/test/control-service.js';
@@ -48,6 +49,36 @@ const KNOWN_BY_NAME: [string, string][] = [
   ['type', 'Order'],
   ['user', 'admin'],
 ];
+/** Header values, kept for a header when its documented pattern admits them (valid) or not (broken). */
+const HEADER_VALUES = [
+  '"1"',
+  '1',
+  'W/"2"',
+  '*',
+  'data=1',
+  'control=1, data=2',
+  '0190a8e4-7b1c-7c3d-8e4f-0123456789ab',
+  'key-1',
+  '"quoted-key"',
+  'not a version',
+  'data=x',
+  '""',
+  'é',
+  '12345678-1234-1234-1234-123456789abc',
+];
+/**
+ * Rules between query parameters that their descriptions state and OpenAPI cannot: a request that
+ * breaks one is not one the document allows.
+ */
+const CROSS_PARAMETER: Record<string, (query: Record<string, string>) => boolean> = {
+  'GET /v1/worlds/{world}/diff': (q) =>
+    q.against === undefined ? q.from !== undefined : q.from === undefined && q.to === undefined,
+  'GET /v1/worlds/{world}/series/{type}/{pk}/{series}': (q) => (q.bucket === undefined) === (q.agg === undefined),
+};
+/** Opaque tokens a listing issued (`next`): the document says so, and no generator can make one. */
+const OPAQUE = new Set(['cursor', 'pageToken']);
+/** Refusals that depend on the world's schema (which properties exist, are indexed), not on the document. */
+const WORLD_DEPENDENT = /is not a property|is not indexed|only eq applies|an indexed property of/;
 const ODD_SEGMENTS = ['', 'a'.repeat(300), '%00', '..', '%2F', 'é', '日本', ' ', '-1', '9'.repeat(30), "'; --"];
 
 /** mulberry32: small, deterministic, good enough to pick among cases. */
@@ -93,7 +124,10 @@ function valid(doc: Document, raw: Schema | undefined, r: Random, depth = 0): un
   switch (type) {
     case 'string': {
       if (schema.format === 'date-time') return new Date(1_700_000_000_000 + r.int(0, 1e9)).toISOString();
-      const candidates = [...KNOWN, `x${r.int(0, 999)}`, 'abc', 'a-b_c.d'].filter((c) => matches(schema, c));
+      const instant = new Date(1_700_000_000_000 + r.int(0, 1e9) * 1000).toISOString().replace('.000', '');
+      const candidates = [...KNOWN, `x${r.int(0, 999)}`, 'abc', 'a-b_c.d', instant, '1h', '15m', 'amount:gt:5'].filter(
+        (c) => matches(schema, c),
+      );
       if (candidates.length) return r.pick(candidates);
       return 'x'.repeat(typeof schema.minLength === 'number' ? schema.minLength : 1);
     }
@@ -181,6 +215,61 @@ function body(doc: Document, raw: Schema | undefined, r: Random): unknown {
   }
 }
 
+/**
+ * Whether a request is one the document allows: every parameter and the body valid against their
+ * schemas (query, path and header values as text, coerced as the services coerce them).
+ */
+function documentedValidity(text: Ajv, json: Ajv) {
+  const cache = new Map<unknown, ReturnType<Ajv['compile']>>();
+  const compiled = (ajv: Ajv, key: unknown, schema: () => object) => {
+    let validate = cache.get(key);
+    if (!validate) {
+      validate = ajv.compile(schema());
+      cache.set(key, validate);
+    }
+    return validate;
+  };
+  return (
+    op: Operation,
+    parts: {
+      path: Record<string, string>;
+      query: Record<string, string>;
+      headers: Record<string, string>;
+      body: unknown;
+      bodyGiven: boolean;
+      operation: string;
+    },
+  ) => {
+    const params = op.parameters ?? [];
+    for (const where of ['path', 'query', 'header'] as const) {
+      const given = where === 'path' ? parts.path : where === 'query' ? parts.query : parts.headers;
+      const declared = params.filter((p) => p.in === where);
+      for (const p of declared) {
+        const value = given[p.name];
+        if (value === undefined) {
+          if (p.required) return false;
+          continue;
+        }
+        // Wrapped in an object, so that coercion applies to the value as it does to a request's.
+        const validate = compiled(text, p, () => ({ type: 'object', properties: { v: p.schema ?? {} } }));
+        if (!validate({ v: value })) return false;
+      }
+      if (where === 'query') {
+        if (Object.keys(given).some((name) => !declared.some((p) => p.name === name))) return false;
+        if (CROSS_PARAMETER[parts.operation]?.(given) === false) return false;
+      }
+    }
+    const bodyContent = Object.values(op.requestBody?.content ?? {})[0];
+    if (bodyContent?.schema) {
+      if (!parts.bodyGiven) return !(op.requestBody as { required?: boolean }).required;
+      // As sent: JSON drops what the generator set on a prototype (`__proto__` as a key).
+      const sent = JSON.parse(JSON.stringify(parts.body));
+      if (!compiled(json, bodyContent.schema, () => bodyContent.schema as object)(sent)) return false;
+    }
+    return true;
+  };
+}
+
 interface Finding {
   operation: string;
   status: number;
@@ -195,6 +284,14 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
   const ajv = new Ajv({ strict: false, validateFormats: false, allErrors: false });
   for (const [id, schema] of Object.entries(doc.components?.schemas ?? {}))
     ajv.addSchema(schema, `#/components/schemas/${id}`);
+  // As the services validate (packages/shared/src/http/validation.ts): formats checked, text coerced.
+  const text = addFormats.default(new Ajv({ strict: false, coerceTypes: 'array' }));
+  const json = addFormats.default(new Ajv({ strict: false }));
+  for (const [id, schema] of Object.entries(doc.components?.schemas ?? {})) {
+    text.addSchema(schema, `#/components/schemas/${id}`);
+    json.addSchema(schema, `#/components/schemas/${id}`);
+  }
+  const allowed = documentedValidity(text, json);
   const operations = Object.entries(doc.paths).flatMap(([path, ops]) =>
     Object.entries(ops)
       .filter(([method]) => ['get', 'post', 'put', 'patch', 'delete'].includes(method))
@@ -213,6 +310,7 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
     for (let n = 0; n < perOperation; n++) {
       // One request in three breaks a path or query parameter; the rest keep them valid.
       const breakParams = n % 3 === 2;
+      const pathValues: Record<string, string> = {};
       const url = path.replace(/\{([^}]+)\}/g, (_, p: string) => {
         const param = params.find((x) => x.in === 'path' && x.name === p);
         const known = KNOWN_BY_NAME.find(([hint]) => p.toLowerCase().includes(hint))?.[1];
@@ -222,7 +320,13 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
             : known && r.next() < 0.7
               ? known
               : valid(doc, param?.schema, r);
-        return encodeURIComponent(String(value)).replace(/%25/g, '%');
+        const encoded = encodeURIComponent(String(value)).replace(/%25/g, '%');
+        try {
+          pathValues[p] = decodeURIComponent(encoded);
+        } catch {
+          pathValues[p] = encoded;
+        }
+        return encoded;
       });
       const query = new URLSearchParams();
       for (const q of params.filter((x) => x.in === 'query')) {
@@ -230,12 +334,22 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
         const value = breakParams && r.next() < 0.5 ? invalidScalar(doc, q.schema, r) : valid(doc, q.schema, r);
         query.set(q.name, String(typeof value === 'object' ? JSON.stringify(value) : value));
       }
+      const headers: Record<string, string> = {};
+      for (const h of params.filter((x) => x.in === 'header')) {
+        if (!h.required && r.next() < 0.5) continue;
+        const schema = resolve(doc, h.schema);
+        const fitting = HEADER_VALUES.filter((v) => matches(schema, v));
+        const value =
+          breakParams && r.next() < 0.5 ? r.pick(HEADER_VALUES) : fitting.length ? r.pick(fitting) : undefined;
+        if (value !== undefined) headers[h.name] = value;
+      }
       const payload = bodyContent ? body(doc, bodyContent[1].schema, r) : undefined;
       const fullUrl = `${url}${query.size ? `?${query}` : ''}`;
       const res = await app.inject({
         method: method as never,
         url: fullUrl,
         headers: {
+          ...headers,
           authorization: `Bearer ${token}`,
           ...(bodyContent ? { 'content-type': bodyContent[0] } : {}),
         },
@@ -254,6 +368,25 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
           response: res.body.slice(0, 300),
         });
       if (res.statusCode >= 500) note('5xx');
+      const allowedByDocument = allowed(op, {
+        operation: `${method} ${path}`,
+        path: pathValues,
+        query: Object.fromEntries(query),
+        headers,
+        body: payload,
+        bodyGiven: payload !== undefined,
+      });
+      // The document and the service agree: what it allows is not refused as malformed (400), and
+      // what it forbids is refused.
+      const opaque =
+        res.statusCode === 400 &&
+        (res.json().errors as { path: string; message: string }[] | undefined)?.every(
+          (e) => OPAQUE.has(e.path.replace(/^querystring\//, '')) || WORLD_DEPENDENT.test(e.message),
+        );
+      if (allowedByDocument && res.statusCode === 400 && !opaque)
+        note('a request the document allows refused with 400');
+      if (!allowedByDocument && res.statusCode < 400)
+        note(`a request the document forbids accepted with ${res.statusCode}`);
       if (res.statusCode >= 400) {
         if (!/^application\/problem\+json/.test(String(res.headers['content-type']))) note('error not problem+json');
         else {

@@ -1,3 +1,5 @@
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   ConfigError,
@@ -9,6 +11,7 @@ import {
   physicalTopic,
 } from '@onto/shared';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { type CodegenDerived, type CodegenSchema, generateWorldModule } from './codegen.js';
 import { AdminError, EXIT, EXIT_HELP } from './errors.js';
 import { type KafkaRecord, KafkaTools, type PartitionLog } from './kafka.js';
 import { type Io, print, processIo, progress } from './output.js';
@@ -501,6 +504,58 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
         print(io, o.json, result, {
           head: ['world', 'schema version re-published', 'event'],
           rows: [[result.world, result.version, result.eventId]],
+        });
+      }),
+  );
+  exitHelp(
+    program
+      .command('codegen')
+      .description(
+        "writes a TypeScript module for @onto/client with the world's types: an interface per object type (its " +
+          "series and derived properties beside it), the link types, each action type's parameters, and the schema " +
+          'version and signature it was generated from (the client refuses to run against a schema that moved incompatibly)',
+      )
+      .requiredOption('--world <world>', 'the world', matching(WORLD, '--world'))
+      .option('--at <version>', 'the schema version to generate from (default: the current one)', (v) => {
+        if (!/^[1-9]\d{0,9}$/.test(v)) throw new InvalidArgumentError('a schema version is a whole number ≥ 1');
+        return Number(v);
+      })
+      .requiredOption('--out <dir>', 'the directory to write <world>.ts into')
+      .option('--client <module>', 'where the generated module imports the client from', '@onto/client')
+      .action(async (opts: { world: string; at?: number; out: string; client: string }, cmd: Command) => {
+        const { o, services } = setup(cmd);
+        const api = services();
+        const schema = (await api.call(
+          'control',
+          'GET',
+          `/v1/worlds/${opts.world}/schema${opts.at === undefined ? '' : `?version=${opts.at}`}`,
+        )) as CodegenSchema;
+        const { derivedProperties } = (await api.call(
+          'intelligence',
+          'GET',
+          `/v1/worlds/${opts.world}/derived-properties`,
+        )) as { derivedProperties: CodegenDerived[] };
+        const module = generateWorldModule({
+          world: opts.world,
+          schema,
+          derived: derivedProperties,
+          clientImport: opts.client,
+        });
+        await mkdir(opts.out, { recursive: true });
+        const file = join(opts.out, `${opts.world}.ts`);
+        await writeFile(file, module);
+        const result = {
+          world: opts.world,
+          schemaVersion: schema.version,
+          file,
+          objectTypes: Object.keys(schema.objectTypes).length,
+          linkTypes: Object.keys(schema.linkTypes).length,
+          actionTypes: Object.keys(schema.actionTypes).length,
+          derivedProperties: derivedProperties.length,
+        };
+        print(io, o.json, result, {
+          head: ['world', 'schema version', 'file', 'object types', 'link types', 'action types', 'derived'],
+          rows: [Object.values(result)],
         });
       }),
   );

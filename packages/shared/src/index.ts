@@ -35,7 +35,16 @@ export { type Isolation, inTransaction } from './db/transaction.js';
 export { BODY_LIMITS } from './http/body-limits.js';
 export { awaitApplied, consistencyToken } from './http/consistency.js';
 export { decodeCursor, encodeCursor } from './http/cursor.js';
-export { type IfMatchRule, ifMatch, requestHeader } from './http/headers.js';
+export {
+  CAUSED_BY_PATTERN,
+  CONSISTENCY_TOKEN_PATTERN,
+  Headers,
+  IDEMPOTENCY_KEY_PATTERN,
+  type IfMatchRule,
+  ifMatch,
+  ifMatchPattern,
+  requestHeader,
+} from './http/headers.js';
 export { CheckFailed, healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
 export {
   installBoundedJsonParser,
@@ -47,6 +56,7 @@ export {
 export { metricsPlugin } from './http/observability.js';
 export {
   type BaseServiceConfig,
+  documentedJsonBody,
   fastifyOptions,
   type PlatformOptions,
   platformPlugin,

@@ -9,6 +9,7 @@ import type { Config } from './config.js';
 import consoleFiles from './console/plugin.js';
 import identity from './identity/plugin.js';
 import merges from './merges/plugin.js';
+import { PropertyTypeSchema } from './schema/bodies.js';
 import schemaRoutes from './schema/routes.js';
 import worldConsistency from './worlds/consistency.js';
 import worldProtection from './worlds/protection.js';
@@ -27,6 +28,7 @@ export const migrations: MigrationTrack[] = [
 const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) => {
   await fastify.register(platformPlugin, {
     service: 'control',
+    schemas: [PropertyTypeSchema],
     version,
     description: 'onto control: ontology schema, worlds and their lifecycle, identity and permissions',
     config,

@@ -74,6 +74,9 @@ export const originOf = (request: FastifyRequest): Origin => {
   };
 };
 
+/** What an object's or a link's If-Match may name. */
+export const OBJECT_IF_MATCH = { what: 'an object version', any: true, min: 1, maxDigits: 15 } as const;
+
 export interface Preconditions {
   ifMatch: number | 'any' | undefined;
   createOnly: boolean;
@@ -81,7 +84,7 @@ export interface Preconditions {
 
 /** The write's If-Match / If-None-Match, read (and refused when malformed) before any work. */
 export const preconditionsOf = (request: FastifyRequest): Preconditions => ({
-  ifMatch: ifMatch(request, { what: 'an object version', any: true, min: 1, maxDigits: 15 }),
+  ifMatch: ifMatch(request, OBJECT_IF_MATCH),
   createOnly: ifNoneMatchAny(request),
 });
 

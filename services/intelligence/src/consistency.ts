@@ -2,6 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   awaitApplied,
   consistencyToken,
+  Headers,
   NotFound,
   problemResponses,
   type Queryable,
@@ -121,7 +122,7 @@ export default fp(
           description:
             'Accepts X-Consistency-Token (control=<v>, data=<n>) and waits, bounded, until both are applied; answers X-Consistency-Token: data=<n>.',
           params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
-          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
           response: {
             200: Type.Object({
               world: Type.String(),

@@ -2,6 +2,7 @@
 import {
   decodeCursor,
   encodeCursor,
+  Headers,
   inTransaction,
   NotFound,
   PreconditionFailed,
@@ -15,18 +16,17 @@ import { lockWorlds } from './engine/locks.js';
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 export const errors = problemResponses(400, 401, 403, 404, 409, 412, 422, 503);
 
+export const DEFINITION_IF_MATCH = { what: 'a definition version', any: true, min: 1, maxDigits: 10 } as const;
+
 export const ReadHeaders = Type.Object({
-  'x-consistency-token': Type.Optional(
-    Type.String({ description: 'data=<seq>, control=<schema version>: wait (bounded) until applied here' }),
+  'x-consistency-token': Headers.consistencyToken(
+    'data=<seq>, control=<schema version>: wait (bounded) until applied here',
   ),
 });
 export const WriteHeaders = Type.Object({
-  'if-match': Type.Optional(Type.String({ description: 'the definition version the write is based on, or *' })),
-  'x-consistency-token': Type.Optional(Type.String()),
+  'if-match': Headers.ifMatch(DEFINITION_IF_MATCH, 'the definition version the write is based on, or *'),
+  'x-consistency-token': Headers.consistencyToken(),
 });
-
-/** What a definition write's If-Match may name. */
-export const DEFINITION_IF_MATCH = { what: 'a definition version', any: true, min: 1, maxDigits: 10 } as const;
 
 /** If-Match against the stored definition's version: 412 with the current one when it fails. */
 export function checkIfMatch(expected: number | 'any' | undefined, current: number | undefined, what: string) {

@@ -1,7 +1,7 @@
 /// <reference types="@fastify/swagger" preserve="true" />
 import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
-import type { FastifyInstance, FastifyReply, FastifySchema, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, FastifyServerOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import { type KafkaSaslConfig, kafkaSaslOf } from '../config/load.js';
 import type { MigrationTrack } from '../db/migrate.js';
@@ -19,7 +19,7 @@ import { corsPlugin, DEFAULT_CONSOLE_ORIGINS } from './cors.js';
 import { healthPlugin } from './health.js';
 import { installBoundedJsonParser, JSON_MAX_DEPTH } from './json-depth.js';
 import { metricsPlugin } from './observability.js';
-import { installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
+import { BadRequest, installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
 import { validatorCompiler } from './validation.js';
 
 export interface BaseServiceConfig extends KafkaSaslConfig {
@@ -42,6 +42,12 @@ export interface PlatformOptions {
   description: string;
   config: BaseServiceConfig;
   migrations: MigrationTrack[];
+  /**
+   * Schemas with an `$id` that routes (or their documents) refer to, added beside Problem: added
+   * here, before any route, since a later addSchema gives the routes after it Fastify's default
+   * validator instead of ours.
+   */
+  schemas?: { $id?: string }[];
 }
 
 const CLIENT_ERRORS = new Map<string | undefined, [number, string]>([
@@ -70,14 +76,47 @@ function clientErrorProblem(error: Error & { code?: string }, socket: import('no
 }
 
 /**
- * A route whose body the server parses itself (bulk NDJSON) documents it as `x-document-body`, a
- * request body in OpenAPI's form (`content` by media type), instead of a schema Fastify validates.
+ * A body the route checks itself, documented as what it enforces: Fastify validates the route's
+ * lenient `body` (so that a fault is the route's 422 naming its JSON path) while the document
+ * states `schema`, the stricter shape the route requires.
+ */
+export function documentedJsonBody(schema: unknown): { 'x-document-body': unknown } {
+  return { 'x-document-body': { required: true, content: { 'application/json': { schema } } } };
+}
+
+/**
+ * `patternProperties` (TypeBox's Record with a key pattern) as OpenAPI 3.1 tools read it:
+ * `propertyNames` with the pattern and `additionalProperties` with the value's schema, the same
+ * constraint in words @fastify/swagger keeps (it turns `patternProperties` into
+ * `additionalProperties` and drops the pattern).
+ */
+function withPropertyNames(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(withPropertyNames);
+  if (typeof schema !== 'object' || schema === null) return schema;
+  const out: Record<string, unknown> = {};
+  // own-key: the keys of the services' own route schemas, never a request's
+  for (const [key, value] of Object.entries(schema)) out[key] = withPropertyNames(value);
+  const patterns = out.patternProperties as Record<string, unknown> | undefined;
+  if (patterns && Object.keys(patterns).length === 1 && !out.properties) {
+    const [[pattern, value]] = Object.entries(patterns) as [[string, unknown]];
+    delete out.patternProperties;
+    // TypeBox's pattern for any string key says nothing.
+    if (pattern !== '^(.*)$') out.propertyNames = { pattern };
+    out.additionalProperties = value;
+  }
+  return out;
+}
+
+/**
+ * A route whose body the server parses or checks itself (bulk NDJSON, documentedJsonBody)
+ * documents it as `x-document-body`, a request body in OpenAPI's form (`content` by media type),
+ * instead of the schema Fastify validates; key patterns are kept (withPropertyNames).
  */
 function documentedBody({ schema, url }: { schema: FastifySchema; url: string }) {
-  const body = (schema as Record<string, unknown> | undefined)?.['x-document-body'];
-  if (body === undefined) return { schema, url };
-  const { 'x-document-body': _, ...rest } = schema as Record<string, unknown>;
-  return { schema: { ...rest, body } as FastifySchema, url };
+  const { 'x-document-body': body, ...rest } = (schema ?? {}) as Record<string, unknown>;
+  const documented = withPropertyNames(rest) as Record<string, unknown>;
+  if (body !== undefined) documented.body = withPropertyNames(body);
+  return { schema: documented as FastifySchema, url };
 }
 
 // As much of an OpenAPI document as the transforms read.
@@ -85,6 +124,7 @@ interface OpenApiDocument {
   paths?: Record<string, Record<string, OpenApiOperation | undefined> | undefined>;
 }
 interface OpenApiOperation {
+  parameters?: { in: string; required?: boolean; schema?: { default?: unknown } }[];
   requestBody?: unknown;
   responses?: Record<string, { description?: string; content?: Record<string, unknown> }>;
 }
@@ -102,8 +142,9 @@ const WITH_BODY: Record<string, string> = {
 };
 
 /**
- * The document as the servers answer: every error is application/problem+json, and the errors
- * Fastify and Node answer before a route runs (400 for a body, 413, 414, 415, 431) are listed on every operation.
+ * The document as the servers answer: every error is application/problem+json, the errors
+ * Fastify and Node answer before a route runs (400 for a body, 413, 414, 415, 431) are listed on
+ * every operation, and a query parameter with a default is optional.
  */
 function problemResponses(doc: OpenApiDocument) {
   for (const item of Object.values(doc.paths ?? {})) {
@@ -119,6 +160,12 @@ function problemResponses(doc: OpenApiDocument) {
           delete content['application/json'];
         }
       }
+      // A query parameter with a default may be left out (Ajv fills it in): it is not required,
+      // whatever TypeBox's non-optional property made of it.
+      for (const parameter of op.parameters ?? []) {
+        if (parameter.in === 'query' && typeof parameter.schema === 'object' && 'default' in parameter.schema)
+          parameter.required = false;
+      }
       const added = { ...ANY_REQUEST, ...(op.requestBody ? WITH_BODY : {}) };
       for (const [status, description] of Object.entries(added)) {
         if (Object.hasOwn(responses, status)) continue;
@@ -127,6 +174,16 @@ function problemResponses(doc: OpenApiDocument) {
     }
   }
   return doc;
+}
+
+/** A route that takes no query parameters refuses any, as a schema with no properties would. */
+async function refuseQuery(request: FastifyRequest) {
+  const names = Object.keys(request.query as object);
+  if (names.length > 0) {
+    throw new BadRequest(`${request.url.split('?')[0]} takes no query parameters`, [
+      ...names.map((name) => ({ path: `querystring/${name}`, message: 'must NOT have additional properties' })),
+    ]);
+  }
 }
 
 /** Fastify's own options for every onto service: logging, request ids, limits. */
@@ -176,6 +233,7 @@ export const platformPlugin = fp(
     // JSON nested deeper than JSON_MAX_DEPTH is a 400 before any handler runs (docs/adr/0036).
     installBoundedJsonParser(app);
     app.addSchema(ProblemSchema);
+    for (const schema of opts.schemas ?? []) app.addSchema(schema);
     app.addHook('onRequest', async (request, reply) => {
       reply.header('x-request-id', request.id);
     });
@@ -183,6 +241,16 @@ export const platformPlugin = fp(
     await app.register(corsPlugin, { origins: opts.config.ONTO_CONSOLE_ORIGIN ?? DEFAULT_CONSOLE_ORIGINS });
     // Every route that takes a body says how large (BODY_LIMITS), or fails at boot.
     app.addHook('onRoute', (route) => {
+      // A /v1 query parameter the route does not document is refused (400), on every service alike.
+      if (route.url.startsWith('/v1/')) {
+        const query = route.schema?.querystring as Record<string, unknown> | undefined;
+        if (query === undefined) {
+          // No schema (swagger would document an empty one as parameters): refused by a hook instead.
+          route.preValidation = [...[route.preValidation ?? []].flat(), refuseQuery] as typeof route.preValidation;
+        } else if (query.type === 'object' && query.additionalProperties === undefined) {
+          route.schema = { ...route.schema, querystring: { ...query, additionalProperties: false } };
+        }
+      }
       const methods = [route.method].flat();
       if (methods.some((m) => m === 'POST' || m === 'PUT' || m === 'PATCH') && route.bodyLimit === undefined) {
         throw new Error(`${methods.join(',')} ${route.url} has no bodyLimit: every route with a body names its own`);

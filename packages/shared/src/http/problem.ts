@@ -149,15 +149,43 @@ export function installProblemHandlers(app: FastifyInstance): void {
     });
   });
 
-  app.setNotFoundHandler((request, reply) =>
-    sendProblem(reply, {
+  // Every route's path as a pattern with the methods it answers, for 405's Allow.
+  const routes: { pattern: RegExp; methods: string[] }[] = [];
+  app.addHook('onRoute', (route) => {
+    if (route.url.includes('*')) return;
+    const methods = [route.method].flat().filter((m) => m !== 'OPTIONS');
+    const source = route.url
+      .split('/')
+      .map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+      .join('/');
+    routes.push({ pattern: new RegExp(`^${source}/?$`), methods });
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0] ?? request.url;
+    const allowed = [...new Set(routes.filter((r) => r.pattern.test(path)).flatMap((r) => r.methods))];
+    // A path that exists under other methods: 405 with what it answers (RFC 9110, 15.5.6).
+    if (allowed.length > 0) {
+      return sendProblem(
+        reply,
+        {
+          type: `${TYPE_BASE}method-not-allowed`,
+          title: 'Method Not Allowed',
+          status: 405,
+          detail: `${path} answers ${allowed.join(', ')}, not ${request.method}`,
+          instance: path,
+        },
+        { allow: allowed.join(', ') },
+      );
+    }
+    return sendProblem(reply, {
       type: `${TYPE_BASE}not-found`,
       title: 'Not Found',
       status: 404,
-      detail: `no route for ${request.method} ${request.url.split('?')[0]}`,
-      instance: request.url.split('?')[0],
-    }),
-  );
+      detail: `no route for ${request.method} ${path}`,
+      instance: path,
+    });
+  });
 }
 
 function fieldPath(context: string | undefined, instancePath: string, params: Record<string, unknown>) {

@@ -22,7 +22,8 @@ export const isPlainObject = (v: unknown): v is Record<string, unknown> =>
 /** A JSON Pointer segment. */
 export const pointer = (key: string) => key.replaceAll('~', '~0').replaceAll('/', '~1');
 
-const INSTANT = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:Z|([+-])(\d{2}):(\d{2}))$/;
+/** An RFC 3339 instant with an offset, as normaliseInstant reads it (its ranges checked there). */
+export const INSTANT = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:Z|([+-])(\d{2}):(\d{2}))$/;
 const DATE = /^(\d{4})-(\d{2})-(\d{2})$/;
 
 const leap = (y: number) => (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0;

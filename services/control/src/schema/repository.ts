@@ -16,6 +16,15 @@ export async function currentSchema(db: pg.ClientBase | pg.Pool, worldId: string
   return rows[0] ?? { version: 0, document: emptySchema() };
 }
 
+/** The schema as one version left it; undefined when the world has no such version. */
+export async function schemaAt(db: pg.ClientBase | pg.Pool, worldId: string, version: number) {
+  const { rows } = await db.query<SchemaHead>(
+    'SELECT version, document FROM schema_versions WHERE world_id = $1 AND version = $2',
+    [worldId, version],
+  );
+  return rows[0];
+}
+
 export interface SchemaChange {
   worldId: string;
   author: string;

@@ -2,8 +2,11 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   actorOf,
   BODY_LIMITS,
+  documentedJsonBody,
+  Headers,
   ifMatch,
   inTransaction,
+  NotFound,
   PreconditionFailed,
   problemResponses,
   recordAudit,
@@ -15,8 +18,12 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { lockWorld, lockWritableWorld } from '../worlds/repository.js';
+import { ActionTypeBody, LinkTypeBody, ObjectTypeBody } from './bodies.js';
 import { checkActionType, checkLinkType, checkObjectType, NAME, type SchemaDocument, usesOf } from './model.js';
-import { currentSchema, history, writeVersion } from './repository.js';
+import { currentSchema, history, schemaAt, writeVersion } from './repository.js';
+
+/** What a schema write's If-Match may name: the version it is based on, 0 before the first. */
+const SCHEMA_IF_MATCH = { what: 'a schema version', any: false, min: 0, maxDigits: 9 } as const;
 
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
 const TypeParams = Type.Object({
@@ -45,6 +52,8 @@ const Written = Type.Object({
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 422, 503);
 
 type Kind = 'objectTypes' | 'linkTypes' | 'actionTypes';
+const BODIES = { objectTypes: ObjectTypeBody, linkTypes: LinkTypeBody, actionTypes: ActionTypeBody };
+
 const KINDS: { path: string; kind: Kind; label: string }[] = [
   { path: 'object-types', kind: 'objectTypes', label: 'object type' },
   { path: 'link-types', kind: 'linkTypes', label: 'link type' },
@@ -63,13 +72,30 @@ export default fp(
       '/v1/worlds/:world/schema',
       {
         preHandler: app.authorize({ role: 'viewer' }),
-        schema: { tags: ['schema'], params: WorldParams, response: { 200: Schema, ...errors } },
+        schema: {
+          tags: ['schema'],
+          params: WorldParams,
+          querystring: Type.Object({
+            version: Type.Optional(
+              Type.Integer({
+                minimum: 1,
+                maximum: 2 ** 31 - 1,
+                description: 'the schema as it was at this version (404 when the world never had it); absent: current',
+              }),
+            ),
+          }),
+          response: { 200: Schema, ...errors },
+        },
       },
       async (request, reply) => {
+        const { version } = request.query;
         const head = await inTransaction(app.pg, async (tx) => {
           await lockWorld(tx, request.params.world);
-          return currentSchema(tx, request.params.world);
+          return version === undefined
+            ? currentSchema(tx, request.params.world)
+            : schemaAt(tx, request.params.world, version);
         });
+        if (!head) throw new NotFound(`world ${request.params.world} has no schema version ${version}`);
         reply.header('etag', `"${head.version}"`).header('x-consistency-token', `control=${head.version}`);
         return { version: head.version, ...head.document };
       },
@@ -119,9 +145,10 @@ export default fp(
             summary: `Create or replace a ${label}`,
             params: TypeParams,
             headers: Type.Object({
-              'if-match': Type.Optional(Type.String({ description: 'the schema version this change is based on' })),
+              'if-match': Headers.ifMatch(SCHEMA_IF_MATCH, 'the schema version this change is based on'),
             }),
-            body: Type.Object({}, { additionalProperties: true, description: `the ${label}; see docs/schema.md` }),
+            body: Type.Object({}, { additionalProperties: true }),
+            ...documentedJsonBody(BODIES[kind]),
             response: { 200: Written, ...errors },
           },
         },
@@ -155,7 +182,9 @@ export default fp(
             tags: ['schema'],
             summary: `Delete a ${label}`,
             params: TypeParams,
-            headers: Type.Object({ 'if-match': Type.Optional(Type.String()) }),
+            headers: Type.Object({
+              'if-match': Headers.ifMatch(SCHEMA_IF_MATCH, 'the schema version this change is based on'),
+            }),
             response: { 200: Written, ...errors },
           },
         },
@@ -163,9 +192,7 @@ export default fp(
           change(request, reply, `${path}.delete`, (doc) => {
             const { apiName } = request.params;
             if (!Object.hasOwn(doc[kind], apiName)) {
-              throw new Unprocessable(`${label} ${apiName} does not exist`, [
-                { path: `/${kind}/${apiName}`, message: 'does not exist' },
-              ]);
+              throw new NotFound(`${label} ${apiName} does not exist in ${request.params.world}`);
             }
             if (kind !== 'actionTypes') {
               const uses = usesOf(doc, kind === 'objectTypes' ? 'objectType' : 'linkType', apiName);
@@ -184,7 +211,7 @@ export default fp(
       action: string,
       mutate: (doc: SchemaDocument) => SchemaDocument,
     ) {
-      const expected = ifMatch(request, { what: 'a schema version', any: false, min: 0, maxDigits: 9 });
+      const expected = ifMatch(request, SCHEMA_IF_MATCH);
       const { world, apiName } = request.params as { world: string; apiName: string };
       const result = await withOcc(() =>
         inTransaction(

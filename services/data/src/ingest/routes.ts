@@ -2,6 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   Conflict,
   canonicalJson,
+  Headers,
   HttpProblem,
   type ObjectType,
   ownValue,
@@ -148,15 +149,20 @@ export default async function bulk(fastify: FastifyInstance) {
           type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
         }),
         headers: Type.Object({
-          'x-consistency-token': Type.Optional(Type.String()),
-          'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
+          'x-consistency-token': Headers.consistencyToken(),
+          'x-caused-by': Headers.causedBy(CAUSED_BY_HEADER),
         }),
         // Parsed by the route itself (NDJSON is not JSON): documented, not validated, here.
         'x-document-body': {
           content: {
             [NDJSON]: { schema: { type: 'string', description: 'one {"properties": {…}} per line' } },
             'application/json': {
-              schema: Type.Array(Type.Object({ properties: Type.Record(Type.String(), Type.Unknown()) })),
+              schema: Type.Array(
+                Type.Object(
+                  { properties: Type.Record(Type.String({ minLength: 1 }), Type.Unknown()) },
+                  { additionalProperties: false },
+                ),
+              ),
             },
           },
         },

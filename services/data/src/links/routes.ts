@@ -4,6 +4,7 @@ import {
   BODY_LIMITS,
   decodeCursor,
   encodeCursor,
+  Headers,
   NotFound,
   problemResponses,
   WORLD_ID,
@@ -17,6 +18,7 @@ import {
   checkPreconditions,
   inWorldTransaction,
   keyParam,
+  OBJECT_IF_MATCH,
   originOf,
   preconditionsOf,
   written,
@@ -38,10 +40,10 @@ const LinkParams = Type.Object({
   toPk: Pk("the primary key of the link type's `to` object"),
 });
 const WriteHeaders = Type.Object({
-  'if-match': Type.Optional(Type.String({ description: 'the link version the write is based on, or *' })),
-  'if-none-match': Type.Optional(Type.String()),
-  'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
+  'if-match': Headers.ifMatch(OBJECT_IF_MATCH, 'the link version the write is based on, or *'),
+  'if-none-match': Headers.ifNoneMatchAny(),
+  'x-consistency-token': Headers.consistencyToken(),
+  'x-caused-by': Headers.causedBy(CAUSED_BY_HEADER),
 });
 const End = Type.Object({ type: Type.String(), pk: Type.String() });
 const LinkBody = Type.Object({ linkType: Type.String(), from: End, to: End, version: Type.Integer() });
@@ -143,7 +145,7 @@ export default fp(
             pk: Pk('the primary key of the object'),
             linkType: Type.String({ pattern: NAME }),
           }),
-          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
           querystring: Type.Object(
             {
               direction: Type.Optional(Type.Union([Type.Literal('outgoing'), Type.Literal('incoming')])),

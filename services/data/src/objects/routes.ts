@@ -4,8 +4,10 @@ import {
   BadRequest,
   BODY_LIMITS,
   decodeCursor,
+  documentedJsonBody,
   encodeCursor,
   installBoundedJsonParser,
+  Headers,
   NotFound,
   type ObjectType,
   problemResponses,
@@ -20,6 +22,7 @@ import {
   checkPreconditions,
   inWorldTransaction,
   keyParam,
+  OBJECT_IF_MATCH,
   originOf,
   preconditionsOf,
   written,
@@ -51,15 +54,13 @@ export const At = Type.Optional(
   }),
 );
 const ReadHeaders = Type.Object({
-  'x-consistency-token': Type.Optional(
-    Type.String({ description: 'control=<schema version>: wait (bounded) until data has applied it' }),
-  ),
+  'x-consistency-token': Headers.consistencyToken('control=<schema version>: wait (bounded) until data has applied it'),
 });
 const WriteHeaders = Type.Object({
-  'if-match': Type.Optional(Type.String({ description: 'the object version the write is based on, or *' })),
-  'if-none-match': Type.Optional(Type.String({ description: '* creates only' })),
-  'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
+  'if-match': Headers.ifMatch(OBJECT_IF_MATCH, 'the object version the write is based on, or *'),
+  'if-none-match': Headers.ifNoneMatchAny(),
+  'x-consistency-token': Headers.consistencyToken(),
+  'x-caused-by': Headers.causedBy(CAUSED_BY_HEADER),
 });
 const Body = Type.Object(
   {
@@ -72,6 +73,16 @@ const Body = Type.Object(
     description: '{"properties": {…}}; any fault is a 422 naming its JSON path (/properties/amount)',
   },
 );
+/** What a write's body must be (the route answers 422 otherwise): documented, checked by propertiesOf. */
+const DocumentedBody = (values: string) =>
+  Type.Object(
+    {
+      properties: Type.Record(Type.String({ minLength: 1 }), Type.Unknown(), {
+        description: `the object's property values by name, checked against the world's schema; ${values}`,
+      }),
+    },
+    { additionalProperties: false, description: 'any fault is a 422 naming its JSON path (/properties/amount)' },
+  );
 const ObjectBody = Type.Object({
   type: Type.String(),
   pk: Type.String(),
@@ -164,6 +175,7 @@ export default fp(
           params: ObjectParams,
           headers: WriteHeaders,
           body: Body,
+          ...documentedJsonBody(DocumentedBody('every required property, the primary key equal to the path')),
           response: { 200: ObjectBody, 201: ObjectBody, ...errors },
         },
       },
@@ -186,6 +198,15 @@ export default fp(
           params: ObjectParams,
           headers: WriteHeaders,
           body: Body,
+          'x-document-body': {
+            required: true,
+            content: Object.fromEntries(
+              ['application/json', 'application/merge-patch+json'].map((media) => [
+                media,
+                { schema: DocumentedBody('a value replaces the property, null removes it') },
+              ]),
+            ),
+          },
           response: { 200: ObjectBody, ...errors },
         },
       },
@@ -344,7 +365,17 @@ export default fp(
           headers: ReadHeaders,
           querystring: Type.Object(
             {
-              filter: Type.Optional(Type.Array(Type.String({ maxLength: 1100 }), { maxItems: 20 })),
+              filter: Type.Optional(
+                Type.Array(
+                  Type.String({
+                    maxLength: 1100,
+                    pattern: '^[^:]*:(?:eq|gt|gte|lt|lte):',
+                    description:
+                      '<property>:<eq|gt|gte|lt|lte>:<value>, on an indexed property of the type (only eq on a string, boolean or enum)',
+                  }),
+                  { maxItems: 20 },
+                ),
+              ),
               sort: Type.Optional(Type.String({ pattern: '^-?[A-Za-z][A-Za-z0-9_]{0,62}$' })),
               cursor: Type.Optional(Type.String({ maxLength: 4096 })),
               limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),

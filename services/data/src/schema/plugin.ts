@@ -1,5 +1,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { consistencyToken, NotFound, problemResponses, type Queryable, SchemaReplica, WORLD_ID } from '@onto/shared';
+import {
+  consistencyToken,
+  Headers,
+  NotFound,
+  problemResponses,
+  type Queryable,
+  SchemaReplica,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -62,7 +70,7 @@ export default fp(
           tags: ['schema'],
           summary: "The version of the world's schema that data has applied",
           params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
-          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
           response: {
             200: Type.Object({
               world: Type.String(),

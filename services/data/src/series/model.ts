@@ -161,7 +161,7 @@ export function lastPerInstant(points: StoredPoint[]): StoredPoint[] {
 export const AGGREGATES = ['min', 'max', 'avg', 'sum', 'count', 'last'] as const;
 export type Aggregate = (typeof AGGREGATES)[number];
 
-const BUCKET = /^([1-9][0-9]{0,5})(s|m|h|d|w)$/;
+export const BUCKET = /^([1-9][0-9]{0,5})(s|m|h|d|w)$/;
 const UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const;
 
 /** A bucket width (`30s`, `1m`, `1h`, `1d`, `1w`) in milliseconds; undefined when not one. */

@@ -2,9 +2,12 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BadRequest,
   decodeCursor,
+  documentedJsonBody,
   encodeCursor,
   type FieldError,
+  Headers,
   HttpProblem,
+  INSTANT,
   NotFound,
   normaliseInstant,
   type ObjectType,
@@ -29,6 +32,7 @@ import {
   type Aggregate,
   aggregatesFor,
   aggregateValue,
+  BUCKET,
   bucketMs,
   checkPoint,
   pointValue,
@@ -55,8 +59,8 @@ const Written = Type.Object({
   seq: Type.Integer({ description: "the batch's data seq (0 when nothing was written)" }),
 });
 const WriteHeaders = Type.Object({
-  'x-consistency-token': Type.Optional(Type.String()),
-  'x-caused-by': Type.Optional(Type.String({ format: 'uuid', description: CAUSED_BY_HEADER })),
+  'x-consistency-token': Headers.consistencyToken(),
+  'x-caused-by': Headers.causedBy(CAUSED_BY_HEADER),
 });
 
 /** The series a path names, or a 404 naming it. */
@@ -119,6 +123,23 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
         headers: WriteHeaders,
         // Points are checked by the route, so that a fault names the point (/points/3/time) as a 422.
         body: Type.Object({ points: Type.Array(Type.Unknown()) }, { additionalProperties: false }),
+        ...documentedJsonBody(
+          Type.Object(
+            {
+              points: Type.Array(
+                Type.Object(
+                  {
+                    time: Type.String({ format: 'date-time', description: 'RFC 3339 with an offset' }),
+                    value: Type.Unknown({ description: "of the series' type: a number, a boolean or an enum value" }),
+                  },
+                  { additionalProperties: false },
+                ),
+                { maxItems: SERIES_LIMITS.pointsPerRequest },
+              ),
+            },
+            { additionalProperties: false },
+          ),
+        ),
         response: { 200: Written, ...errors },
       },
       // The body's array length is checked before its points: a 413, not a 422 per point.
@@ -325,15 +346,22 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           "Points with from <= time < to, by time, a page at a time (next is the cursor of the following page, null at the end). With bucket (30s, 1m, 1h, 1d, 1w…, aligned on the Unix epoch) and agg (min, max, avg, sum, count, last) each point is a bucket: its start and its aggregate, computed in PostgreSQL. Points past the series retention are not answered. With at (a commit, an instant or a tag of the world), the series as it was then; in a fork, the base's points up to the fork point and the fork's own after (the fork's win an instant both have).",
         params: SeriesParams,
         querystring: Type.Object({
-          from: Type.Optional(Type.String({ description: 'RFC 3339, inclusive' })),
-          to: Type.Optional(Type.String({ description: 'RFC 3339, exclusive' })),
-          bucket: Type.Optional(Type.String({ description: 'a bucket width: 30s, 1m, 1h, 1d, 1w…' })),
-          agg: Type.Optional(Type.String({ description: AGGREGATES.join(', ') })),
+          from: Type.Optional(Type.String({ pattern: INSTANT.source, description: 'RFC 3339, inclusive' })),
+          to: Type.Optional(Type.String({ pattern: INSTANT.source, description: 'RFC 3339, exclusive' })),
+          bucket: Type.Optional(
+            Type.String({ pattern: BUCKET.source, description: 'a bucket width: 30s, 1m, 1h, 1d, 1w…; with agg' }),
+          ),
+          agg: Type.Optional(
+            Type.String({
+              enum: [...AGGREGATES],
+              description: 'with bucket; an enum series answers count and last only',
+            }),
+          ),
           limit: Type.Integer({ minimum: 1, maximum: SERIES_LIMITS.pageMax, default: SERIES_LIMITS.pageDefault }),
           cursor: Type.Optional(Type.String()),
           at: At,
         }),
-        headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+        headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
         response: {
           200: Type.Object({ points: Type.Array(Point), next: Type.Union([Type.String(), Type.Null()]) }),
           ...errors,

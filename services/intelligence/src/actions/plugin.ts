@@ -2,6 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BadRequest,
   BODY_LIMITS,
+  Headers,
   HttpProblem,
   inTransaction,
   NotFound,
@@ -122,6 +123,20 @@ const Summary = Type.Object({
   finishedAt: Nullable(Type.String()),
 });
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
+/** What `validateOnly` answers: nothing stored, nothing sent. */
+const Validation = Type.Object({
+  valid: Type.Boolean(),
+  errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() }), {
+    description: 'each fault with the JSON path of its parameter (/parameters/amount)',
+  }),
+  // Each a StepCommand (packages/shared/src/ontology/actions.ts); as records, since the serializer's
+  // union matching dropped their properties.
+  edits: Type.Array(Type.Record(Type.String(), Type.Unknown()), {
+    description:
+      'the commands data would apply, in order (none when invalid): op, objectType or linkType, pk, properties…',
+  }),
+  schemaVersion: Type.Integer({ description: 'the schema version the action was checked against' }),
+});
 const UUID = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
 
 /** `Idempotency-Key`: 1 to 255 printable ASCII characters, bare or as a quoted sf-string. */
@@ -216,18 +231,26 @@ export default fp(
             actionType: Type.String({ pattern: NAME, description: 'the action type (apiName)' }),
           }),
           headers: Type.Object({
-            'idempotency-key': Type.String({ description: 'a unique string per request, such as a UUID' }),
-            'x-consistency-token': Type.Optional(
-              Type.String({ description: 'control=<schema version>: wait (bounded) until it is applied here' }),
+            'idempotency-key': Headers.idempotencyKey(),
+            'x-consistency-token': Headers.consistencyToken(
+              'control=<schema version>: wait (bounded) until it is applied here',
             ),
           }),
           body: Type.Optional(
             Type.Object(
-              { parameters: Type.Optional(Type.Record(Type.String(), Type.Unknown())) },
+              {
+                parameters: Type.Optional(Type.Record(Type.String({ pattern: NAME }), Type.Unknown())),
+                validateOnly: Type.Optional(
+                  Type.Boolean({
+                    description:
+                      'true: answer 200 with whether the parameters are valid and the edits the action would make; nothing runs and the Idempotency-Key is not used up',
+                  }),
+                ),
+              },
               { additionalProperties: false },
             ),
           ),
-          response: { 202: ActionBody, ...errors },
+          response: { 200: Validation, 202: ActionBody, ...errors },
         },
       },
       async (request, reply) => {
@@ -236,6 +259,16 @@ export default fp(
         const actor = principalOf(request).userId;
         const parameters = request.body?.parameters ?? {};
         await app.awaitConsistency(request, world);
+        if (request.body?.validateOnly === true) {
+          const plan = await inTransaction(app.pg, (tx) => sagas.plan(tx, world, actionType, parameters));
+          await app.consistencyHeader(reply, world);
+          return reply.code(200).send({
+            valid: plan.errors.length === 0,
+            errors: plan.errors.slice(0, 50),
+            edits: plan.errors.length === 0 && plan.resolved ? plan.resolved.commands : [],
+            schemaVersion: plan.schema.version,
+          } as never);
+        }
         const scope = callerScope(actor);
         const print = fingerprint(world, actionType, parameters);
         const cached = await redis.cached(world, scope, key);
@@ -284,7 +317,7 @@ export default fp(
             world: Type.String({ pattern: WORLD_ID }),
             id: Type.String({ pattern: UUID, description: 'the action id' }),
           }),
-          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
           response: { 200: ActionBody, ...errors },
         },
       },
@@ -306,7 +339,7 @@ export default fp(
           tags: ['actions'],
           summary: "A world's actions, newest first, with filters",
           params: WorldParams,
-          headers: Type.Object({ 'x-consistency-token': Type.Optional(Type.String()) }),
+          headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
           querystring: Type.Object(
             {
               status: Type.Optional(Type.Union(ACTION_STATUSES.map((s) => Type.Literal(s)))),

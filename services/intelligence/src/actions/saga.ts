@@ -166,26 +166,35 @@ export class ActionSagas {
     return existing;
   }
 
+  /**
+   * What an action would do, without doing it: the action type, its parameters checked and the
+   * commands its edits resolve to, or the faults (validateOnly answers this; start runs it).
+   */
+  async plan(tx: pg.PoolClient, worldId: string, actionType: string, parameters: unknown) {
+    const { rowCount } = await tx.query('SELECT 1 FROM worlds WHERE id = $1', [worldId]);
+    if (!rowCount) throw new NotFound(`world ${worldId} does not exist here (not provisioned in intelligence)`);
+    const schema = await this.app.schemaReplica.current(tx, worldId);
+    const action = Object.hasOwn(schema.document.actionTypes, actionType)
+      ? schema.document.actionTypes[actionType]
+      : undefined;
+    if (!action) {
+      throw new NotFound(
+        `action type ${actionType} is not in the schema of world ${worldId} (version ${schema.version} applied here)`,
+      );
+    }
+    const checked = checkParameters(action, parameters);
+    const resolved = checked.errors.length === 0 ? resolveCommands(action, checked.parameters) : undefined;
+    const errors = [...checked.errors, ...(resolved?.errors ?? [])];
+    return { action, schema, checked, resolved, errors };
+  }
+
   async start(tx: pg.PoolClient, req: StartRequest): Promise<Started> {
     const { worldId } = req;
     const print = fingerprint(worldId, req.actionType, req.parameters);
     const replay = await this.replayOf(tx, req, print);
     if (replay) return { actionId: replay.actionId, replayed: true, record: replay };
 
-    const { rowCount } = await tx.query('SELECT 1 FROM worlds WHERE id = $1', [worldId]);
-    if (!rowCount) throw new NotFound(`world ${worldId} does not exist here (not provisioned in intelligence)`);
-    const schema = await this.app.schemaReplica.current(tx, worldId);
-    const action = Object.hasOwn(schema.document.actionTypes, req.actionType)
-      ? schema.document.actionTypes[req.actionType]
-      : undefined;
-    if (!action) {
-      throw new NotFound(
-        `action type ${req.actionType} is not in the schema of world ${worldId} (version ${schema.version} applied here)`,
-      );
-    }
-    const checked = checkParameters(action, req.parameters);
-    const resolved = checked.errors.length === 0 ? resolveCommands(action, checked.parameters) : undefined;
-    const errors = [...checked.errors, ...(resolved?.errors ?? [])];
+    const { action, schema, checked, resolved, errors } = await this.plan(tx, worldId, req.actionType, req.parameters);
     if (errors.length > 0 || !resolved) {
       throw new Unprocessable(`the parameters do not fit action type ${req.actionType}`, errors.slice(0, 50));
     }
