@@ -3,6 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BadRequest,
   BODY_LIMITS,
+  Headers,
   type ObjectType,
   ownValue,
   problemResponses,
@@ -40,9 +41,7 @@ const Params = Type.Object({
   type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
 });
 const ReadHeaders = Type.Object({
-  'x-consistency-token': Type.Optional(
-    Type.String({ description: 'control=<schema version>: wait (bounded) until data has applied it' }),
-  ),
+  'x-consistency-token': Headers.consistencyToken('control=<schema version>: wait (bounded) until data has applied it'),
 });
 
 const Scalar = Type.Union([Type.String(), Type.Number(), Type.Boolean()]);

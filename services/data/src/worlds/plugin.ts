@@ -1,4 +1,10 @@
-import { type ProvisionOutcome, type ReceivedEvent, type TagRequest, type WorldOrigin, worldProvisioning } from '@onto/shared';
+import {
+  type ProvisionOutcome,
+  type ReceivedEvent,
+  type TagRequest,
+  type WorldOrigin,
+  worldProvisioning,
+} from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
