@@ -10,6 +10,7 @@ import type { Config } from './config.js';
 import identity from './identity/plugin.js';
 import bulk from './ingest/routes.js';
 import links from './links/routes.js';
+import live from './live/plugin.js';
 import merges from './merges/consumer.js';
 import objects from './objects/routes.js';
 import positions from './positions/plugin.js';
@@ -49,6 +50,13 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(actions);
   await fastify.register(merges);
   await fastify.register(positions, { intervalMs: config.POSITION_ANNOUNCE_MS });
+  await fastify.register(live, {
+    replayEvents: config.LIVE_REPLAY_EVENTS,
+    replaySeconds: config.LIVE_REPLAY_SECONDS,
+    bufferEvents: config.LIVE_BUFFER_EVENTS,
+    heartbeatMs: config.LIVE_HEARTBEAT_MS,
+    authCheckMs: config.LIVE_AUTH_CHECK_MS,
+  });
   await fastify.register(adminRoutes);
 };
 

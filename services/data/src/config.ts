@@ -19,6 +19,36 @@ export const ConfigSchema = Type.Composite([
       default: 64,
       description: 'single-object writes in one group transaction at most (1: no grouping)',
     }),
+    LIVE_REPLAY_EVENTS: Type.Integer({
+      minimum: 100,
+      maximum: 10_000_000,
+      default: 200_000,
+      description: 'events of the live topics each instance keeps so that SSE subscribers can resume (docs/adr/0059)',
+    }),
+    LIVE_REPLAY_SECONDS: Type.Integer({
+      minimum: 1,
+      maximum: 7 * 86_400,
+      default: 3600,
+      description: 'and at most this old: an SSE position older than what is kept answers 410',
+    }),
+    LIVE_BUFFER_EVENTS: Type.Integer({
+      minimum: 1,
+      maximum: 10_000_000,
+      default: 10_000,
+      description:
+        'events an SSE client whose connection does not drain may fall behind before it gets `overflow` and is closed',
+    }),
+    LIVE_HEARTBEAT_MS: Type.Integer({
+      minimum: 100,
+      default: 15_000,
+      description: 'SSE comment lines every this often',
+    }),
+    LIVE_AUTH_CHECK_MS: Type.Integer({
+      minimum: 50,
+      default: 500,
+      description:
+        "how often each SSE stream's token and role are checked again (closed when expired, revoked or lost)",
+    }),
     CDC_MAPPINGS: Type.String({
       default: '[]',
       description:
