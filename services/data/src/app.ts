@@ -16,6 +16,7 @@ import objects from './objects/routes.js';
 import positions from './positions/plugin.js';
 import schema from './schema/plugin.js';
 import series from './series/plugin.js';
+import webhooks from './webhooks/plugin.js';
 import diff from './worlds/diff.js';
 import worlds from './worlds/plugin.js';
 
@@ -56,6 +57,16 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     bufferEvents: config.LIVE_BUFFER_EVENTS,
     heartbeatMs: config.LIVE_HEARTBEAT_MS,
     authCheckMs: config.LIVE_AUTH_CHECK_MS,
+  });
+  await fastify.register(webhooks, {
+    retryHours: config.WEBHOOK_RETRY_HOURS,
+    disableAfterHours: config.WEBHOOK_DISABLE_AFTER_HOURS,
+    retryBaseMs: config.WEBHOOK_RETRY_BASE_MS,
+    retryMaxMs: config.WEBHOOK_RETRY_MAX_MS,
+    timeoutMs: config.WEBHOOK_TIMEOUT_MS,
+    concurrency: config.WEBHOOK_CONCURRENCY,
+    logRetentionHours: config.WEBHOOK_LOG_RETENTION_HOURS,
+    allowHosts: config.ONTO_WEBHOOK_ALLOW_HOSTS,
   });
   await fastify.register(adminRoutes);
 };

@@ -49,6 +49,45 @@ export const ConfigSchema = Type.Composite([
       description:
         "how often each SSE stream's token and role are checked again (closed when expired, revoked or lost)",
     }),
+    WEBHOOK_RETRY_HOURS: Type.Number({
+      exclusiveMinimum: 0,
+      default: 24,
+      description:
+        'how long a webhook delivery is retried (exponential backoff with jitter) before it is dead-lettered',
+    }),
+    WEBHOOK_DISABLE_AFTER_HOURS: Type.Number({
+      exclusiveMinimum: 0,
+      default: 72,
+      description: 'a webhook whose every attempt failed for this long is made inactive (docs/adr/0060)',
+    }),
+    WEBHOOK_RETRY_BASE_MS: Type.Integer({
+      minimum: 1,
+      default: 5000,
+      description: 'first retry delay of a webhook delivery',
+    }),
+    WEBHOOK_RETRY_MAX_MS: Type.Integer({ minimum: 1, default: 3_600_000, description: 'longest retry delay' }),
+    WEBHOOK_TIMEOUT_MS: Type.Integer({
+      minimum: 100,
+      maximum: 60_000,
+      default: 10_000,
+      description: 'a delivery attempt gives up after this',
+    }),
+    WEBHOOK_CONCURRENCY: Type.Integer({
+      minimum: 1,
+      maximum: 1000,
+      default: 32,
+      description: 'deliveries in flight per instance',
+    }),
+    WEBHOOK_LOG_RETENTION_HOURS: Type.Number({
+      exclusiveMinimum: 0,
+      default: 168,
+      description: 'delivered deliveries and their attempts are kept this long for …/deliveries',
+    }),
+    ONTO_WEBHOOK_ALLOW_HOSTS: Type.String({
+      default: '',
+      description:
+        'comma-separated host names or addresses that webhooks may reach although loopback, private, link-local or metadata (e.g. 127.0.0.1 in tests)',
+    }),
     CDC_MAPPINGS: Type.String({
       default: '[]',
       description:
