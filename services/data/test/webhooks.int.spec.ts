@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { eventually } from '@onto/shared/testing';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../../../packages/admin/test/cli.js';
 import { dataStack, type Stack } from './stack.js';
 
 // Webhooks (docs/adr/0060) against a receiver in the test that verifies every signature with the
@@ -227,12 +228,14 @@ describe('webhooks', () => {
     receiver.secrets.set('/gone', [made.json().secret]);
     expect((await put('dead-1', 5)).statusCode).toBe(201); // filtered out
     expect((await put('dead-2', 500)).statusCode).toBe(201);
+    const dataUrl = await s.data.app.listen({ port: 0, host: '127.0.0.1' });
+    const cli = ['--json', '--data-url', dataUrl, '--token', s.admin];
     const dead = await eventually(
       'dead-lettered',
       async () => {
-        const res = await s.dataCall('GET', '/v1/admin/webhooks/dead?world=hooks&webhook=gone');
-        expect(res.statusCode, res.body).toBe(200);
-        return res.json().dead.length > 0 ? res.json().dead : undefined;
+        const run = await runCli(cli, 'webhooks', 'dead', '--world', 'hooks', '--webhook', 'gone');
+        expect(run.code, run.err).toBe(0);
+        return run.json().length > 0 ? run.json() : undefined;
       },
       { timeoutMs: DOWN_MS * 4 + 20_000 },
     );
@@ -243,9 +246,8 @@ describe('webhooks', () => {
     expect((await s.dataCall('GET', '/v1/worlds/hooks/webhooks/gone')).json()).toMatchObject({ dead: 1, backlog: 0 });
     receiver.answers.set('/gone', 204);
     const tries = receiver.on('/gone').length;
-    const redriven = await s.dataCall('POST', '/v1/admin/webhooks/redrive', {
-      body: { world: 'hooks', webhook: 'gone' },
-    });
+    const redriven = await runCli(cli, 'webhooks', 'redrive', '--world', 'hooks', '--webhook', 'gone');
+    expect(redriven.code, redriven.err).toBe(0);
     expect(redriven.json()).toEqual({ redriven: 1 });
     await eventually('delivered after the redrive', async () => receiver.on('/gone').length > tries);
     await eventually(
@@ -253,6 +255,8 @@ describe('webhooks', () => {
       async () => (await s.dataCall('GET', '/v1/worlds/hooks/webhooks/gone')).json().dead === 0,
     );
     expect(receiver.on('/gone').at(-1)?.id).toBe(dead[0].eventId);
+    // Nothing left to redrive: exit 5, nothing changed.
+    expect((await runCli(cli, 'webhooks', 'redrive', '--world', 'hooks')).code).toBe(5);
   }, 120_000);
 
   it('disables a webhook that has failed for WEBHOOK_DISABLE_AFTER_HOURS', async () => {
