@@ -59,10 +59,14 @@ latencies.sort((a, b) => a - b);
 console.log(
   `${fmt(latencies.length)}/${fmt(count)} deliveries in ${fmt(elapsed, 1)} s: ${fmt(latencies.length / elapsed)} deliveries/s at ${rate} writes/s`,
 );
-console.log(`write → delivery: p50 ${fmt(percentile(latencies, 50), 1)} ms, p99 ${fmt(percentile(latencies, 99), 1)} ms`);
+console.log(
+  `write → delivery: p50 ${fmt(percentile(latencies, 50), 1)} ms, p99 ${fmt(percentile(latencies, 99), 1)} ms`,
+);
 const dataMs = used?.parts.get('data');
 if (dataMs !== undefined) {
-  console.log(`data's CPU per delivery (its write, relay, consumer and delivery together): ${fmt(dataMs / count, 2)} ms`);
+  console.log(
+    `data's CPU per delivery (its write, relay, consumer and delivery together): ${fmt(dataMs / count, 2)} ms`,
+  );
 }
 await stack.close();
 receiver.close();

@@ -1,4 +1,4 @@
-import net from 'node:net';
+import * as net from 'node:net';
 import { buildTestService, eventually, type TestService } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as data from '../src/app.js';
@@ -142,7 +142,9 @@ describe('live events (SSE)', () => {
     const got: ReturnType<typeof parse>[] = [];
     const writes = (from: number, to: number) =>
       Promise.all(
-        Array.from({ length: to - from }, (_, k) => put('live', `r-${(from + k) % 7}`, from + k).then((r) => r.status)),
+        Array.from({ length: to - from }, (_, k) =>
+          put('live', `r-${(from + k) % 7}`, from + k).then((r) => r.statusCode),
+        ),
       );
     const killed = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, auth());
     expect(await killed.opened()).toBe(200);

@@ -1,4 +1,4 @@
-import http from 'node:http';
+import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { eventually } from '@onto/shared/testing';
 import { Webhook } from 'standardwebhooks';

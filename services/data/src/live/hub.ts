@@ -33,8 +33,9 @@ const PRODUCER_SEQ = /"producer_seq":([0-9]+)/;
 export function structuredCloudEvent(headers: Record<string, string>, value: string): string {
   const attributes: Record<string, string> = {};
   for (const name of ['specversion', 'id', 'type', 'source', 'time', 'subject', 'dataschema']) {
-    const v = headers[`ce_${name}`];
-    if (v !== undefined) attributes[name] = v;
+    const header = `ce_${name}`;
+    // own-key: name is one of the CloudEvents attribute names above, never input
+    if (Object.hasOwn(headers, header)) attributes[name] = headers[header] as string;
   }
   attributes.datacontenttype = 'application/json';
   const head = JSON.stringify(attributes);

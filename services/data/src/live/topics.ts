@@ -22,6 +22,7 @@ export const LIVE_EVENT_TYPES = (Object.entries(EVENT_TYPES) as [EventType, Topi
 
 /** The live topic (by index) that carries an event type, or undefined. */
 export function topicIndexOfType(type: string): number | undefined {
-  const topic = (EVENT_TYPES as Record<string, TopicName>)[type];
-  return topic === undefined ? undefined : LIVE_TOPIC_INDEX.get(topic);
+  const types: Record<string, TopicName> = EVENT_TYPES;
+  if (!Object.hasOwn(types, type)) return undefined;
+  return LIVE_TOPIC_INDEX.get(types[type] as TopicName);
 }
