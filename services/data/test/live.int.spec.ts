@@ -190,6 +190,24 @@ describe('live events (SSE)', () => {
       const res = await s.dataCall('POST', '/v1/worlds/live/bulk/Item', { body });
       expect(res.statusCode, res.body).toBeLessThan(300);
     }
+    // Once it has overflowed, it reads (a client that never does is cut off 10 s later): what was
+    // buffered, then overflow with its last position, then the end.
+    await eventually(
+      'the stuck one overflowed',
+      async () => {
+        const metrics = await s.data.app.inject({ method: 'GET', url: '/metrics' });
+        return /onto_live_overflows_total(\{[^}]*\})? [1-9]/.test(metrics.body);
+      },
+      { timeoutMs: 60_000 },
+    );
+    let text = '';
+    stuck.setEncoding('utf8');
+    stuck.on('data', (c: string) => {
+      text += c;
+    });
+    const closed = new Promise((r) => stuck.on('close', r));
+    stuck.resume();
+    await closed;
     await eventually(
       'both readers got everything',
       async () => {
@@ -204,15 +222,6 @@ describe('live events (SSE)', () => {
       expect(r.events.some((e) => e.event === 'overflow')).toBe(false);
       r.close();
     }
-    // Now it reads: what was buffered, then overflow with its last position, then the end.
-    let text = '';
-    stuck.setEncoding('utf8');
-    stuck.on('data', (c: string) => {
-      text += c;
-    });
-    const closed = new Promise((r) => stuck.on('close', r));
-    stuck.resume();
-    await closed;
     expect(text).toContain('event: overflow');
     const overflow = JSON.parse(/event: overflow\ndata: (.*)\n/.exec(text)?.[1] ?? '{}');
     const ids = [...text.matchAll(/^id: (.*)$/gm)].map((m) => m[1]);
