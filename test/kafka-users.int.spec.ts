@@ -1,3 +1,9 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { createKafkaBroker, DLQ_HEADERS, dlqOf, platformTopics, serviceAcls } from '@onto/shared';
 import {
   buildTestService,
@@ -7,9 +13,10 @@ import {
   type TestService,
   testLogger,
 } from '@onto/shared/testing';
+import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT } from '../packages/admin/src/errors.js';
-import { runCliIn } from '../packages/admin/test/cli.js';
+import { runCli, runCliIn } from '../packages/admin/test/cli.js';
 import { SERVICES } from './services.js';
 
 // The three services as ./onto up runs them against an authenticated broker (docs/adr/0024): each
@@ -159,5 +166,88 @@ describe('services with their own Kafka users', () => {
     expect(dlq?.low).toBe(dlq?.high);
     expect((await cli(login, 'dlq', 'list', '--topic', 'onto.changes.objects')).json()).toEqual([]);
     await admin.disconnect();
+  });
+
+  it("lets a downstream consumer in: onto-admin consumers add makes a user that runs the guide's Node example, within its topics and group prefix", {
+    timeout: 240_000,
+  }, async () => {
+    const adminPassword = kafka.passwords.get('admin') as string;
+    const dir = await mkdtemp(join(tmpdir(), 'onto-consumers-'));
+    const adminConfig = join(dir, 'kafka-admin.properties');
+    await writeFile(
+      adminConfig,
+      [
+        'security.protocol=SASL_PLAINTEXT',
+        'sasl.mechanism=SCRAM-SHA-512',
+        `sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="${adminPassword}";`,
+      ].join('\n'),
+      { mode: 0o600 },
+    );
+    const cli = ['--json', '--kafka-brokers', kafka.brokers, '--kafka-config', adminConfig, '--topic-prefix', prefix];
+    const added = await runCli(
+      cli,
+      'consumers',
+      'add',
+      'billing',
+      '--topics',
+      'onto.changes.objects',
+      '--group-prefix',
+      'billing-',
+    );
+    expect(added.code, added.err).toBe(0);
+    expect(added.json()).toMatchObject({
+      name: 'billing',
+      mechanism: 'SCRAM-SHA-512',
+      topics: [`${prefix}onto.changes.objects`],
+    });
+    const password = added.json().password as string;
+    expect(
+      (await runCli(cli, 'consumers', 'add', 'data', '--topics', 'domain.alerts', '--group-prefix', 'x-')).code,
+    ).toBe(2);
+    expect((await runCli(cli, 'consumers', 'add', 'other', '--topics', 'nope', '--group-prefix', 'x-')).code).toBe(2);
+
+    // One event on the topic, as data's relay would publish it.
+    const producer = new Kafka({
+      brokers: [kafka.brokers],
+      logLevel: logLevel.NOTHING,
+      sasl: { mechanism: 'scram-sha-512', username: 'admin', password: adminPassword },
+    }).producer();
+    await producer.connect();
+    const event = {
+      event_id: '0193a000-0000-7000-8000-000000000001',
+      type: 'object.updated',
+      world_id: 'shop',
+      payload: { pk: 'o-1' },
+    };
+    await producer.send({
+      topic: `${prefix}onto.changes.objects`,
+      messages: [
+        {
+          key: 'shop/Order/o-1',
+          value: JSON.stringify(event),
+          headers: { ce_type: 'object.updated', ce_subject: 'shop/Order/o-1' },
+        },
+      ],
+    });
+    await producer.disconnect();
+
+    const example = fileURLToPath(new URL('../docs/examples/consume.mjs', import.meta.url));
+    const consume = (env: Record<string, string>, topic = `${prefix}onto.changes.objects`, timeout = 90_000) =>
+      promisify(execFile)('node', [example, kafka.brokers, topic], {
+        env: { ...process.env, KAFKA_SASL_USERNAME: 'billing', ...env },
+        timeout,
+        killSignal: 'SIGKILL',
+      });
+    const { stdout } = await consume({ KAFKA_SASL_PASSWORD: password, KAFKA_GROUP: 'billing-orders' });
+    expect(
+      stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l)),
+    ).toEqual([
+      expect.objectContaining({ id: event.event_id, type: 'object.updated', subject: 'shop/Order/o-1', world: 'shop' }),
+    ]);
+    // Not proven here yet: the refusals outside its group prefix and topics, and list, rotate and remove
+    // (a run of those steps did not finish on the shared machine; see the branch's report).
   });
 });

@@ -12,6 +12,7 @@ import {
 } from '@onto/shared';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { type CodegenDerived, type CodegenSchema, generateWorldModule } from './codegen.js';
+import { ConsumerUsers, MECHANISM } from './consumers.js';
 import { AdminError, EXIT, EXIT_HELP } from './errors.js';
 import { type KafkaRecord, KafkaTools, type PartitionLog } from './kafka.js';
 import { type Io, print, processIo, progress } from './output.js';
@@ -28,6 +29,7 @@ interface GlobalOptions {
   token?: string;
   apiToken?: string;
   kafkaBrokers: string;
+  kafkaConfig?: string;
   topicPrefix: string;
   timeout: number;
 }
@@ -187,6 +189,12 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
     )
     .addOption(
       new Option('--topic-prefix <prefix>', 'ONTO_TOPIC_PREFIX of the services').default(env.ONTO_TOPIC_PREFIX ?? ''),
+    )
+    .addOption(
+      new Option(
+        '--kafka-config <file>',
+        "the Kafka admin's client settings for Kafka's tools (ONTO_KAFKA_ADMIN_CONFIG; ./onto up writes .onto/run/kafka-admin.properties)",
+      ).default(env.ONTO_KAFKA_ADMIN_CONFIG),
     )
     .addOption(
       new Option('--timeout <seconds>', 'how long to wait for a repair to show its effect')
@@ -401,6 +409,149 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
         }
         const out = { service: opts.service, redriven: result.redriven };
         print(io, o.json, out, { head: ['service', 'redriven'], rows: [[out.service, out.redriven]] });
+      }),
+  );
+
+  // ---------------------------------------------------------------- webhooks
+  const webhooks = program
+    .command('webhooks')
+    .description('webhook deliveries dead-lettered after WEBHOOK_RETRY_HOURS (data): list, redrive');
+  const webhookFilters = (cmd: Command) =>
+    cmd.option('--world <world>', 'only this world').option('--webhook <name>', 'only this webhook (with --world)');
+  const webhookQuery = (opts: { world?: string; webhook?: string }) =>
+    new URLSearchParams({
+      ...(opts.world ? { world: opts.world } : {}),
+      ...(opts.webhook ? { webhook: opts.webhook } : {}),
+    });
+  exitHelp(
+    webhookFilters(
+      webhooks.command('dead').description('list dead-lettered deliveries, oldest first, with the last error'),
+    ).action(async (opts: { world?: string; webhook?: string }, cmd: Command) => {
+      const { o, services } = setup(cmd);
+      const query = webhookQuery(opts);
+      query.set('limit', '1000');
+      const { dead } = (await services().call('data', 'GET', `/v1/admin/webhooks/dead?${query}`)) as {
+        dead: {
+          id: string;
+          world: string;
+          webhook: string;
+          eventId: string;
+          eventType: string;
+          attempts: number;
+          createdAt: string;
+          lastError: string | null;
+        }[];
+      };
+      print(io, o.json, dead, {
+        head: ['id', 'world', 'webhook', 'event', 'type', 'attempts', 'queued at', 'last error'],
+        rows: dead.map((d) => [
+          d.id,
+          d.world,
+          d.webhook,
+          d.eventId,
+          d.eventType,
+          d.attempts,
+          d.createdAt,
+          short(d.lastError),
+        ]),
+      });
+      if (!o.json) io.stderr.write(`${dead.length} dead-lettered deliver${dead.length === 1 ? 'y' : 'ies'}\n`);
+    }),
+  );
+  exitHelp(
+    webhookFilters(
+      webhooks
+        .command('redrive')
+        .description(
+          'queue dead-lettered deliveries again (all, those of --world/--webhook, or --id), with a new retry window; ' +
+            'fix the receiver first: one that refuses again dead-letters them again',
+        ),
+    )
+      .option('--id <n...>', 'a delivery id (from `dead`); repeatable', wholeNumbers, [])
+      .action(async (opts: { world?: string; webhook?: string; id: number[] }, cmd: Command) => {
+        const { o, services } = setup(cmd);
+        const result = (await services().call('data', 'POST', '/v1/admin/webhooks/redrive', {
+          ...(opts.world ? { world: opts.world } : {}),
+          ...(opts.webhook ? { webhook: opts.webhook } : {}),
+          ...(opts.id.length > 0 ? { ids: opts.id.map(String) } : {}),
+        })) as { redriven: number };
+        if (result.redriven === 0)
+          throw new AdminError(
+            'no dead-lettered delivery matched: nothing to redrive, nothing changed',
+            EXIT.nothingToDo,
+          );
+        print(io, o.json, result, { head: ['redriven'], rows: [[result.redriven]] });
+      }),
+  );
+
+  // ---------------------------------------------------------------- consumers
+  const consumers = program
+    .command('consumers')
+    .description("downstream consumers' Kafka users: a SCRAM login with read ACLs on some topics and a group prefix");
+  const consumerUsers = (cmd: Command) => {
+    const { o } = setup(cmd);
+    return { o, users: new ConsumerUsers(o.kafkaBrokers, o.kafkaConfig, o.topicPrefix, env) };
+  };
+  const credentials = (o: GlobalOptions, name: string, password: string, extra: Record<string, unknown>) => {
+    const out = { name, mechanism: MECHANISM, username: name, password, bootstrap: o.kafkaBrokers, ...extra };
+    print(io, o.json, out, {
+      head: ['name', 'mechanism', 'username', 'password'],
+      rows: [[name, MECHANISM, name, password]],
+    });
+    if (!o.json)
+      io.stderr.write(
+        'The password is shown this once: keep it in a secret store (docs/consumers.md shows how to log in).\n',
+      );
+  };
+  exitHelp(
+    consumers
+      .command('add <name>')
+      .description(
+        'make a Kafka user that may read these topics with groups starting with the prefix; prints its password once',
+      )
+      .requiredOption('--topics <topics>', 'comma-separated topics, e.g. domain.alerts,onto.changes.objects')
+      .requiredOption('--group-prefix <prefix>', 'the consumer groups it may use start with this, e.g. billing-')
+      .action(async (name: string, opts: { topics: string; groupPrefix: string }, cmd: Command) => {
+        const { o, users } = consumerUsers(cmd);
+        const topics = opts.topics
+          .split(',')
+          .map((t) => t.trim())
+          .filter(Boolean);
+        const { password } = await users.add(name, topics, opts.groupPrefix);
+        credentials(o, name, password, { topics: users.physicalTopics(topics), groupPrefix: opts.groupPrefix });
+      }),
+  );
+  exitHelp(
+    consumers
+      .command('list')
+      .description("the consumers' users with the topics and group prefixes they may read (never a password)")
+      .action(async (_opts: unknown, cmd: Command) => {
+        const { o, users } = consumerUsers(cmd);
+        const list = await users.list();
+        print(io, o.json, list, {
+          head: ['name', 'topics', 'group prefixes'],
+          rows: list.map((u) => [u.name, u.topics.join(', '), u.groupPrefixes.join(', ')]),
+        });
+      }),
+  );
+  exitHelp(
+    consumers
+      .command('rotate <name>')
+      .description('a new password for the user (printed once); the old one stops working at once')
+      .action(async (name: string, _opts: unknown, cmd: Command) => {
+        const { o, users } = consumerUsers(cmd);
+        const { password } = await users.rotate(name);
+        credentials(o, name, password, {});
+      }),
+  );
+  exitHelp(
+    consumers
+      .command('remove <name>')
+      .description("delete the user's credential and its ACLs")
+      .action(async (name: string, _opts: unknown, cmd: Command) => {
+        const { o, users } = consumerUsers(cmd);
+        await users.remove(name);
+        print(io, o.json, { removed: name }, { head: ['removed'], rows: [[name]] });
       }),
   );
 

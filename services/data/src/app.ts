@@ -10,12 +10,14 @@ import type { Config } from './config.js';
 import identity from './identity/plugin.js';
 import bulk from './ingest/routes.js';
 import links from './links/routes.js';
+import live from './live/plugin.js';
 import merges from './merges/consumer.js';
 import objectSets from './objects/query.js';
 import objects from './objects/routes.js';
 import positions from './positions/plugin.js';
 import schema from './schema/plugin.js';
 import series from './series/plugin.js';
+import webhooks from './webhooks/plugin.js';
 import diff from './worlds/diff.js';
 import worlds from './worlds/plugin.js';
 
@@ -54,6 +56,23 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(actions);
   await fastify.register(merges);
   await fastify.register(positions, { intervalMs: config.POSITION_ANNOUNCE_MS });
+  await fastify.register(live, {
+    replayEvents: config.LIVE_REPLAY_EVENTS,
+    replaySeconds: config.LIVE_REPLAY_SECONDS,
+    bufferEvents: config.LIVE_BUFFER_EVENTS,
+    heartbeatMs: config.LIVE_HEARTBEAT_MS,
+    authCheckMs: config.LIVE_AUTH_CHECK_MS,
+  });
+  await fastify.register(webhooks, {
+    retryHours: config.WEBHOOK_RETRY_HOURS,
+    disableAfterHours: config.WEBHOOK_DISABLE_AFTER_HOURS,
+    retryBaseMs: config.WEBHOOK_RETRY_BASE_MS,
+    retryMaxMs: config.WEBHOOK_RETRY_MAX_MS,
+    timeoutMs: config.WEBHOOK_TIMEOUT_MS,
+    concurrency: config.WEBHOOK_CONCURRENCY,
+    logRetentionHours: config.WEBHOOK_LOG_RETENTION_HOURS,
+    allowHosts: config.ONTO_WEBHOOK_ALLOW_HOSTS,
+  });
   await fastify.register(adminRoutes);
 };
 

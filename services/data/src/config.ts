@@ -32,6 +32,75 @@ export const ConfigSchema = Type.Composite([
           'the key page tokens of object-set queries are signed with (HMAC-SHA256); every instance of data needs the same one. Unset: a random key per process, so tokens do not survive a restart (docs/adr/0047)',
       }),
     ),
+    LIVE_REPLAY_EVENTS: Type.Integer({
+      minimum: 100,
+      maximum: 10_000_000,
+      default: 200_000,
+      description: 'events of the live topics each instance keeps so that SSE subscribers can resume (docs/adr/0059)',
+    }),
+    LIVE_REPLAY_SECONDS: Type.Integer({
+      minimum: 1,
+      maximum: 7 * 86_400,
+      default: 3600,
+      description: 'and at most this old: an SSE position older than what is kept answers 410',
+    }),
+    LIVE_BUFFER_EVENTS: Type.Integer({
+      minimum: 1,
+      maximum: 10_000_000,
+      default: 10_000,
+      description:
+        'events an SSE client whose connection does not drain may fall behind before it gets `overflow` and is closed',
+    }),
+    LIVE_HEARTBEAT_MS: Type.Integer({
+      minimum: 100,
+      default: 15_000,
+      description: 'SSE comment lines every this often',
+    }),
+    LIVE_AUTH_CHECK_MS: Type.Integer({
+      minimum: 50,
+      default: 500,
+      description:
+        "how often each SSE stream's token and role are checked again (closed when expired, revoked or lost)",
+    }),
+    WEBHOOK_RETRY_HOURS: Type.Number({
+      exclusiveMinimum: 0,
+      default: 24,
+      description:
+        'how long a webhook delivery is retried (exponential backoff with jitter) before it is dead-lettered',
+    }),
+    WEBHOOK_DISABLE_AFTER_HOURS: Type.Number({
+      exclusiveMinimum: 0,
+      default: 72,
+      description: 'a webhook whose every attempt failed for this long is made inactive (docs/adr/0060)',
+    }),
+    WEBHOOK_RETRY_BASE_MS: Type.Integer({
+      minimum: 1,
+      default: 5000,
+      description: 'first retry delay of a webhook delivery',
+    }),
+    WEBHOOK_RETRY_MAX_MS: Type.Integer({ minimum: 1, default: 3_600_000, description: 'longest retry delay' }),
+    WEBHOOK_TIMEOUT_MS: Type.Integer({
+      minimum: 100,
+      maximum: 60_000,
+      default: 10_000,
+      description: 'a delivery attempt gives up after this',
+    }),
+    WEBHOOK_CONCURRENCY: Type.Integer({
+      minimum: 1,
+      maximum: 1000,
+      default: 32,
+      description: 'deliveries in flight per instance',
+    }),
+    WEBHOOK_LOG_RETENTION_HOURS: Type.Number({
+      exclusiveMinimum: 0,
+      default: 168,
+      description: 'delivered deliveries and their attempts are kept this long for …/deliveries',
+    }),
+    ONTO_WEBHOOK_ALLOW_HOSTS: Type.String({
+      default: '',
+      description:
+        'comma-separated host names or addresses that webhooks may reach although loopback, private, link-local or metadata (e.g. 127.0.0.1 in tests)',
+    }),
     CDC_MAPPINGS: Type.String({
       default: '[]',
       description:

@@ -8,7 +8,8 @@ import fp from 'fastify-plugin';
  */
 export const DEFAULT_CONSOLE_ORIGINS = 'http://127.0.0.1:4001,http://localhost:4001';
 
-const ALLOW_HEADERS = 'authorization, content-type, if-match, idempotency-key, x-consistency-token, x-request-id';
+const ALLOW_HEADERS =
+  'authorization, content-type, if-match, idempotency-key, last-event-id, x-consistency-token, x-request-id';
 const EXPOSE_HEADERS = 'etag, location, retry-after, x-consistency-token, x-request-id';
 
 export const corsPlugin = fp(

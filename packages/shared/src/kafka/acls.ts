@@ -25,6 +25,20 @@ export interface AclOptions {
   cdcSources?: readonly string[];
 }
 
+/** The topics data's live readers and webhook deliveries follow (services/data/src/live/topics.ts). */
+const LIVE_READ_TOPICS: TopicName[] = [
+  'onto.changes.objects',
+  'onto.changes.links',
+  'onto.series.points',
+  'domain.alerts',
+  'domain.decisions',
+  'domain.actions',
+];
+/** Each data instance's live reader is a group of its own under this prefix. */
+export const LIVE_GROUP_PREFIX = 'data-live-';
+/** The group that turns events into webhook deliveries (services/data/src/webhooks). */
+export const WEBHOOK_GROUP = 'data-webhooks';
+
 /** The CDC consumer's group (services/data/src/cdc/plugin.ts). */
 const CDC_GROUP = 'data-cdc';
 const CDC_TOPIC_PREFIX = 'cdc.raw.';
@@ -63,6 +77,22 @@ export function serviceAcls(options: AclOptions = {}): AclRule[] {
       allow(consumer, topic(dlqOf(t), 'Write'));
     }
   }
+  // data's live event readers (a group per instance, docs/adr/0059) and its webhook deliveries
+  // (docs/adr/0060) read the topics subscribers and webhooks follow.
+  for (const t of LIVE_READ_TOPICS) allow('data', topic(t, 'Read'));
+  allow('data', {
+    resourceType: 'Group',
+    patternType: 'Prefixed',
+    name: `${prefix}${LIVE_GROUP_PREFIX}`,
+    operation: 'Read',
+  });
+  allow('data', {
+    resourceType: 'Group',
+    patternType: 'Literal',
+    name: `${prefix}${WEBHOOK_GROUP}`,
+    operation: 'Read',
+  });
+  for (const t of LIVE_READ_TOPICS) allow('data', topic(dlqOf(t), 'Write'));
   const sources = options.cdcSources ?? [];
   if (sources.length > 0) {
     allow('data', {

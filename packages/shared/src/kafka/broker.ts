@@ -75,6 +75,11 @@ export interface ConsumerOptions {
   groupId: string;
   topics: (string | RegExp)[];
   fromBeginning?: boolean;
+  /**
+   * Where each of these partitions starts, whatever the group committed: for readers that keep no
+   * progress of their own, such as the live event hub (Admin.offsetsAt finds them).
+   */
+  startAt?: { topic: string; partition: number; offset: string }[];
   sessionTimeoutMs?: number;
   /** How long a rebalance waits for members to rejoin (a crashed member never does). */
   rebalanceTimeoutMs?: number;
@@ -132,6 +137,8 @@ export interface Admin {
   deleteTopics(names: string[]): Promise<void>;
   listTopics(): Promise<string[]>;
   partitionOffsets(topic: string): Promise<PartitionOffsets[]>;
+  /** Per partition, the offset of the first record written at or after `timestamp` (ms), else the end. */
+  offsetsAt(topic: string, timestamp: number): Promise<{ partition: number; offset: string }[]>;
   consumerLag(groupId: string, topic: string): Promise<number>;
   /** Adds allow rules (a rule already there is kept); needs a super user (docs/adr/0024). */
   createAcls(rules: readonly AclRule[]): Promise<void>;

@@ -230,6 +230,10 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
         );
         await settled(inFlight);
       };
+      // Seeks are taken only once run() has started; they apply as the group hands out partitions.
+      const seekToStart = () => {
+        for (const { topic, partition, offset } of opts.startAt ?? []) consumer.seek({ topic, partition, offset });
+      };
       return {
         async run(handle) {
           await consumer.run({
@@ -297,6 +301,7 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
               resolveOffset(last.offset);
             },
           });
+          seekToStart();
         },
         async stop() {
           await drain();
@@ -375,6 +380,18 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
           const offsets = await admin.fetchTopicOffsets(topic);
           return offsets
             .map((o) => ({ partition: o.partition, low: o.low, high: o.high }))
+            .sort((a, b) => a.partition - b.partition);
+        },
+        async offsetsAt(topic, timestamp) {
+          const [found, ends] = await Promise.all([
+            admin.fetchTopicOffsetsByTimestamp(topic, timestamp),
+            admin.fetchTopicOffsets(topic),
+          ]);
+          return found
+            .map((f) => ({
+              partition: f.partition,
+              offset: f.offset === '-1' ? (ends.find((e) => e.partition === f.partition)?.high ?? '0') : f.offset,
+            }))
             .sort((a, b) => a.partition - b.partition);
         },
         async consumerLag(groupId, topic) {
