@@ -25,10 +25,22 @@ describe('ACLs generated from the topic catalogue', () => {
     expect(producedTopics('control')).toEqual(['onto.schema', 'onto.worlds', 'onto.identity']);
   });
 
+  const LIVE_READS: string[] = [
+    'onto.changes.objects',
+    'onto.changes.links',
+    'onto.series.points',
+    'domain.alerts',
+    'domain.decisions',
+    'domain.actions',
+  ];
   it('lets each consumer group read its topics, and only its own service join it', () => {
     for (const topic of TOPIC_NAMES) {
       const readers = PRODUCERS.filter((s) => allowed(s, 'Read', 'Topic', topic));
-      expect(readers, topic).toEqual(PRODUCERS.filter((s) => TOPIC_CONSUMERS[topic].some((c) => c.service === s)));
+      // data also reads the six topics live streams and webhooks follow (docs/adr/0059, 0060).
+      const live = LIVE_READS.includes(topic) ? ['data'] : [];
+      expect(readers, topic).toEqual(
+        PRODUCERS.filter((s) => TOPIC_CONSUMERS[topic].some((c) => c.service === s) || live.includes(s)),
+      );
       for (const { service, group } of TOPIC_CONSUMERS[topic]) {
         expect(allowed(service, 'Read', 'Group', group), group).toBe(true);
         expect(allowed(service, 'Write', 'Topic', `${topic}.dlq`), `${service} dead-letters ${topic}`).toBe(true);
@@ -41,7 +53,14 @@ describe('ACLs generated from the topic catalogue', () => {
 
   it('grants nothing but reading and writing topics, reading their configs and reading groups, literally, without duplicates', () => {
     expect(new Set(rules.map((r) => `${r.operation} ${r.resourceType} ${r.patternType}`))).toEqual(
-      new Set(['Write Topic Literal', 'Read Topic Literal', 'DescribeConfigs Topic Literal', 'Read Group Literal']),
+      // Read Group Prefixed: data's live readers, a group per instance under data-live- (docs/adr/0059).
+      new Set([
+        'Write Topic Literal',
+        'Read Topic Literal',
+        'DescribeConfigs Topic Literal',
+        'Read Group Literal',
+        'Read Group Prefixed',
+      ]),
     );
     expect(new Set(rules.map((r) => JSON.stringify(r))).size).toBe(rules.length);
     // No one writes identity but control: a forged signing key or heartbeat is refused by the broker.
