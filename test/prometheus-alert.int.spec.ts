@@ -10,6 +10,7 @@ import {
   fastifyOptions,
   healthPlugin,
   type InboxConsumer,
+  jobsPlugin,
   kafkaPlugin,
   kernelMigrations,
   metricsPlugin,
@@ -103,6 +104,7 @@ describe('a stopped consumer fires the lag alert in Prometheus', () => {
       clientId: 'onto-lag-probe',
       topicPrefix: topics.prefix,
     });
+    await app.register(jobsPlugin, {}); // the consumers' inbox pruning runs on it
     await app.register(consumersPlugin, {});
     app.after(() => {
       consumer = app.addConsumer({

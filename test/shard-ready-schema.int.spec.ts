@@ -22,6 +22,7 @@ const NOT_PER_WORLD: Record<string, string> = {
   inbox: 'kernel: keyed by consumer and event id',
   inbox_deferred: 'kernel',
   kernel_meta: 'kernel',
+  jobs: "kernel: the job runner's queue (docs/adr/0051), a node's own background work",
   onto_kernel_migrations: 'migrations',
   onto_identity_replica_migrations: 'migrations',
   data_migrations: 'migrations',
@@ -41,6 +42,8 @@ const NOT_PER_WORLD: Record<string, string> = {
  * not distribute them as they are.
  */
 const PENDING: Record<string, string> = {
+  'data.webhook_deliveries': 'primary key (world_id, id)',
+  'data.webhook_attempts': 'primary key (world_id, id)',
   'data.audit_log': 'primary key (world_id, id); world_id NOT NULL (a world-less entry goes to a reference log)',
   'data.cdc_positions': 'primary key (world_id, source, type, pk): reorder',
   'data.series_keys': 'primary key (world_id, id); series points carry world_id',

@@ -1,5 +1,5 @@
 import { connect } from 'node:net';
-import { JSON_MAX_DEPTH, TOO_DEEP } from '@onto/shared';
+import { CAUSED_BY_PATTERN, JSON_MAX_DEPTH, TOO_DEEP } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, type IntelligenceStack, intelligenceStack } from './stack.js';
@@ -53,7 +53,8 @@ describe('the fuzzer’s findings', () => {
       { path: '/to', message: 'object type "hasOwnProperty" does not exist' },
     ]);
     const missing = await s.controlCall('DELETE', `/v1/worlds/${W}/action-types/valueOf`);
-    expect(expectProblem(missing, 422).errors).toEqual([{ path: '/actionTypes/valueOf', message: 'does not exist' }]);
+    // An unknown type is a 404, as the document says (docs/adr/0049), whatever its name.
+    expect(expectProblem(missing, 404).detail).toBe('action type valueOf does not exist in fuzzed');
   });
 
   it('takes an action parameter named like a prototype member for absent when the request leaves it out', async () => {
@@ -207,7 +208,7 @@ describe('the fuzzer’s findings', () => {
           if (op.requestBody)
             expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['400', '413', '415']));
           for (const p of op.parameters ?? []) {
-            if (p.in === 'header' && p.name === 'x-caused-by') expect(p.schema?.format, where).toBe('uuid');
+            if (p.in === 'header' && p.name === 'x-caused-by') expect(p.schema?.pattern, where).toBe(CAUSED_BY_PATTERN);
           }
         }
       }

@@ -46,15 +46,15 @@ const Settings = Type.Object(
   },
   { additionalProperties: false },
 );
-const Protection = Type.Intersect([
-  Settings,
-  Type.Object({
-    world: Type.String(),
-    revision: Type.Integer({ description: '0: never set (the world is unprotected)' }),
-    updatedBy: Type.Union([Type.String(), Type.Null()]),
-    updatedAt: Type.Union([Type.String(), Type.Null()]),
-  }),
-]);
+// One object, not an intersection with Settings: Settings refuses unknown properties, so an
+// `allOf` of the two would refuse every answer (a generated client validates them).
+const Protection = Type.Object({
+  ...Settings.properties,
+  world: Type.String(),
+  revision: Type.Integer({ description: '0: never set (the world is unprotected)' }),
+  updatedBy: Type.Union([Type.String(), Type.Null()]),
+  updatedAt: Type.Union([Type.String(), Type.Null()]),
+});
 type Protection = Static<typeof Protection>;
 const Params = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
 

@@ -45,10 +45,14 @@ const ObjectParams = Type.Object({
   type: Type.String({ pattern: NAME }),
   pk: Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description: 'the primary key, URL-encoded' }),
 });
+/** What `?at=` takes: a commit, an RFC 3339 instant with an offset, or a tag name (control's TAG_NAME). */
+export const AT_PATTERN =
+  '^(?:[0-9]{1,15}|[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])|(?![0-9]+$)(?![0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ])[a-zA-Z0-9][a-zA-Z0-9._-]{0,99})$';
 /** `?at=`: the ref a read looks at (docs/adr/0023). */
 export const At = Type.Optional(
   Type.String({
     maxLength: 100,
+    pattern: AT_PATTERN,
     description:
       "read at a ref: a data commit (the n of X-Consistency-Token: data=<n>), an RFC 3339 instant with an offset, or a tag of this world (the commit data cut for it: the same answer as ?at=<that commit>); absent: now. A commit ahead of data's head, a name that is no tag of the world (or a tag data has not positioned yet: its vector has no data part) 404; a commit or instant before the world existed, or an instant in the future, 422; anything else 400 — each naming querystring/at. In a fork, reads go up to the base at the fork point.",
   }),
