@@ -187,7 +187,7 @@ describe('the fuzzer’s findings', () => {
 
   it('publishes OpenAPI documents that say what the servers do', async () => {
     type Operation = {
-      parameters?: { in: string; name: string; required?: boolean; schema?: { format?: string } }[];
+      parameters?: { in: string; name: string; required?: boolean; schema?: { format?: string; pattern?: string } }[];
       requestBody?: { content: Record<string, unknown> };
       responses: Record<string, { content?: Record<string, unknown> }>;
     };
