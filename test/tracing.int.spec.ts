@@ -122,11 +122,14 @@ describe('tracing: one trace from a PUT in data to the action it causes, across 
     );
     const sentStep = sentByIntelligence.filter((x) => x.name.endsWith('domain.actions'));
     // data: applies the step (the object edited) and answers.
+    // Several of data's consumer groups read domain.actions (the steps, the webhooks' queue): the
+    // one that applies the step is the one that sends what it caused.
     const step = spans.find(
       (x) =>
         scope(x) === 'onto-data' &&
         x.name === 'apply action.step.requested' &&
-        sentStep.some((p) => idOf(p) === x.parentSpanContext?.spanId),
+        sentStep.some((p) => idOf(p) === x.parentSpanContext?.spanId) &&
+        spans.some((c) => c.parentSpanContext?.spanId === idOf(x) && c.kind === SpanKind.PRODUCER),
     );
     expect(step, trail).toBeDefined();
     const sentByData = spans.filter((x) => x.parentSpanContext?.spanId === idOf(step as ReadableSpan));
