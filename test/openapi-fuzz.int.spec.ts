@@ -468,7 +468,7 @@ describe('every endpoint fuzzed from its OpenAPI document', () => {
   // a ref in the diff's from/to without the pattern ?at= has, an aggregation metric without the
   // property its op needs, and a query pageToken (opaque, but checked under body/). Fix those and
   // put 'data' back: the first thing to do in the next session.
-  it.each(['intelligence', 'control'] as const)(
+  it.each(['intelligence', 'control'] as ('data' | 'intelligence' | 'control')[])(
     '%s: no 5xx, every error problem+json, every success valid against its schema',
     async (service) => {
       const app = service === 'control' ? s.control.app : service === 'data' ? s.data.app : s.intelligence?.app;
