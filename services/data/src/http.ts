@@ -13,6 +13,7 @@ import {
   UUID_V7,
   withOcc,
 } from '@onto/shared';
+import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from './events.js';
@@ -49,6 +50,15 @@ export function claimedCause(request: FastifyRequest): string | null {
   }
   return id;
 }
+
+/**
+ * A primary key in a path, as the documents state it: 1 to LIMITS.pkLength characters of text
+ * PostgreSQL can store — no NUL, no lone surrogate (the pattern is a Unicode one, as Ajv compiles
+ * it), which is what `keyParam` enforces.
+ */
+export const PK_PATTERN = '^[^\\u0000\\uD800-\\uDFFF]+$';
+export const Pk = (description = 'the primary key, URL-encoded') =>
+  Type.String({ minLength: 1, maxLength: LIMITS.pkLength, pattern: PK_PATTERN, description });
 
 /** A primary key from the path: text PostgreSQL can store (no NUL, no lone surrogate), not too long. */
 export function keyParam(name: string, value: string): string {

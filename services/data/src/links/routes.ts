@@ -20,10 +20,10 @@ import {
   keyParam,
   OBJECT_IF_MATCH,
   originOf,
+  Pk,
   preconditionsOf,
   written,
 } from '../http.js';
-import { LIMITS } from '../objects/model.js';
 import { objectAt } from '../objects/repository.js';
 import { At, NAME } from '../objects/routes.js';
 import { linkTypeOf, objectTypeOf } from '../schema/lookup.js';
@@ -32,7 +32,6 @@ import { type LinkChange, putLink, removeLink } from './change.js';
 import { traverse } from './repository.js';
 
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 503);
-const Pk = (description: string) => Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description });
 const LinkParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
   linkType: Type.String({ pattern: NAME, description: 'the link type (apiName)' }),

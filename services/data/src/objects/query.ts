@@ -194,16 +194,23 @@ const AggregateBody = Type.Object(
     where: Type.Optional(Where),
     at: AtField,
     groupBy: Type.Optional(Type.Array(GroupBySchema, { maxItems: QUERY_LIMITS.groupBy })),
+    // count counts objects and takes no property; every other op needs the property it measures.
     metrics: Type.Array(
-      Type.Object(
-        {
-          name: Type.String({ minLength: 1, maxLength: 100 }),
-          op: Type.Union(METRIC_OPS.map((o) => Type.Literal(o))),
-          property: Type.Optional(Type.String({ pattern: NAME, description: 'required except for count' })),
-        },
-        { additionalProperties: false },
-      ),
-      { minItems: 1, maxItems: QUERY_LIMITS.metrics },
+      Type.Union([
+        Type.Object(
+          { name: Type.String({ minLength: 1, maxLength: 100 }), op: Type.Literal('count') },
+          { additionalProperties: false },
+        ),
+        Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 100 }),
+            op: Type.Union(METRIC_OPS.filter((o) => o !== 'count').map((o) => Type.Literal(o))),
+            property: Type.String({ pattern: NAME }),
+          },
+          { additionalProperties: false },
+        ),
+      ]),
+      { minItems: 1, maxItems: QUERY_LIMITS.metrics, description: 'metric names are distinct' },
     ),
     allowScan: AllowScan,
   },

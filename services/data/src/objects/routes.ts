@@ -24,6 +24,7 @@ import {
   keyParam,
   OBJECT_IF_MATCH,
   originOf,
+  Pk,
   preconditionsOf,
   written,
 } from '../http.js';
@@ -31,7 +32,7 @@ import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { latestSeries } from '../series/latest.js';
 import { resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
-import { applyPatch, type Checked, checkObject, type Filter, LIMITS, parseFilter } from './model.js';
+import { applyPatch, type Checked, checkObject, type Filter, parseFilter } from './model.js';
 import { type Head, listObjects, objectAt, objectContext, objectHistory, worldContext } from './repository.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
@@ -43,7 +44,7 @@ const TypeParams = Type.Object({
 const ObjectParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
   type: Type.String({ pattern: NAME }),
-  pk: Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description: 'the primary key, URL-encoded' }),
+  pk: Pk(),
 });
 /** What `?at=` takes: a commit, an RFC 3339 instant with an offset, or a tag name (control's TAG_NAME). */
 export const AT_PATTERN =

@@ -19,7 +19,7 @@ import {
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { CAUSED_BY_HEADER, keyParam, originOf } from '../http.js';
+import { CAUSED_BY_HEADER, keyParam, originOf, Pk } from '../http.js';
 import { ndjsonLines } from '../ndjson.js';
 import { LIMITS } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
@@ -49,7 +49,7 @@ const errors = problemResponses(400, 401, 403, 404, 409, 413, 422, 503);
 const SeriesParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
   type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
-  pk: Type.String({ minLength: 1, maxLength: LIMITS.pkLength, description: 'the primary key, URL-encoded' }),
+  pk: Pk(),
   series: Type.String({ pattern: NAME, description: 'the time-series property' }),
 });
 const Point = Type.Object({ time: Type.String(), value: Type.Unknown() });

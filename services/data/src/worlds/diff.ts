@@ -15,7 +15,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Properties } from '../objects/model.js';
-import { NAME } from '../objects/routes.js';
+import { AT_PATTERN, NAME } from '../objects/routes.js';
 import { chainOf, resolveRef, type Segment } from './refs.js';
 
 /*
@@ -247,11 +247,16 @@ export default fp(
           querystring: Type.Object(
             {
               from: Type.Optional(
-                Type.String({ maxLength: 100, description: 'a ref: commit, instant or tag of the world' }),
+                Type.String({
+                  maxLength: 100,
+                  pattern: AT_PATTERN,
+                  description: 'a ref: commit, instant or tag of the world',
+                }),
               ),
               to: Type.Optional(
                 Type.String({
                   maxLength: 100,
+                  pattern: AT_PATTERN,
                   description: 'a ref: commit, instant or tag of the world; now by default',
                 }),
               ),
