@@ -79,43 +79,43 @@ describe.runIf(builtForProcesses(SERVICES.map((s) => serverJs(s.name))))('servic
     expect(run.output()).toContain('KAFKA_BROKERS');
   });
 
-  // Known regression (2026-12-03, found when the job runner of docs/adr/0051 was merged): with a
-  // broker that accepts connections and never answers, control's shutdown no longer ends within
-  // SHUTDOWN_TIMEOUT_MS (it still hangs after 30 s). A reachable broker or a refused connection
-  // shut down cleanly (the other specs of this file and of the chaos run). Skipped, not deleted, so
-  // that the fix turns it back on: the first thing to do in the next session.
-  it.skip('boots, answers /ready, and on SIGTERM lets an in-flight request finish before exiting 0', async () => {
-    // A broker that accepts connections and never answers keeps /ready waiting on its Kafka
-    // check for its full timeout: that request is in flight when SIGTERM arrives.
-    const sockets: Socket[] = [];
-    const silent: Server = createServer((s) => sockets.push(s));
-    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
-    const silentPort = (silent.address() as { port: number }).port;
-    const port = nextPort++;
-    const run = start('control', {
-      ...baseEnv('control'),
-      PORT: String(port),
-      KAFKA_BROKERS: `127.0.0.1:${silentPort}`,
-    });
-    try {
-      await waitForListening(run);
-      const started = Date.now();
-      const inFlight = fetch(`http://127.0.0.1:${port}/ready`);
-      await eventually('the request received', () => run.output().includes('"url":"/ready"'));
-      run.child.kill('SIGTERM');
-      const res = await inFlight;
-      expect(res.status).toBe(200); // Kafka down is degraded, not unready (ADR 22)
-      expect(await res.json()).toMatchObject({ status: 'degraded', checks: { kafka: { status: 'down' } } });
-      expect(Date.now() - started).toBeGreaterThan(1000);
-      expect(await run.exited, run.output()).toBe(0);
-      expect(run.output()).toContain('shutting down');
-      await expect(fetch(`http://127.0.0.1:${port}/health`)).rejects.toThrow();
-    } finally {
-      run.child.kill('SIGKILL');
-      for (const s of sockets) s.destroy();
-      silent.close();
-    }
-  });
+  // A broker that accepts connections and never answers is the hard case for a shutdown: every
+  // Kafka call waits for its own timeout. Each service still ends within SHUTDOWN_TIMEOUT_MS.
+  it.each(SERVICES)(
+    '$name boots, answers /ready, and on SIGTERM lets an in-flight request finish before exiting 0',
+    async ({ name }) => {
+      // A broker that accepts connections and never answers keeps /ready waiting on its Kafka
+      // check for its full timeout: that request is in flight when SIGTERM arrives.
+      const sockets: Socket[] = [];
+      const silent: Server = createServer((s) => sockets.push(s));
+      await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+      const silentPort = (silent.address() as { port: number }).port;
+      const port = nextPort++;
+      const run = start(name, {
+        ...baseEnv(name),
+        PORT: String(port),
+        KAFKA_BROKERS: `127.0.0.1:${silentPort}`,
+      });
+      try {
+        await waitForListening(run);
+        const started = Date.now();
+        const inFlight = fetch(`http://127.0.0.1:${port}/ready`);
+        await eventually('the request received', () => run.output().includes('"url":"/ready"'));
+        run.child.kill('SIGTERM');
+        const res = await inFlight;
+        expect(res.status).toBe(200); // Kafka down is degraded, not unready (ADR 22)
+        expect(await res.json()).toMatchObject({ status: 'degraded', checks: { kafka: { status: 'down' } } });
+        expect(Date.now() - started).toBeGreaterThan(1000);
+        expect(await run.exited, run.output()).toBe(0);
+        expect(run.output()).toContain('shutting down');
+        await expect(fetch(`http://127.0.0.1:${port}/health`)).rejects.toThrow();
+      } finally {
+        run.child.kill('SIGKILL');
+        for (const s of sockets) s.destroy();
+        silent.close();
+      }
+    },
+  );
 
   it.each(SERVICES)('$name boots as a process and is ready', async ({ name }) => {
     const port = nextPort++;

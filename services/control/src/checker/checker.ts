@@ -16,6 +16,7 @@ import {
   TOPICS,
   type TopicName,
   uuidv7,
+  withTimeout,
 } from '@onto/shared';
 import type { FastifyBaseLogger } from 'fastify';
 import type pg from 'pg';
@@ -76,6 +77,9 @@ export interface CheckerOptions {
   /** An outbox row older than this is a finding. */
   outboxMaxAgeSeconds: number;
 }
+
+/** How long a run waits for the Kafka admin to connect before it reports the dead letters unread. */
+const ADMIN_CONNECT_MS = 2000;
 
 const REPORTS = {
   'storage.check.reported': 'data',
@@ -267,6 +271,8 @@ export class ConsistencyChecker {
   }
 
   async close() {
+    // The admin connects with a bound (dlqDepths), so this wait is bounded too: a broker that
+    // accepts connections and never answers cannot hold the shutdown.
     const admin = await this.admin?.catch(() => undefined);
     this.admin = undefined;
     await admin?.disconnect();
@@ -352,7 +358,9 @@ export class ConsistencyChecker {
   private async dlqDepths(): Promise<Map<string, number>> {
     const depths = new Map<string, number>();
     try {
-      this.admin ??= this.broker.admin();
+      // Bounded, as every Kafka read of a periodic job: a silent broker ends this run with a
+      // warning instead of holding it (and the shutdown, which waits for the run) for good.
+      this.admin ??= withTimeout(this.broker.admin(), ADMIN_CONNECT_MS, 'kafka admin');
       const admin = await this.admin;
       const existing = new Set(await admin.listTopics());
       for (const topic of Object.keys(TOPICS) as TopicName[]) {
