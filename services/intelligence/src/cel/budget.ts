@@ -23,11 +23,14 @@ export const EVALUATION_TIME_LIMIT_MS = 40;
 export const EVALUATION_SLICE_MS = 5;
 
 /**
- * A pause for loops that evaluate many objects: resolves at once until `EVALUATION_SLICE_MS` have
- * passed since the last turn, then lets the event loop run (I/O, timers) before going on.
+ * A pause for loops that evaluate many objects: lets the event loop run (I/O, timers) before the
+ * first evaluation and whenever `EVALUATION_SLICE_MS` have passed since the last turn; else
+ * resolves at once.
  */
 export function evaluationSlices(ms = EVALUATION_SLICE_MS): () => Promise<void> | undefined {
-  let since = performance.now();
+  // The first pause yields: a loop starts right after the query that loaded its objects, and the
+  // parsing of those rows must not share a turn with the first evaluations.
+  let since = Number.NEGATIVE_INFINITY;
   return () => {
     if (performance.now() - since < ms) return undefined;
     return new Promise<void>((resolve) =>

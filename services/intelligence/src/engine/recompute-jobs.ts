@@ -101,8 +101,23 @@ const CHAIN_KEYS = `WITH cand AS (
      ) x
     ORDER BY x.pk LIMIT $4
   )
-  SELECT cand.pk, EXISTS (SELECT 1 FROM rm_object_at($1, $2, cand.pk) o WHERE NOT o.deleted) AS live
+  SELECT cand.pk, (SELECT pg_column_size(o.properties) FROM rm_object_at($1, $2, cand.pk) o WHERE NOT o.deleted) AS size
     FROM cand ORDER BY cand.pk`;
+
+/** A world's own keys of a type in pk order, with the stored size of each object's properties. */
+const OWN_KEYS = `SELECT pk, pg_column_size(properties) AS size FROM rm_objects
+   WHERE world_id = $1 AND type = $2 AND NOT deleted AND ($3::text IS NULL OR pk > $3)
+   ORDER BY pk LIMIT $4`;
+
+/**
+ * Cuts a page of keys (pk, size: null when not live) where the objects' stored sizes add up to
+ * $5 bytes, keeping at least one key: the evaluation loads them in one query, whose rows are
+ * parsed in one turn of the event loop (docs/adr/0021). `candidates` says whether the page was full.
+ */
+const sized = (keys: string) => `WITH page AS (${keys}),
+  sized AS (SELECT pk, size, row_number() OVER (ORDER BY pk) AS n, count(*) OVER () AS candidates,
+                   sum(coalesce(size, 0)) OVER (ORDER BY pk) AS upto FROM page)
+  SELECT pk, size IS NOT NULL AS live, candidates::int FROM sized WHERE n = 1 OR upto <= $5 ORDER BY pk`;
 
 /** Takes due recomputes one batch at a time, as the job RECOMPUTE of the service's runner. */
 export class RecomputeWorker {
@@ -115,6 +130,8 @@ export class RecomputeWorker {
     private readonly metrics: EvaluationMetrics,
     private readonly batchSize = 500,
     private readonly retryMs = 250,
+    /** At most this many bytes of stored properties a batch (but one object at least). */
+    private readonly batchBytes = 256 * 1024,
   ) {}
 
   /** Defines RECOMPUTE on `jobs`: a batch a run, run again at once while batches are left. */
@@ -173,15 +190,13 @@ export class RecomputeWorker {
       const chain = ModelCache.chainOf(versions?.rows);
       if (chain === 'pending') return { value: 'later' as const }; // its fork point is not recorded yet
       const forked = chain === 'known';
-      const batch = await tx.query<{ pk: string; live: boolean }>(
-        forked
-          ? CHAIN_KEYS
-          : `SELECT pk, true AS live FROM rm_objects
-              WHERE world_id = $1 AND type = $2 AND NOT deleted AND ($3::text IS NULL OR pk > $3)
-              ORDER BY pk LIMIT $4`,
-        [job.world_id, job.object_type, job.after_pk, this.batchSize],
+      const batch = await tx.query<{ pk: string; live: boolean; candidates: number }>(
+        sized(forked ? CHAIN_KEYS : OWN_KEYS),
+        [job.world_id, job.object_type, job.after_pk, this.batchSize, this.batchBytes],
       );
       const seen = batch.rows.map((r) => r.pk);
+      // Done when the page was not full and no key of it was left for the next batch.
+      const last = (batch.rows[0]?.candidates ?? 0) < this.batchSize && seen.length === batch.rows[0]?.candidates;
       const pks = batch.rows.filter((r) => r.live).map((r) => r.pk);
       const sql = new WriteBehind(tx);
       const evaluation = new Evaluation(sql, model, this.ctx, forked);
@@ -193,7 +208,7 @@ export class RecomputeWorker {
         text: `UPDATE recompute_jobs SET after_pk = coalesce($2, after_pk), processed = processed + $3,
                       finished_at = CASE WHEN $4 THEN now() END
                 WHERE id = $1`,
-        values: [job.id, seen.at(-1) ?? null, pks.length, seen.length < this.batchSize],
+        values: [job.id, seen.at(-1) ?? null, pks.length, seen.length === 0 || last],
       };
       return { value: 'more' as const, last: [...sql.take(), progress] };
     });
