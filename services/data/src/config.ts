@@ -41,7 +41,7 @@ export const ConfigSchema = Type.Composite([
     LIVE_REPLAY_BYTES: Type.Integer({
       minimum: 1024 * 1024,
       maximum: 64 * 1024 * 1024 * 1024,
-      default: 64 * 1024 * 1024,
+      default: 32 * 1024 * 1024,
       description:
         'and taking at most this many bytes (each event: its value, headers and CloudEvent, and ~0.6 KB of bookkeeping), oldest evicted first (docs/adr/0059)',
     }),

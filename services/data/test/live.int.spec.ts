@@ -436,7 +436,7 @@ describe('live events (SSE)', () => {
       expect(await gauge('onto_live_replay_bytes')).toBeGreaterThan(bytes / 2);
       expect(kept).toBeGreaterThan(0);
       expect(kept).toBeLessThan(130);
-      // The instance with the default bound (64 MiB) still resumes the same position, with every event after it.
+      // The instance with the default bound (32 MiB) still resumes the same position, with every event after it.
       const resumed = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, {
         ...auth(),
         'last-event-id': old,
