@@ -43,7 +43,7 @@ export const ConfigSchema = Type.Composite([
       maximum: 64 * 1024 * 1024 * 1024,
       default: 32 * 1024 * 1024,
       description:
-        'and taking at most this many bytes (each event: its value, headers and CloudEvent, and ~0.6 KB of bookkeeping), oldest evicted first (docs/adr/0059)',
+        'and taking at most this many bytes (each event: its value, headers and CloudEvent, and ~0.7 KB of bookkeeping), oldest evicted first (docs/adr/0059)',
     }),
     LIVE_REPLAY_SECONDS: Type.Integer({
       minimum: 1,

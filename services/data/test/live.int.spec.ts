@@ -1,5 +1,6 @@
 import * as net from 'node:net';
-import { buildTestService, eventually, type TestService } from '@onto/shared/testing';
+import { createKafkaBroker } from '@onto/shared';
+import { buildTestService, eventually, type TestService, testLogger } from '@onto/shared/testing';
 import type { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as data from '../src/app.js';
@@ -227,6 +228,48 @@ describe('live events (SSE)', () => {
     expect(overflow.lastEventId).toBe(ids.at(-1));
     expect(ids.length).toBeLessThan(total);
   }, 120_000);
+
+  it('gives each event once when a relay sends its record again (a copy on the same partition)', async () => {
+    const first = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, auth());
+    expect(await first.opened()).toBe(200);
+    expect((await put('live', 'dup-1', 1)).statusCode).toBe(201);
+    await eventually('the event', async () => seen(first).length === 1);
+    const original = JSON.parse((first.events[0] as SseEvent).data) as Record<string, unknown> & { data: unknown };
+    // The same record again, as a relay resending a batch would put it: same key, value and headers.
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    for (const name of ['specversion', 'id', 'type', 'source', 'time', 'subject', 'dataschema']) {
+      if (typeof original[name] === 'string') headers[`ce_${name}`] = original[name] as string;
+    }
+    headers['onto-event-id'] = original.id as string;
+    const broker = createKafkaBroker({
+      brokers: [s.data.env.KAFKA_BROKERS as string],
+      clientId: 'live-duplicate',
+      logger: testLogger,
+    });
+    const producer = await broker.producer();
+    await producer.send([
+      {
+        topic: `${s.prefix}onto.changes.objects`,
+        messages: [{ key: original.subject as string, value: JSON.stringify(original.data), headers }],
+      },
+    ]);
+    await producer.disconnect();
+    // An event after the copy on the same object (the same partition): once it is here, the copy was read.
+    expect((await put('live', 'dup-1', 2)).statusCode).toBe(200);
+    await eventually('the next event', async () => seen(first).length >= 2);
+    // A subscriber resuming from before the copy, on the other instance, skips it too.
+    const resumed = new SseClient(`${urls[1]}/v1/worlds/live/events?topics=objects`, {
+      ...auth(),
+      'last-event-id': first.events[0]?.id as string,
+    });
+    expect(await resumed.opened()).toBe(200);
+    await eventually('the next event, resumed', async () => seen(resumed).length >= 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(seen(first).map((e) => `${e.data.payload.pk}@${e.data.version}`)).toEqual(['dup-1@1', 'dup-1@2']);
+    expect(seen(resumed).map((e) => `${e.data.payload.pk}@${e.data.version}`)).toEqual(['dup-1@2']);
+    first.close();
+    resumed.close();
+  });
 
   /** When data first refuses this token (its replica learnt of the change: 401 for a revoked or outdated token). */
   const learnt = async (token: string) => {

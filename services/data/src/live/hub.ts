@@ -9,6 +9,8 @@ import { LIVE_TOPIC_INDEX, LIVE_TOPIC_NAMES, LIVE_TOPICS } from './topics.js';
 
 /** One record of a live topic as the hub keeps it for its subscribers. */
 interface LiveRecord {
+  /** The event's id (ce_id): a record a relay sent again has the same one. */
+  id: string;
   topic: number;
   partition: number;
   offset: number;
@@ -32,9 +34,10 @@ const STALL_MS = 1000;
 const PRODUCER_SEQ = /"producer_seq":([0-9]+)/;
 /**
  * What a record costs beside its strings: the record object, its headers object and the strings'
- * own headers (measured with V8 at about 0.6 KB for the dozen headers a change event carries).
+ * own headers (measured with V8 at about 0.6 KB for the dozen headers a change event carries),
+ * and the event id's entry in the set of ids.
  */
-const RECORD_OVERHEAD_BYTES = 640;
+const RECORD_OVERHEAD_BYTES = 700;
 
 /** A record's size as LIVE_REPLAY_BYTES counts it: its value, its headers, and the overhead above. */
 function recordBytes(value: string, headers: Record<string, string>): number {
@@ -106,6 +109,14 @@ export class LiveHub {
   /** Per topic and partition: the ring holds every record from this offset on. */
   private floor: number[][] = [];
   private ring: LiveRecord[] = [];
+  /**
+   * The ids of the events the ring holds: a relay that resends a batch (at least once, ADR 62)
+   * puts an event on its partition twice, and a subscriber must get it once. The copy is skipped
+   * as it is read, the same on every instance whose ring holds the first one.
+   */
+  private readonly ids = new Set<string>();
+  /** Copies skipped. */
+  private skipped = 0;
   private ringStart = 0;
   /** The bytes the records from ringStart on count for (LIVE_REPLAY_BYTES). */
   private ringBytes = 0;
@@ -129,6 +140,14 @@ export class LiveHub {
         name: 'onto_live_events_sent_total',
         help: 'events written to live event streams',
         registers: [opts.registry],
+      }),
+      duplicates: new Gauge({
+        name: 'onto_live_duplicates_skipped',
+        help: 'records the live reader skipped because the ring already held their event (a relay sent it again)',
+        registers: [opts.registry],
+        collect: () => {
+          this.metrics.duplicates.set(this.skipped);
+        },
       }),
       overflows: new Counter({
         name: 'onto_live_overflows_total',
@@ -227,6 +246,12 @@ export class LiveHub {
       const type = headers.ce_type;
       const key = m.key ?? headers.ce_subject;
       if (type === undefined || key === undefined) continue;
+      const id = headers.ce_id ?? headers['onto-event-id'] ?? `${t}/${m.partition}/${offset}`;
+      if (this.ids.has(id)) {
+        this.skipped++;
+        continue;
+      }
+      this.ids.add(id);
       const value = m.value.toString('utf8');
       if (DATA_TOPICS.has(t) && this.dataSeqFloor === undefined) {
         const seq = PRODUCER_SEQ.exec(value)?.[1];
@@ -235,6 +260,7 @@ export class LiveHub {
       const bytes = recordBytes(value, headers);
       this.ringBytes += bytes;
       this.ring.push({
+        id,
         topic: t,
         partition: m.partition,
         offset,
@@ -275,6 +301,7 @@ export class LiveHub {
       )
         break;
       this.ringBytes -= r.bytes;
+      this.ids.delete(r.id);
       (this.floor[r.topic] as number[])[r.partition] = r.offset + 1;
       if (DATA_TOPICS.has(r.topic)) {
         const seq = Number(PRODUCER_SEQ.exec(r.value)?.[1] ?? 0);
