@@ -267,6 +267,8 @@ describe('live events (SSE)', () => {
     await new Promise((r) => setTimeout(r, 500));
     expect(seen(first).map((e) => `${e.data.payload.pk}@${e.data.version}`)).toEqual(['dup-1@1', 'dup-1@2']);
     expect(seen(resumed).map((e) => `${e.data.payload.pk}@${e.data.version}`)).toEqual(['dup-1@2']);
+    const metrics = await s.data.app.inject({ method: 'GET', url: '/metrics' });
+    expect(metrics.body).toMatch(/onto_live_duplicates_skipped_total(\{[^}]*\})? [1-9]/);
     first.close();
     resumed.close();
   });

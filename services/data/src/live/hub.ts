@@ -42,7 +42,7 @@ const RECORD_OVERHEAD_BYTES = 700;
 /** A record's size as LIVE_REPLAY_BYTES counts it: its value, its headers, and the overhead above. */
 function recordBytes(value: string, headers: Record<string, string>): number {
   let bytes = RECORD_OVERHEAD_BYTES + value.length;
-  for (const name in headers) bytes += name.length + (headers[name]?.length ?? 0);
+  for (const [name, header] of Object.entries(headers)) bytes += name.length + header.length;
   return bytes;
 }
 
@@ -115,8 +115,6 @@ export class LiveHub {
    * as it is read, the same on every instance whose ring holds the first one.
    */
   private readonly ids = new Set<string>();
-  /** Copies skipped. */
-  private skipped = 0;
   private ringStart = 0;
   /** The bytes the records from ringStart on count for (LIVE_REPLAY_BYTES). */
   private ringBytes = 0;
@@ -141,13 +139,10 @@ export class LiveHub {
         help: 'events written to live event streams',
         registers: [opts.registry],
       }),
-      duplicates: new Gauge({
-        name: 'onto_live_duplicates_skipped',
+      duplicates: new Counter({
+        name: 'onto_live_duplicates_skipped_total',
         help: 'records the live reader skipped because the ring already held their event (a relay sent it again)',
         registers: [opts.registry],
-        collect: () => {
-          this.metrics.duplicates.set(this.skipped);
-        },
       }),
       overflows: new Counter({
         name: 'onto_live_overflows_total',
@@ -248,7 +243,7 @@ export class LiveHub {
       if (type === undefined || key === undefined) continue;
       const id = headers.ce_id ?? headers['onto-event-id'] ?? `${t}/${m.partition}/${offset}`;
       if (this.ids.has(id)) {
-        this.skipped++;
+        this.metrics.duplicates.inc();
         continue;
       }
       this.ids.add(id);
