@@ -440,6 +440,14 @@ describe('the console in a browser', () => {
         ]),
       );
 
+      // The secret rotated from the page: a new one shown once, the old one still signing for the overlap.
+      await page.goto(`${base}/console/#/w/shop/webhooks`);
+      await page.getByTestId('rotate-orders').click();
+      await page.locator('[data-testid="webhook-secret"]', { hasNotText: secret }).waitFor();
+      const rotatedSecret = (await page.getByTestId('webhook-secret').textContent()) ?? '';
+      expect(rotatedSecret).toMatch(/^whsec_/);
+      expect((await s.dataCall('GET', '/v1/worlds/shop/webhooks/orders')).json().secondSecretUntil).not.toBeNull();
+
       // Deleted from the page.
       await page.getByTestId('delete-orders').click();
       await page.getByText('No webhooks in shop.').waitFor();
