@@ -36,6 +36,8 @@ export class SseWatch {
     private readonly urls: () => string[],
     private readonly path: string,
     private readonly token: () => string,
+    /** How long a stream is read before it is dropped and resumed on the next instance. */
+    private readonly switchMs = () => 3000 + Math.floor(Math.random() * 5000),
   ) {}
 
   /** Resolves once the first stream is open (its start is "now"). */
@@ -58,7 +60,10 @@ export class SseWatch {
       try {
         const headers: Record<string, string> = { authorization: `Bearer ${this.token()}` };
         if (this.last) headers['last-event-id'] = this.last;
-        const res = await fetch(url + this.path, { headers, signal: this.stop.signal });
+        // Each stream is dropped after a few seconds and resumed on the other instance, so that
+        // resuming elsewhere is exercised whether or not a fault kills a data instance.
+        const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(this.switchMs())]);
+        const res = await fetch(url + this.path, { headers, signal });
         if (res.status === 410) this.counts.gone++;
         if (res.status !== 200 || !res.body) {
           if (res.status !== 503 && res.status !== 410) this.counts.refused++;
