@@ -37,6 +37,7 @@ import {
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { repo } from './lib/harness.js';
+import { liveViolations, SseWatch, WebhookReceiver } from './lib/live-watch.js';
 import { freePort } from './lib/services.js';
 
 const run = promisify(execFile);
@@ -312,6 +313,14 @@ function record(pk: string, w: Write) {
   list.push(w);
 }
 
+/** The clients without Kafka (issue 31): an SSE subscriber on either data instance, a webhook receiver. */
+const sse = new SseWatch(
+  () => dataInstances.map((i) => i.url),
+  `/v1/worlds/${WORLD}/events?topics=objects`,
+  () => token,
+);
+const receiver = new WebhookReceiver();
+
 // ---------------------------------------------------------------- main
 async function main(): Promise<number> {
   const endpoints = testEndpoints();
@@ -350,6 +359,10 @@ async function main(): Promise<number> {
           ...common,
           DATABASE_URL: dbs[name].url,
           ...(name === 'control' ? { ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP } : {}),
+          // The webhook receiver listens on 127.0.0.1; its retries are quick enough for a short run.
+          ...(name === 'data'
+            ? { ONTO_WEBHOOK_ALLOW_HOSTS: '127.0.0.1', WEBHOOK_RETRY_BASE_MS: '200', WEBHOOK_RETRY_MAX_MS: '2000' }
+            : {}),
         }),
       );
     }
@@ -436,6 +449,8 @@ async function main(): Promise<number> {
       clearInterval(refresh);
     }
   } finally {
+    await sse.close();
+    await receiver.close();
     for (const p of pools.values()) await p.end().catch(() => {});
     await Promise.all(all.map((i) => i.kill('SIGKILL')));
     await redis.stop();
@@ -519,6 +534,21 @@ async function setUp(stack: Record<ServiceName, Instance[]>) {
       (await read(stack.intelligence, `/v1/worlds/${WORLD}/watermarks`)).json.schemaVersion >= version,
     60_000,
   );
+  // The live clients start before the first write the ledger records.
+  const hook = await must(
+    call(stack.data, 'PUT', `/v1/worlds/${WORLD}/webhooks/chaos`, {
+      body: { url: await receiver.start(), events: ['object.created', 'object.updated', 'object.deleted'] },
+      count: false,
+    }),
+    'webhook',
+  );
+  receiver.secret = hook.json.secret;
+  await Promise.race([
+    sse.start(),
+    sleep(60_000).then(() => {
+      throw new Error('the SSE subscriber could not connect to data');
+    }),
+  ]);
   const definitions: [string, unknown][] = [
     ['derived-properties/double', { objectType: 'Item', expression: 'self.amount * 2', maxStalenessMs: 2000 }],
     [
@@ -1211,8 +1241,50 @@ async function check(
   if (setAside.n > 0) dlqBad.push(`${setAside.n} events of data set aside`);
   row('DLQs hold only the poison sent on purpose', dead.length, dlqBad);
 
+  // 8. the clients without Kafka: every acknowledged write reached the SSE subscriber and the
+  // webhook receiver, per object in order (the subscriber once each, across reconnections).
+  const acknowledged = new Map<string, number[]>();
+  for (const [pk, writes] of ledger) {
+    for (const w of writes) {
+      if (w.outcome === 'ok' && w.version !== undefined && ['put', 'put-if-match', 'patch', 'delete'].includes(w.op))
+        listOf(acknowledged, pk).push(w.version);
+    }
+  }
+  const liveChecked = [...acknowledged.values()].reduce((n, v) => n + v.length, 0);
+  await waitFor(
+    'the SSE subscriber and the webhook receiver to get every acknowledged write',
+    async () =>
+      liveViolations(sse.versions, acknowledged).missing.length === 0 &&
+      liveViolations(receiver.versions, acknowledged).missing.length === 0,
+    120_000,
+  ).catch(() => {});
+  const sseFound = liveViolations(sse.versions, acknowledged);
+  const sseRepeats = [...sse.versions].flatMap(([pk, v]) =>
+    v.length === new Set(v).size ? [] : [`${pk}: a version twice (${v.join(',')})`],
+  );
+  row(
+    'SSE: every acknowledged write, per object in order, none twice (reconnecting to either data instance)',
+    liveChecked,
+    [
+      ...sseFound.missing.map((m) => `missing ${m}`),
+      ...sseFound.disorder,
+      ...sseRepeats,
+      ...(sse.counts.gone > 0 ? [`${sse.counts.gone} resumptions answered 410`] : []),
+    ],
+  );
+  const hookFound = liveViolations(receiver.versions, acknowledged);
+  row('webhooks: every acknowledged write delivered, signed, per object in order', liveChecked, [
+    ...hookFound.missing.map((m) => `missing ${m}`),
+    ...hookFound.disorder,
+    ...(receiver.counts.badSignatures > 0 ? [`${receiver.counts.badSignatures} signatures did not verify`] : []),
+  ]);
+
   const lost =
-    dataBad.length + lostEvents + intelBad.filter((b) => b.includes('missing') || b.includes('in data, v')).length;
+    sseFound.missing.length +
+    hookFound.missing.length +
+    dataBad.length +
+    lostEvents +
+    intelBad.filter((b) => b.includes('missing') || b.includes('in data, v')).length;
   const appliedTwice =
     actionBad.filter((b) => / \d+ actions|after one action/.test(b)).length +
     alertBad.filter((b) => /alerts raised|open alerts/.test(b)).length;
@@ -1227,6 +1299,8 @@ async function check(
       'actions (idempotency keys)': actions.length,
       'schema changes acknowledged': schemaChanges.filter((c) => c.outcome === 'ok').length,
       'poison events sent': poison.length,
+      'SSE connections / resumptions answered 410': `${sse.counts.connections} / ${sse.counts.gone}`,
+      'webhook requests / redelivered (same webhook-id)': `${receiver.counts.requests} / ${receiver.counts.redelivered}`,
       'instance starts': Object.values(stack)
         .flat()
         .reduce((n, i) => n + i.starts, 0),

@@ -546,6 +546,32 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
   );
   exitHelp(
     consumers
+      .command('apply')
+      .description(
+        "make the broker's consumers those a deployment declares (docs/consumers.md): created or updated, each password from its passwordFile (generated into it when missing); idempotent",
+      )
+      .requiredOption(
+        '--file <file>',
+        'the declaration: {"consumers":[{"name","topics":[…],"groupPrefix","passwordFile"}]} (ONTO_KAFKA_CONSUMERS for ./onto up)',
+      )
+      .option('--prune', 'also remove the consumers the file does not declare')
+      .action(async (opts: { file: string; prune?: boolean }, cmd: Command) => {
+        const { o, users } = consumerUsers(cmd);
+        const results = await users.apply(opts.file, opts.prune === true);
+        print(io, o.json, results, {
+          head: ['name', 'action', 'topics', 'group prefix', 'password file'],
+          rows: results.map((r) => [
+            r.name,
+            r.action,
+            r.topics.join(', '),
+            r.groupPrefix,
+            r.passwordFile === undefined ? '' : `${r.passwordFile}${r.passwordGenerated ? ' (generated)' : ''}`,
+          ]),
+        });
+      }),
+  );
+  exitHelp(
+    consumers
       .command('remove <name>')
       .description("delete the user's credential and its ACLs")
       .action(async (name: string, _opts: unknown, cmd: Command) => {

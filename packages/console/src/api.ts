@@ -133,6 +133,11 @@ export async function request(
   return parsed;
 }
 
+/** The access token of the session, for a stream the console reads itself (undefined when signed out). */
+export const accessToken = () => session?.accessToken;
+/** Where a service answers (its origin, no trailing slash). */
+export const serviceUrl = (service: Service) => urls[service];
+
 export const get = <T>(service: Service, path: string) => request(service, 'GET', path) as Promise<T>;
 export const send = <T>(
   service: Service,

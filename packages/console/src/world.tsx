@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { enc, get, may, request, send } from './api.js';
+import { LiveEvents, Webhooks } from './live.js';
 import { Merges } from './merge.js';
 import { Action, ProblemView, Section, statusClass, useLoad, Value, WorldSelect } from './ui.js';
 
@@ -20,7 +21,17 @@ interface DataObject {
   properties: Record<string, unknown>;
 }
 
-const TABS = ['objects', 'diff', 'merges', 'schema', 'tags', 'intelligence', 'consistency'] as const;
+const TABS = [
+  'objects',
+  'diff',
+  'merges',
+  'schema',
+  'tags',
+  'intelligence',
+  'webhooks',
+  'live',
+  'consistency',
+] as const;
 const useSchema = (world: string) => useLoad(() => get<Schema>('control', `/v1/worlds/${enc(world)}/schema`), [world]);
 
 function Objects({ world }: { world: string }) {
@@ -1207,6 +1218,8 @@ export function WorldPage({ world, tab, rest }: { world: string; tab: string; re
       {tab === 'schema' ? <SchemaView world={world} /> : null}
       {tab === 'tags' ? <Tags world={world} /> : null}
       {tab === 'intelligence' ? <Intelligence world={world} /> : null}
+      {tab === 'webhooks' ? <Webhooks world={world} selected={rest[0]} /> : null}
+      {tab === 'live' ? <LiveEvents world={world} /> : null}
       {tab === 'consistency' ? <Consistency world={world} /> : null}
     </main>
   );

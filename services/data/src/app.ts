@@ -58,6 +58,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(positions, { intervalMs: config.POSITION_ANNOUNCE_MS });
   await fastify.register(live, {
     replayEvents: config.LIVE_REPLAY_EVENTS,
+    replayBytes: config.LIVE_REPLAY_BYTES,
     replaySeconds: config.LIVE_REPLAY_SECONDS,
     bufferEvents: config.LIVE_BUFFER_EVENTS,
     heartbeatMs: config.LIVE_HEARTBEAT_MS,

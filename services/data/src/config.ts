@@ -38,6 +38,13 @@ export const ConfigSchema = Type.Composite([
       default: 200_000,
       description: 'events of the live topics each instance keeps so that SSE subscribers can resume (docs/adr/0059)',
     }),
+    LIVE_REPLAY_BYTES: Type.Integer({
+      minimum: 1024 * 1024,
+      maximum: 64 * 1024 * 1024 * 1024,
+      default: 32 * 1024 * 1024,
+      description:
+        'and taking at most this many bytes (each event: its value, headers and CloudEvent, and ~0.7 KB of bookkeeping), oldest evicted first (docs/adr/0059)',
+    }),
     LIVE_REPLAY_SECONDS: Type.Integer({
       minimum: 1,
       maximum: 7 * 86_400,

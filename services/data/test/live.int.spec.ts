@@ -1,5 +1,7 @@
 import * as net from 'node:net';
-import { buildTestService, eventually, type TestService } from '@onto/shared/testing';
+import { createKafkaBroker } from '@onto/shared';
+import { buildTestService, eventually, type TestService, testLogger } from '@onto/shared/testing';
+import type { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as data from '../src/app.js';
 import { ConfigSchema as DataConfig } from '../src/config.js';
@@ -32,6 +34,7 @@ beforeAll(async () => {
   urls = [a, b];
   await s.world('live', { objectTypes: { Item } });
   await s.world('other', { objectTypes: { Item } });
+  await s.world('relist', { objectTypes: { Item } });
   // Both readers have their partitions: a subscription answers 200.
   for (const url of urls) {
     await eventually('the live reader started', async () => {
@@ -46,7 +49,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await second?.close();
   await s?.close();
-});
+}, 120_000);
 
 const auth = (token = s.admin) => ({ authorization: `Bearer ${token}` });
 const put = (world: string, id: string, n: number, pad = '') =>
@@ -226,52 +229,49 @@ describe('live events (SSE)', () => {
     expect(ids.length).toBeLessThan(total);
   }, 120_000);
 
-  it('answers 410 for a position older than what is kept', async () => {
-    const small = (await buildTestService(
-      { schema: DataConfig, app: data.default, migrations: data.migrations } as never,
-      {
-        ...s.data.env,
-        DATABASE_URL: s.data.databaseUrl,
-        LIVE_REPLAY_EVENTS: '100',
-      },
-    )) as TestService<unknown>;
-    try {
-      const url = await small.app.listen({ port: 0, host: '127.0.0.1' });
-      await eventually('started', async () => {
-        const probe = new SseClient(`${url}/v1/worlds/live/events?topics=objects`, auth());
-        const status = await probe.opened();
-        probe.close();
-        return status === 200;
-      });
-      const c = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, auth());
-      expect(await c.opened()).toBe(200);
-      expect((await put('live', 'g-0', 1)).statusCode).toBe(201);
-      await eventually('one', async () => seen(c).length === 1);
-      c.close();
-      const old = c.events[0]?.id as string;
-      const body = Array.from({ length: 300 }, (_, j) => ({ properties: { id: `g-${j + 1}`, n: j } }));
-      expect((await s.dataCall('POST', '/v1/worlds/live/bulk/Item', { body })).statusCode).toBeLessThan(300);
-      const gone = await eventually('the small ring moved on', async () => {
-        const probe = new SseClient(`${url}/v1/worlds/live/events?topics=objects`, { ...auth(), 'last-event-id': old });
-        const status = await probe.opened();
-        if (status === 200) probe.close();
-        else await probe.ended;
-        return status === 410 ? probe : undefined;
-      });
-      expect(JSON.parse(gone.body)).toMatchObject({ status: 410, field: 'headers/last-event-id' });
-      expect(JSON.parse(gone.body).detail).toContain('from=');
-      // The same position still resumes where the ring holds it.
-      const resumed = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, {
-        ...auth(),
-        'last-event-id': old,
-      });
-      expect(await resumed.opened()).toBe(200);
-      await eventually('the 300 events after it', async () => seen(resumed).length >= 300);
-      resumed.close();
-    } finally {
-      await small.close();
+  it('gives each event once when a relay sends its record again (a copy on the same partition)', async () => {
+    const first = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, auth());
+    expect(await first.opened()).toBe(200);
+    expect((await put('live', 'dup-1', 1)).statusCode).toBe(201);
+    await eventually('the event', async () => seen(first).length === 1);
+    const original = JSON.parse((first.events[0] as SseEvent).data) as Record<string, unknown> & { data: unknown };
+    // The same record again, as a relay resending a batch would put it: same key, value and headers.
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    for (const name of ['specversion', 'id', 'type', 'source', 'time', 'subject', 'dataschema']) {
+      if (typeof original[name] === 'string') headers[`ce_${name}`] = original[name] as string;
     }
-  }, 60_000);
+    headers['onto-event-id'] = original.id as string;
+    const broker = createKafkaBroker({
+      brokers: [s.data.env.KAFKA_BROKERS as string],
+      clientId: 'live-duplicate',
+      logger: testLogger,
+    });
+    const producer = await broker.producer();
+    await producer.send([
+      {
+        topic: `${s.prefix}onto.changes.objects`,
+        messages: [{ key: original.subject as string, value: JSON.stringify(original.data), headers }],
+      },
+    ]);
+    await producer.disconnect();
+    // An event after the copy on the same object (the same partition): once it is here, the copy was read.
+    expect((await put('live', 'dup-1', 2)).statusCode).toBe(200);
+    await eventually('the next event', async () => seen(first).length >= 2);
+    // A subscriber resuming from before the copy, on the other instance, skips it too.
+    const resumed = new SseClient(`${urls[1]}/v1/worlds/live/events?topics=objects`, {
+      ...auth(),
+      'last-event-id': first.events[0]?.id as string,
+    });
+    expect(await resumed.opened()).toBe(200);
+    await eventually('the next event, resumed', async () => seen(resumed).length >= 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(seen(first).map((e) => `${e.data.payload.pk}@${e.data.version}`)).toEqual(['dup-1@1', 'dup-1@2']);
+    expect(seen(resumed).map((e) => `${e.data.payload.pk}@${e.data.version}`)).toEqual(['dup-1@2']);
+    const metrics = await s.data.app.inject({ method: 'GET', url: '/metrics' });
+    expect(metrics.body).toMatch(/onto_live_duplicates_skipped_total(\{[^}]*\})? [1-9]/);
+    first.close();
+    resumed.close();
+  });
 
   /** When data first refuses this token (its replica learnt of the change: 401 for a revoked or outdated token). */
   const learnt = async (token: string) => {
@@ -310,4 +310,188 @@ describe('live events (SSE)', () => {
     expect((second.endedAt as number) - at2).toBeLessThanOrEqual(1000);
     expect(second.events.at(-1)?.event).toBe('closed');
   }, 30_000);
+
+  it('a list answers the commit it read: subscribing from it, every later change comes once, none it holds, while writers run', async () => {
+    const ids = Array.from({ length: 10 }, (_, i) => `r-${i}`);
+    for (const id of ids) expect((await put('relist', id, 0)).statusCode).toBe(201);
+    let stop = false;
+    let writes = 0;
+    const writer = (async () => {
+      for (let n = 1; !stop; n++) {
+        const statuses = await Promise.all(ids.map(async (id) => (await put('relist', id, n)).statusCode));
+        expect(statuses.every((st) => st === 200)).toBe(true);
+        writes += ids.length;
+      }
+    })();
+    try {
+      await eventually('writes under way', async () => writes >= 30);
+      const list = await s.dataCall('GET', '/v1/worlds/relist/objects/Item?limit=4');
+      expect(list.statusCode).toBe(200);
+      const first = list.json() as { commit: number; next: string; objects: { pk: string; version: number }[] };
+      expect(Number.isSafeInteger(first.commit)).toBe(true);
+      // The later pages read the same commit, however the writers go on.
+      const held = new Map(first.objects.map((o) => [o.pk, o.version]));
+      for (let next: string | null = first.next; next !== null; ) {
+        const page = await s.dataCall(
+          'GET',
+          `/v1/worlds/relist/objects/Item?limit=4&cursor=${encodeURIComponent(next)}`,
+        );
+        const body = page.json() as typeof first;
+        expect(body.commit).toBe(first.commit);
+        for (const o of body.objects) held.set(o.pk, o.version);
+        next = body.next;
+      }
+      expect([...held.keys()].sort()).toEqual([...ids].sort());
+      const listedAt = writes;
+      await eventually('more writes after the list', async () => writes >= listedAt + 30);
+      // On the other instance, a while after the list: from= replays what the ring holds past it.
+      const sub = new SseClient(`${urls[1]}/v1/worlds/relist/events?topics=objects&from=${first.commit}`, auth());
+      expect(await sub.opened()).toBe(200);
+      await eventually('writes while subscribed', async () => writes >= listedAt + 60);
+      stop = true;
+      await writer;
+      const final = (await s.dataCall('GET', '/v1/worlds/relist/objects/Item?limit=100')).json() as typeof first;
+      const latest = new Map(final.objects.map((o) => [o.pk, o.version]));
+      const streamed = (pk: string) =>
+        seen(sub)
+          .filter((e) => e.data.payload.pk === pk)
+          .map((e) => e.data.version);
+      await eventually('every change after the list', async () =>
+        ids.every((id) => streamed(id).at(-1) === latest.get(id)),
+      );
+      // No gap, no repeat: per object, exactly the versions after the one the list held.
+      for (const id of ids) {
+        const from = held.get(id) as number;
+        const to = latest.get(id) as number;
+        expect(to).toBeGreaterThan(from);
+        expect(streamed(id), id).toEqual(Array.from({ length: to - from }, (_, i) => from + 1 + i));
+      }
+      sub.close();
+      // A list read at a ref answers that ref's commit.
+      const at = await s.dataCall('GET', `/v1/worlds/relist/objects/Item?at=${first.commit}`);
+      expect(at.json().commit).toBe(first.commit);
+      expect(new Map((at.json() as typeof first).objects.map((o) => [o.pk, o.version]))).toEqual(held);
+    } finally {
+      stop = true;
+      await writer.catch(() => {});
+    }
+  }, 90_000);
+
+  it('answers 410 for a position older than what is kept', async () => {
+    const small = (await buildTestService(
+      { schema: DataConfig, app: data.default, migrations: data.migrations } as never,
+      {
+        ...s.data.env,
+        DATABASE_URL: s.data.databaseUrl,
+        LIVE_REPLAY_EVENTS: '100',
+      },
+    )) as TestService<unknown>;
+    try {
+      const url = await small.app.listen({ port: 0, host: '127.0.0.1' });
+      await eventually('started', async () => {
+        const probe = new SseClient(`${url}/v1/worlds/live/events?topics=objects`, auth());
+        const status = await probe.opened();
+        probe.close();
+        return status === 200;
+      });
+      const c = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, auth());
+      expect(await c.opened()).toBe(200);
+      expect((await put('live', 'g-0', 1)).statusCode).toBe(201);
+      await eventually('one', async () => seen(c).length === 1);
+      c.close();
+      const old = c.events[0]?.id as string;
+      const body = Array.from({ length: 300 }, (_, j) => ({ properties: { id: `g-${j + 1}`, n: j } }));
+      expect((await s.dataCall('POST', '/v1/worlds/live/bulk/Item', { body })).statusCode).toBeLessThan(300);
+      const gone = await eventually('the small ring moved on', async () => {
+        const probe = new SseClient(`${url}/v1/worlds/live/events?topics=objects`, { ...auth(), 'last-event-id': old });
+        const status = await probe.opened();
+        if (status === 200) probe.close();
+        else await probe.ended;
+        return status === 410 ? probe : undefined;
+      });
+      expect(JSON.parse(gone.body)).toMatchObject({ status: 410, field: 'headers/last-event-id' });
+      expect(JSON.parse(gone.body).detail).toContain('from=');
+      // As the 410 says: list again, then subscribe from the commit the list read, on the same
+      // instance: only what changed after the list comes (none of the 300 it already holds).
+      const listed = await s.dataCall('GET', '/v1/worlds/live/objects/Item?limit=1000');
+      expect(listed.statusCode).toBe(200);
+      const { commit, objects } = listed.json() as { commit: number; objects: { pk: string; version: number }[] };
+      expect(objects.filter((o) => o.pk.startsWith('g-'))).toHaveLength(301);
+      const after = new SseClient(`${url}/v1/worlds/live/events?topics=objects&from=${commit}`, auth());
+      expect(await after.opened()).toBe(200);
+      expect((await put('live', 'g-7', 1000)).statusCode).toBe(200);
+      await eventually('the change after the list', async () => seen(after).length === 1);
+      expect(seen(after).map((e) => `${e.data.payload.pk}@${e.data.version}`)).toEqual([
+        `g-7@${(objects.find((o) => o.pk === 'g-7')?.version ?? 0) + 1}`,
+      ]);
+      after.close();
+      // The same position still resumes where the ring holds it.
+      const resumed = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, {
+        ...auth(),
+        'last-event-id': old,
+      });
+      expect(await resumed.opened()).toBe(200);
+      await eventually('the 300 events after it', async () => seen(resumed).length >= 300);
+      resumed.close();
+    } finally {
+      await small.close();
+    }
+  }, 60_000);
+
+  it('bounds its ring by bytes as well as by count: large events evict the oldest first, and an evicted position is 410', async () => {
+    const bytes = 1024 * 1024;
+    const small = (await buildTestService(
+      { schema: DataConfig, app: data.default, migrations: data.migrations } as never,
+      { ...s.data.env, DATABASE_URL: s.data.databaseUrl, LIVE_REPLAY_BYTES: String(bytes) },
+    )) as TestService<unknown>;
+    const hub = (small.app as unknown as { liveHub: { first: number; end: number } }).liveHub;
+    const gauge = async (name: string) =>
+      (await (small.app as unknown as { metrics: Registry }).metrics.getSingleMetric(name)?.get())?.values[0]?.value ??
+      -1;
+    try {
+      const url = await small.app.listen({ port: 0, host: '127.0.0.1' });
+      await eventually('started', async () => {
+        const probe = new SseClient(`${url}/v1/worlds/live/events?topics=objects`, auth());
+        const status = await probe.opened();
+        probe.close();
+        return status === 200;
+      });
+      // Its position, taken on the instance with the default bounds (the new one is still reading back).
+      const c = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, auth());
+      expect(await c.opened()).toBe(200);
+      expect((await put('live', 'b-0', 1)).statusCode).toBe(201);
+      await eventually('one', async () => seen(c).length === 1);
+      c.close();
+      const old = c.events[0]?.id as string;
+      // 200 events of ~8 KB: 1.6 MB, past the 1 MB bound; far below the count bound (200,000).
+      const pad = 'p'.repeat(8000);
+      const body = Array.from({ length: 200 }, (_, j) => ({ properties: { id: `b-${j + 1}`, n: j, pad } }));
+      expect((await s.dataCall('POST', '/v1/worlds/live/bulk/Item', { body })).statusCode).toBeLessThan(300);
+      const gone = await eventually('the byte bound evicted b-0', async () => {
+        const probe = new SseClient(`${url}/v1/worlds/live/events?topics=objects`, { ...auth(), 'last-event-id': old });
+        const status = await probe.opened();
+        if (status === 200) probe.close();
+        else await probe.ended;
+        return status === 410 ? probe : undefined;
+      });
+      expect(JSON.parse(gone.body)).toMatchObject({ status: 410, field: 'headers/last-event-id' });
+      // Within the byte bound, and it is the bytes that evicted: far fewer records than the count bound allows.
+      const kept = hub.end - hub.first;
+      expect(await gauge('onto_live_replay_bytes')).toBeLessThanOrEqual(bytes);
+      expect(await gauge('onto_live_replay_bytes')).toBeGreaterThan(bytes / 2);
+      expect(kept).toBeGreaterThan(0);
+      expect(kept).toBeLessThan(130);
+      // The instance with the default bound (32 MiB) still resumes the same position, with every event after it.
+      const resumed = new SseClient(`${urls[0]}/v1/worlds/live/events?topics=objects`, {
+        ...auth(),
+        'last-event-id': old,
+      });
+      expect(await resumed.opened()).toBe(200);
+      await eventually('the 200 events after it', async () => seen(resumed).length >= 200);
+      expect(seen(resumed).filter((e) => e.data.payload.pk.startsWith('b-')).length).toBe(200);
+      resumed.close();
+    } finally {
+      await small.close();
+    }
+  }, 60_000);
 });

@@ -25,9 +25,9 @@ import {
   written,
 } from '../http.js';
 import { objectAt } from '../objects/repository.js';
-import { At, NAME } from '../objects/routes.js';
+import { At, LIST_COMMIT, NAME } from '../objects/routes.js';
 import { linkTypeOf, objectTypeOf } from '../schema/lookup.js';
-import { resolveRef } from '../worlds/refs.js';
+import { pinnedRef } from '../worlds/refs.js';
 import { type LinkChange, putLink, removeLink } from './change.js';
 import { traverse } from './repository.js';
 
@@ -137,7 +137,7 @@ export default fp(
           tags: ['links'],
           summary: "An object's links of one link type, with the objects at their other end",
           description:
-            'direction: outgoing (the object is the link type’s `from`) or incoming (its `to`); by default the side the object type is on (outgoing when it is both). Ordered by the other end’s primary key (as text), paginated with `next`.',
+            'direction: outgoing (the object is the link type’s `from`) or incoming (its `to`); by default the side the object type is on (outgoing when it is both). Ordered by the other end’s primary key (as text), paginated with `next`. Every page reads one data commit, `commit` (without `at`, one cut for the first page): subscribe to the live events with `from=<commit>` to get exactly the changes after it.',
           params: Type.Object({
             world: Type.String({ pattern: WORLD_ID }),
             type: Type.String({ pattern: NAME }),
@@ -173,6 +173,7 @@ export default fp(
                 }),
               ),
               next: Type.Union([Type.String(), Type.Null()]),
+              commit: LIST_COMMIT,
             }),
             ...errors,
           },
@@ -193,8 +194,8 @@ export default fp(
         );
         const point =
           cursor && cursor.commit !== null
-            ? await resolveRef(app.pg, world, String(cursor.commit), 'querystring/cursor')
-            : await resolveRef(app.pg, world, at);
+            ? await pinnedRef(app.pg, world, String(cursor.commit), 'querystring/cursor')
+            : await pinnedRef(app.pg, world, at);
         await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
         const { type } = await linkTypeOf(app, app.pg, world, name, point.schemaVersion);
         const self = await objectAt(app.pg, world, point.commit, typeName, pk);
@@ -218,8 +219,8 @@ export default fp(
           otherType,
           after,
           limit: limit + 1,
-          // A world of its own read now: its heads alone; otherwise up the chain at the commit.
-          ...(point.commit === null && point.chain.length === 1 ? {} : { chain: { commit: point.commit } }),
+          // Up the chain at the commit the list reads (one cut for it when read now).
+          chain: { commit: point.commit },
         });
         const page = rows.slice(0, limit);
         const last = page.at(-1);
@@ -240,6 +241,7 @@ export default fp(
                   p: last.pk,
                 })
               : null,
+          commit: point.commit,
         };
       },
     );

@@ -9,6 +9,8 @@ import { LIVE_TOPIC_INDEX, LIVE_TOPIC_NAMES, LIVE_TOPICS } from './topics.js';
 
 /** One record of a live topic as the hub keeps it for its subscribers. */
 interface LiveRecord {
+  /** The event's id (ce_id): a record a relay sent again has the same one. */
+  id: string;
   topic: number;
   partition: number;
   offset: number;
@@ -18,6 +20,8 @@ interface LiveRecord {
   type: string;
   value: string;
   headers: Record<string, string>;
+  /** What the record is counted as against LIVE_REPLAY_BYTES (its strings and an estimate of the rest). */
+  bytes: number;
   /** The structured CloudEvent, made on first use and shared by every subscriber. */
   cloudEvent?: string;
   subject?: Record<string, unknown>;
@@ -28,6 +32,19 @@ const DATA_TOPICS = new Set(['objects', 'links', 'series'].map((t) => LIVE_TOPIC
 /** How long a connection must not drain before a subscriber past its bound is dropped. */
 const STALL_MS = 1000;
 const PRODUCER_SEQ = /"producer_seq":([0-9]+)/;
+/**
+ * What a record costs beside its strings: the record object, its headers object and the strings'
+ * own headers (measured with V8 at about 0.6 KB for the dozen headers a change event carries),
+ * and the event id's entry in the set of ids.
+ */
+const RECORD_OVERHEAD_BYTES = 700;
+
+/** A record's size as LIVE_REPLAY_BYTES counts it: its value, its headers, and the overhead above. */
+function recordBytes(value: string, headers: Record<string, string>): number {
+  let bytes = RECORD_OVERHEAD_BYTES + value.length;
+  for (const [name, header] of Object.entries(headers)) bytes += name.length + header.length;
+  return bytes;
+}
 
 /** The event as a structured-mode CloudEvent: the envelope is `data`, the attributes from its ce_* headers. */
 export function structuredCloudEvent(headers: Record<string, string>, value: string): string {
@@ -49,6 +66,8 @@ export interface LiveHubOptions {
   registry: Registry;
   /** Records kept for resumption, at most this many… */
   replayEvents: number;
+  /** …taking at most this many bytes (recordBytes, plus each CloudEvent made for subscribers)… */
+  replayBytes: number;
   /** …and at most this old (s); a new instance first reads this far back. */
   replaySeconds: number;
   /** Records a subscriber whose connection does not drain may fall behind before it is closed. */
@@ -90,7 +109,15 @@ export class LiveHub {
   /** Per topic and partition: the ring holds every record from this offset on. */
   private floor: number[][] = [];
   private ring: LiveRecord[] = [];
+  /**
+   * The ids of the events the ring holds: a relay that resends a batch (at least once, ADR 62)
+   * puts an event on its partition twice, and a subscriber must get it once. The copy is skipped
+   * as it is read, the same on every instance whose ring holds the first one.
+   */
+  private readonly ids = new Set<string>();
   private ringStart = 0;
+  /** The bytes the records from ringStart on count for (LIVE_REPLAY_BYTES). */
+  private ringBytes = 0;
   /** The absolute index of ring[ringStart]. */
   private base = 0;
   /** Data commits at or below this may have left the ring (undefined: none seen yet). */
@@ -112,6 +139,11 @@ export class LiveHub {
         help: 'events written to live event streams',
         registers: [opts.registry],
       }),
+      duplicates: new Counter({
+        name: 'onto_live_duplicates_skipped_total',
+        help: 'records the live reader skipped because the ring already held their event (a relay sent it again)',
+        registers: [opts.registry],
+      }),
       overflows: new Counter({
         name: 'onto_live_overflows_total',
         help: 'live streams closed because the client fell too far behind',
@@ -123,6 +155,14 @@ export class LiveHub {
         registers: [opts.registry],
         collect: () => {
           this.metrics.ring.set(this.ring.length - this.ringStart);
+        },
+      }),
+      ringBytes: new Gauge({
+        name: 'onto_live_replay_bytes',
+        help: 'bytes (as LIVE_REPLAY_BYTES counts them) of the records this instance keeps for resuming live streams',
+        registers: [opts.registry],
+        collect: () => {
+          this.metrics.ringBytes.set(this.ringBytes);
         },
       }),
     };
@@ -201,12 +241,21 @@ export class LiveHub {
       const type = headers.ce_type;
       const key = m.key ?? headers.ce_subject;
       if (type === undefined || key === undefined) continue;
+      const id = headers.ce_id ?? headers['onto-event-id'] ?? `${t}/${m.partition}/${offset}`;
+      if (this.ids.has(id)) {
+        this.metrics.duplicates.inc();
+        continue;
+      }
+      this.ids.add(id);
       const value = m.value.toString('utf8');
       if (DATA_TOPICS.has(t) && this.dataSeqFloor === undefined) {
         const seq = PRODUCER_SEQ.exec(value)?.[1];
         if (seq !== undefined) this.dataSeqFloor = Number(seq) - 1;
       }
+      const bytes = recordBytes(value, headers);
+      this.ringBytes += bytes;
       this.ring.push({
+        id,
         topic: t,
         partition: m.partition,
         offset,
@@ -215,10 +264,24 @@ export class LiveHub {
         type,
         value,
         headers: { ...headers },
+        bytes,
       });
     }
-    this.evict();
+    // Subscribers that keep up get the batch before the bounds evict from it (a batch may be larger
+    // than the ring); one that is behind and loses its next record gets overflow (checkBehind).
     for (const s of this.subscriptions) s.pump();
+    this.evict();
+  }
+
+  /** The structured CloudEvent of a record, made once for every subscriber and counted against the byte bound. */
+  cloudEventOf(r: LiveRecord): string {
+    if (r.cloudEvent === undefined) {
+      r.cloudEvent = structuredCloudEvent(r.headers, r.value);
+      // Subscribers read only records the ring holds (pump checks its cursor against first).
+      r.bytes += r.cloudEvent.length;
+      this.ringBytes += r.cloudEvent.length;
+    }
+    return r.cloudEvent;
   }
 
   private evict(): void {
@@ -226,7 +289,14 @@ export class LiveHub {
     let start = this.ringStart;
     while (start < this.ring.length) {
       const r = this.ring[start] as LiveRecord;
-      if (this.ring.length - start <= this.opts.replayEvents && r.at >= oldest) break;
+      if (
+        this.ring.length - start <= this.opts.replayEvents &&
+        this.ringBytes <= this.opts.replayBytes &&
+        r.at >= oldest
+      )
+        break;
+      this.ringBytes -= r.bytes;
+      this.ids.delete(r.id);
       (this.floor[r.topic] as number[])[r.partition] = r.offset + 1;
       if (DATA_TOPICS.has(r.topic)) {
         const seq = Number(PRODUCER_SEQ.exec(r.value)?.[1] ?? 0);
@@ -345,6 +415,11 @@ export class LiveSubscription {
     const { world, types, filter, fromCommit } = this.spec;
     const topics = this.codec.topics;
     let sent = 0;
+    // Records it has not seen have left the ring: it can only resume from its position, elsewhere.
+    if (this.cursor < this.hub.first) {
+      this.overflow();
+      return;
+    }
     while (this.cursor < this.hub.end) {
       const r = this.hub.at(this.cursor++) as LiveRecord;
       if (!topics.includes(r.topic)) continue;
@@ -359,11 +434,9 @@ export class LiveSubscription {
         r.subject ??= filterSubject((JSON.parse(r.value) as { payload?: unknown }).payload);
         if (!filter(r.subject)) continue;
       }
-      r.cloudEvent ??= structuredCloudEvent(r.headers, r.value);
+      const cloudEvent = this.hub.cloudEventOf(r);
       sent++;
-      const more = this.res.write(
-        `id: ${this.codec.encode(this.position)}\nevent: ${r.type}\ndata: ${r.cloudEvent}\n\n`,
-      );
+      const more = this.res.write(`id: ${this.codec.encode(this.position)}\nevent: ${r.type}\ndata: ${cloudEvent}\n\n`);
       if (!more) {
         this.blocked = true;
         this.blockedSince = Date.now();
@@ -398,6 +471,10 @@ export class LiveSubscription {
     const stalled =
       Date.now() - this.blockedSince >= STALL_MS && this.hub.end - this.cursor > this.hub.opts.bufferEvents;
     if (!lost && !stalled) return;
+    this.overflow();
+  }
+
+  private overflow(): void {
     this.hub.countOverflow();
     this.finish(
       'overflow',

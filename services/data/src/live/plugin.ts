@@ -19,6 +19,7 @@ import { LIVE_EVENT_TYPES, LIVE_TOPIC_NAMES, type LiveTopic, topicIndexOfType } 
 
 export interface LiveOptions {
   replayEvents: number;
+  replayBytes: number;
   replaySeconds: number;
   bufferEvents: number;
   heartbeatMs: number;
@@ -99,7 +100,7 @@ export default fp(
           tags: ['live'],
           summary: "The world's events as Server-Sent Events (text/event-stream)",
           description:
-            'Each event is `id: <position>`, `event: <type>`, `data: <the event as a structured CloudEvent, the envelope in data>`. Reconnect with `Last-Event-ID: <position>` to go on exactly after it, on any instance; a position older than what is kept answers 410: list again, then subscribe with `from=<the data commit the list read>`. Comment lines every 15 s keep the connection open. A client that falls too far behind gets `event: overflow` with its last position and is closed; one whose token expires or is revoked, or who loses the role, gets `event: closed` and is closed within a second. In a browser, pass the access token as `access_token`.',
+            'Each event is `id: <position>`, `event: <type>`, `data: <the event as a structured CloudEvent, the envelope in data>`. Reconnect with `Last-Event-ID: <position>` to go on exactly after it, on any instance; a position older than what is kept answers 410: list again, then subscribe with `from=<commit>`, the `commit` the list answered (objects list, links of an object, object-set query). Comment lines every 15 s keep the connection open. A client that falls too far behind gets `event: overflow` with its last position and is closed; one whose token expires or is revoked, or who loses the role, gets `event: closed` and is closed within a second. In a browser, pass the access token as `access_token`.',
           params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
           querystring: Type.Object({
             topics: Type.Optional(
@@ -127,7 +128,7 @@ export default fp(
               Type.String({
                 pattern: '^[0-9]{1,18}$',
                 description:
-                  "a data commit: start after it (data's topics; the others from the oldest event kept). Ignored with Last-Event-ID",
+                  "a data commit, as the `commit` a list or object-set query answers: start exactly after it (data's topics; the others from the oldest event kept). Ignored with Last-Event-ID",
               }),
             ),
             access_token: Type.Optional(
@@ -223,7 +224,7 @@ export default fp(
         } catch (error) {
           if (!(error instanceof PositionGone)) throw error;
           throw new Gone(
-            'this position is older than the events kept for resuming: list the objects again, then subscribe with from=<the data commit the list read>',
+            'this position is older than the events kept for resuming: list the objects again, then subscribe with from=<the commit the list answered>',
             { field: after ? 'headers/last-event-id' : 'querystring/from' },
           );
         }

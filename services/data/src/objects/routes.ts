@@ -30,7 +30,7 @@ import {
 } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { latestSeries } from '../series/latest.js';
-import { resolveRef } from '../worlds/refs.js';
+import { pinnedRef, resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, parseFilter } from './model.js';
 import { type Head, listObjects, objectAt, objectContext, objectHistory, worldContext } from './repository.js';
@@ -46,6 +46,13 @@ const ObjectParams = Type.Object({
   type: Type.String({ pattern: NAME }),
   pk: Pk(),
 });
+/** The `commit` of a list's answer (docs/adr/0071). */
+export const LIST_COMMIT = Type.Integer({
+  minimum: 0,
+  description:
+    'the data commit this page reads (every page of the list reads the same one): `GET …/events?from=<commit>` streams exactly the changes after it',
+});
+
 /** What `?at=` takes: a commit, an RFC 3339 instant with an offset, or a tag name (control's TAG_NAME). */
 export const AT_PATTERN =
   '^(?:[0-9]{1,15}|[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])|(?![0-9]+$)(?![0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ])[a-zA-Z0-9][a-zA-Z0-9._-]{0,99})$';
@@ -365,7 +372,7 @@ export default fp(
           tags: ['objects'],
           summary: 'List objects of a type, filtered on indexed properties',
           description:
-            'filter=<property>:<eq|gt|gte|lt|lte>:<value> (repeatable, indexed properties only; ranges on strings, numbers, timestamps, dates, enums). sort=<property> or -<property> (indexed, or the primary key; default the primary key, as text). Objects without the sort property come last (first when descending).',
+            'filter=<property>:<eq|gt|gte|lt|lte>:<value> (repeatable, indexed properties only; ranges on strings, numbers, timestamps, dates, enums). sort=<property> or -<property> (indexed, or the primary key; default the primary key, as text). Objects without the sort property come last (first when descending). Every page reads one data commit, `commit` (without `at`, one cut for the first page): subscribe to the live events with `from=<commit>` to get exactly the changes after the list.',
           params: TypeParams,
           headers: ReadHeaders,
           querystring: Type.Object(
@@ -392,6 +399,7 @@ export default fp(
             200: Type.Object({
               objects: Type.Array(ObjectBody),
               next: Type.Union([Type.String(), Type.Null()], { description: 'the cursor of the next page' }),
+              commit: LIST_COMMIT,
             }),
             ...errors,
           },
@@ -413,8 +421,8 @@ export default fp(
         );
         const point =
           after && after.commit !== null
-            ? await resolveRef(app.pg, world, String(after.commit), 'querystring/cursor')
-            : await resolveRef(app.pg, world, at);
+            ? await pinnedRef(app.pg, world, String(after.commit), 'querystring/cursor')
+            : await pinnedRef(app.pg, world, at);
         const { type } = await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
         const filters: Filter[] = [];
         const faults = [];
@@ -454,6 +462,7 @@ export default fp(
             rows.length > limit && last
               ? encodeCursor({ q: query, c: point.commit, k: last.sortValue ?? null, p: last.pk })
               : null,
+          commit: point.commit,
         };
       },
     );

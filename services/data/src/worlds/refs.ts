@@ -1,5 +1,7 @@
 import { BadRequest, HttpProblem, type Queryable, Unprocessable } from '@onto/shared';
+import type pg from 'pg';
 import { notProvisioned } from '../schema/lookup.js';
+import { cutCommit } from '../storage/commit.js';
 
 /*
  * Refs and chains (docs/adr/0023). A ref of world w is a data commit (data_seq), an RFC 3339
@@ -155,4 +157,23 @@ export async function resolveRef(
     ]);
   }
   return { schemaVersion, commit, chain: await chainOf(db, world, commit) };
+}
+
+/**
+ * Resolves `raw` as resolveRef does, but a read of now is pinned at a commit cut for it (every
+ * write up to it has committed, every later one is after it): the answer reflects exactly the
+ * commits up to `commit`, so a client can subscribe to live events from it with no gap and no
+ * repeat (`GET …/events?from=<commit>`, docs/adr/0071).
+ */
+export async function pinnedRef(
+  pool: pg.Pool,
+  world: string,
+  raw: string | undefined,
+  field = 'querystring/at',
+): Promise<ReadPoint & { commit: number }> {
+  if (raw !== undefined) return (await resolveRef(pool, world, raw, field)) as ReadPoint & { commit: number };
+  // Resolve first (404 for an unknown world), then cut.
+  await resolveRef(pool, world, undefined, field);
+  const cut = await cutCommit(pool);
+  return (await resolveRef(pool, world, String(cut), field)) as ReadPoint & { commit: number };
 }
