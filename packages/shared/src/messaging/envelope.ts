@@ -23,6 +23,7 @@ export const EVENT_TYPES = {
   'world.tag.requested': 'onto.worlds',
   'world.tag.deleted': 'onto.worlds',
   'world.protection.updated': 'onto.worlds',
+  'world.retention.updated': 'onto.worlds',
   'identity.token.revoked': 'onto.identity',
   'identity.roles.changed': 'onto.identity',
   'identity.keys.published': 'onto.identity',

@@ -376,6 +376,18 @@ export const EVENT_PAYLOADS = {
     },
     "a world's protection was set (docs/adr/0058): data and intelligence enforce it",
   ),
+  'world.retention.updated': closed(
+    {
+      keepDays: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+        description: 'history is kept at least this many days (null: forever)',
+      }),
+      keepVersions: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], {
+        description: 'and at least this many newest versions of each key (null: no count rule)',
+      }),
+      revision: Type.Integer({ minimum: 1, description: "the policy's revision: only a greater one replaces it" }),
+    },
+    "a world's history retention was set (docs/adr/0072): data prunes what no kept ref needs",
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
