@@ -17,7 +17,7 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { objectTypeOf } from '../schema/lookup.js';
 import { cutCommit } from '../storage/commit.js';
-import { pinCommit } from '../worlds/horizon.js';
+import { pinCommit } from '../storage/horizon.js';
 import { type ReadPoint, resolveRef } from '../worlds/refs.js';
 import { aggregate, type Chain, queryPage, scanSize } from './sets.js';
 import {

@@ -12,7 +12,7 @@ import { checkerAnswers } from '../checker/answers.js';
 import { lockWorldForDrop } from '../http.js';
 import { dropWorldSeries } from '../series/repository.js';
 import { cutCommitIn } from '../storage/commit.js';
-import { keptPoints } from './horizon.js';
+import { keptPoints } from '../storage/horizon.js';
 import { commitAtInstant, INSTANT } from './refs.js';
 import { applyRetention } from './retention.js';
 

@@ -1,6 +1,6 @@
 import { BadRequest, HttpProblem, type Queryable, Unprocessable } from '@onto/shared';
 import { notProvisioned } from '../schema/lookup.js';
-import { refuseBeyondHorizon } from './horizon.js';
+import { refuseBeyondHorizon } from '../storage/horizon.js';
 
 /*
  * Refs and chains (docs/adr/0023). A ref of world w is a data commit (data_seq), an RFC 3339

@@ -6,7 +6,7 @@ import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { Counter, Gauge } from 'prom-client';
 import { notProvisioned } from '../schema/lookup.js';
-import { keptPoints } from './horizon.js';
+import { keptPoints } from '../storage/horizon.js';
 import { commitAtInstant } from './refs.js';
 
 /*
