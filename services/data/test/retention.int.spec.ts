@@ -29,6 +29,7 @@ const placed = { from: 'Customer', to: 'Order', cardinality: 'MANY_TO_MANY' };
 const DAY_MS = 86_400_000;
 
 type HistoryRow = { table: string; key: string; seq: number; superseded: number | null; rank: number };
+type DefinitionRow = { key: string; seq: number; next: number | null; dataSeq: number };
 
 describe('history retention', () => {
   let s: Stack;
@@ -43,6 +44,7 @@ describe('history retention', () => {
         RETENTION_PRUNE_GRACE_MS: '200',
         QUERY_TOKEN_TTL_SECONDS: '3600',
       },
+      intelligenceEnv: { RETENTION_PRUNE_BATCH: '5', RETENTION_PRUNE_GRACE_MS: '200' },
       controlEnv: { RETENTION_MIN_DAYS: '1', CHECKER_INTERVAL_MS: '0' },
     });
   }, 120_000);
@@ -139,12 +141,61 @@ describe('history retention', () => {
       .sort((a, b) => a.table.localeCompare(b.table) || a.key.localeCompare(b.key) || a.seq - b.seq);
   }
 
+  /** intelligence's versioned read-model rows of a world: each with the data commits its interval covers. */
+  async function intelligenceHistoryOf(world: string): Promise<HistoryRow[]> {
+    const { rows } = await intel().query<{
+      table: string;
+      key: string;
+      seq: string;
+      superseded: string;
+    }>(
+      `SELECT 'objects' AS table, type || '/' || pk AS key, seq::text, superseded_seq::text AS superseded
+         FROM rm_objects_history WHERE world_id = $1
+       UNION ALL
+       SELECT 'links', link_type || '/' || from_pk || '/' || to_pk, seq::text, superseded_seq::text
+         FROM rm_links_history WHERE world_id = $1
+       UNION ALL
+       SELECT 'derived values', object_type || '/' || pk || '/' || name, valid_seq::text, superseded_seq::text
+         FROM derived_values_history WHERE world_id = $1`,
+      [world],
+    );
+    return rows
+      .map((r) => ({ table: r.table, key: r.key, seq: Number(r.seq), superseded: Number(r.superseded), rank: 0 }))
+      .sort((a, b) => a.table.localeCompare(b.table) || a.key.localeCompare(b.key) || a.seq - b.seq);
+  }
+  async function definitionHistoryOf(world: string): Promise<DefinitionRow[]> {
+    const { rows } = await intel().query<{ key: string; seq: string; next: string | null; data_seq: string }>(
+      `SELECT kind || '/' || name AS key, seq::text, data_seq::text,
+              (lead(seq) OVER (PARTITION BY kind, name ORDER BY seq))::text AS next
+         FROM definition_history WHERE world_id = $1 ORDER BY seq`,
+      [world],
+    );
+    return rows.map((r) => ({
+      key: r.key,
+      seq: Number(r.seq),
+      next: r.next === null ? null : Number(r.next),
+      dataSeq: Number(r.data_seq),
+    }));
+  }
+  const intel = () => {
+    if (!s.intelligence) throw new Error('no intelligence');
+    return s.intelligence.app.pg;
+  };
+  const derived = (expression: string) =>
+    ok(
+      'derived property',
+      s.intelCall('PUT', `/v1/worlds/${W}/derived-properties/scaled`, { body: { objectType: 'Order', expression } }),
+    );
+
   it('prunes exactly what no kept ref reads; kept refs read as before, older ones answer 410', async () => {
     await s.world(W, { objectTypes: { Order, Customer }, linkTypes: { placed } });
     await ok(
       'customer',
       s.dataCall('PUT', `/v1/worlds/${W}/objects/Customer/c1`, { body: { properties: { id: 'c1' } } }),
     );
+    // A derived property changed twice before any fork or tag, and once more later: definition history.
+    await derived('self.amount * 2');
+    await derived('self.amount * 3');
     // A policy that prunes nothing yet: everything is younger than 30 days.
     await ok('policy', s.controlCall('PUT', `/v1/worlds/${W}/retention`, { body: { keepDays: 30 } }));
 
@@ -204,6 +255,7 @@ describe('history retention', () => {
     ).json() as { id: string };
     await mergeSettled('ret-m1', open.id, ['CONFLICTS']);
     for (let i = 1; i <= 3; i++) commits.push(await put(W, `o${i}`, 200 + i));
+    await derived('self.amount * 4');
     // A live page token, read at an old commit.
     const tokenAt = commits[8] as number;
     const query = (pageToken?: string) =>
@@ -230,6 +282,20 @@ describe('history retention', () => {
     await put(W, 'o1', 301);
     await put(W, 'o4', 304);
     await link(W, 'c1', 'o4', 'DELETE');
+    // intelligence has applied every write and finished every recompute.
+    const last = await put(W, 'o5', 305);
+    await s.until(
+      'intelligence caught up',
+      async () => {
+        const res = await s.intelCall('GET', `/v1/worlds/${W}/objects/Order/o5`, {
+          headers: { 'x-consistency-token': `data=${last}` },
+        });
+        if (res.statusCode !== 200) return undefined;
+        const { rows } = await intel().query('SELECT 1 FROM recompute_jobs WHERE finished_at IS NULL LIMIT 1');
+        return rows.length === 0 ? true : undefined;
+      },
+      60_000,
+    );
 
     // What the test expects: the horizon is the newest commit of W written a day ago or earlier.
     const { rows: hz } = await s.data.app.pg.query<{ h: string }>(
@@ -273,6 +339,30 @@ describe('history retention', () => {
       [...kept].some((p) => r.seq <= p && p < (r.superseded as number)) ||
       (r.table !== 'series points' && r.rank <= keepVersions);
     const before = await historyOf(W);
+    // intelligence keeps what its own reads make: the tag, the children's fork points.
+    const intelKept = new Set<number>([tagCommit, ...children]);
+    const intelNeeded = (r: HistoryRow) =>
+      (r.superseded as number) > horizon || [...intelKept].some((p) => r.seq <= p && p < (r.superseded as number));
+    const intelBefore = await intelligenceHistoryOf(W);
+    const intelExpected = intelBefore.filter(intelNeeded);
+    for (const table of ['objects', 'links', 'derived values']) {
+      expect(intelBefore.filter((r) => r.table === table && !intelNeeded(r)).length, table).toBeGreaterThan(0);
+    }
+    const defsBefore = await definitionHistoryOf(W);
+    const defHorizon = Math.max(...defsBefore.filter((d) => d.dataSeq <= horizon).map((d) => d.seq));
+    const { rows: defPoints } = await intel().query<{ p: string }>(
+      `SELECT definitions AS p FROM world_tags WHERE world_id = $1 AND definitions IS NOT NULL
+       UNION SELECT definitions FROM fork_points WHERE base_world = $1
+       UNION SELECT base_position FROM definition_merges WHERE base_world = $1 AND status IN ('planned', 'applied')
+       UNION SELECT target_position FROM definition_merges WHERE target = $1 AND status IN ('planned', 'applied')
+       UNION SELECT applied_position FROM definition_merges WHERE target = $1 AND status = 'applied'`,
+      [W],
+    );
+    const defKept = defPoints.map((r) => Number(r.p));
+    const defsExpected = defsBefore.filter(
+      (d) => d.next === null || d.next > defHorizon || defKept.some((p) => d.seq <= p && p < (d.next as number)),
+    );
+    expect(defsExpected.length).toBeLessThan(defsBefore.length);
     const expected = before.filter(needed);
     expect(expected.length).toBeLessThan(before.length);
     expect(before.filter((r) => r.table === 'links' && !needed(r)).length).toBeGreaterThan(0);
@@ -301,6 +391,24 @@ describe('history retention', () => {
       return answers;
     };
     const readsBefore = await reads();
+    const intelRefs = [String(tagCommit), 't1', ...children.map(String), String(horizon), String(old)];
+    const intelReads = async () => {
+      const answers: Record<string, unknown> = {};
+      for (const ref of intelRefs) {
+        for (let i = 1; i <= 6; i++) {
+          const res = await s.intelCall('GET', `/v1/worlds/${W}/objects/Order/o${i}?at=${ref}`);
+          answers[`${ref} o${i}`] = [res.statusCode, res.json()];
+        }
+      }
+      for (const world of ['ret-a', 'ret-b', 'ret-aa', 'ret-m1', 'ret-m2']) {
+        for (let i = 1; i <= 6; i++) {
+          const res = await s.intelCall('GET', `/v1/worlds/${world}/objects/Order/o${i}`);
+          answers[`${world} o${i}`] = [res.statusCode, res.json()];
+        }
+      }
+      return answers;
+    };
+    const intelReadsBefore = await intelReads();
     const unkept = tagCommit + 1 < horizon && !kept.has(tagCommit + 1) ? tagCommit + 1 : undefined;
     expect(unkept).toBeDefined();
     expect((await s.dataCall('GET', `/v1/worlds/${W}/objects/Order/o1?at=${unkept}`)).statusCode).toBe(200);
@@ -325,6 +433,7 @@ describe('history retention', () => {
       revision: 1,
     });
     expect(await historyOf(W)).toEqual(before);
+    expect(await intelligenceHistoryOf(W)).toEqual(intelBefore);
 
     // The policy that prunes: one day, two versions.
     const set = await ok(
@@ -390,6 +499,33 @@ describe('history retention', () => {
       .map((m) => Number(m[1]))
       .reduce((x, y) => x + y, 0);
     expect(prunedTotal).toBe(before.length - expected.length);
+
+    // intelligence prunes at data's horizon (storage.history.horizon), exactly its unneeded rows.
+    await s.until(
+      "intelligence's pass at the horizon",
+      async () => {
+        const { rows } = await intel().query<{ h: string; pass_table: number | null }>(
+          'SELECT horizon_seq AS h, pass_table FROM world_horizons WHERE world_id = $1',
+          [W],
+        );
+        return rows[0] && Number(rows[0].h) === horizon && rows[0].pass_table === null ? true : undefined;
+      },
+      60_000,
+    );
+    const intelAfter = await intelligenceHistoryOf(W);
+    expect(strip(intelAfter)).toEqual(strip(intelExpected));
+    const defsAfter = await definitionHistoryOf(W);
+    expect(defsAfter.map((d) => `${d.key} ${d.seq}`)).toEqual(defsExpected.map((d) => `${d.key} ${d.seq}`));
+    expect(await intelReads()).toEqual(intelReadsBefore);
+    const intelGone = expectProblem(await s.intelCall('GET', `/v1/worlds/${W}/objects/Order/o1?at=${unkept}`), 410) as {
+      horizon: number;
+      errors: { path: string }[];
+    };
+    expect(intelGone).toMatchObject({ horizon, errors: [{ path: 'querystring/at' }] });
+    const intelMetrics = (await s.intelligence?.app.inject({ method: 'GET', url: '/metrics' }))?.body ?? '';
+    expect(intelMetrics).toContain(
+      `onto_history_rows{world="${W}",service="intelligence"} ${intelAfter.length + defsAfter.length}`,
+    );
 
     // merge-verify of the applied merge, and the consistency checker, agree.
     await ok('verify', s.controlCall('POST', `/v1/admin/worlds/${W}/merges/${applied.id}/verify`));

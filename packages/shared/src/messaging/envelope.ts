@@ -33,6 +33,7 @@ export const EVENT_TYPES = {
   'world.provision.failed': 'onto.storage',
   'world.dropped': 'onto.storage',
   'storage.position': 'onto.storage',
+  'storage.history.horizon': 'onto.storage',
   'storage.check.reported': 'onto.storage',
   'merge.planned': 'onto.storage',
   'merge.conflicts.found': 'onto.storage',

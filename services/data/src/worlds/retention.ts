@@ -1,5 +1,14 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { problemResponses, type ReceivedEvent, WORLD_ID } from '@onto/shared';
+import {
+  enqueueJob,
+  inTransaction,
+  newEvent,
+  Outbox,
+  problemResponses,
+  type ReceivedEvent,
+  TOPICS,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
@@ -27,6 +36,7 @@ import { commitAtInstant } from './refs.js';
  */
 
 const TABLES = ['objects', 'links', 'series points'] as const;
+const PRUNE_TASK = 'data.prune-history';
 
 /** `world.retention.updated`: the policy, only a greater revision replacing it (redeliveries change nothing). */
 export async function applyRetention(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
@@ -42,6 +52,8 @@ export async function applyRetention(tx: pg.ClientBase, events: ReceivedEvent[])
         WHERE r.revision < EXCLUDED.revision`,
       [event.world_id, p.keepDays, p.keepVersions, p.revision],
     );
+    // A new policy starts its pass now rather than at the recurring job's next period.
+    await enqueueJob(tx, PRUNE_TASK, { key: 'policy', maxAttempts: null });
   }
 }
 
@@ -71,6 +83,7 @@ export class HistoryPruner {
     private readonly pool: pg.Pool,
     registry: FastifyInstance['metrics'],
     private readonly opts: PrunerOptions,
+    private readonly topicPrefix: string,
   ) {
     this.pruned = new Counter({
       name: 'onto_history_pruned_total',
@@ -107,18 +120,38 @@ export class HistoryPruner {
       );
       const h = head[0] as { head: string; instant: string };
       const horizon = await commitAtInstant(this.pool, r.world_id, h.instant, Number(r.created_seq), Number(h.head));
-      await this.pool.query(
-        `UPDATE world_retention
-            SET horizon_seq = greatest(horizon_seq, $2), horizon_at = now(),
-                pass_table = 0, pass_after = 0, pass_horizon = greatest(horizon_seq, $2)
-          WHERE world_id = $1 AND pass_table IS NULL`,
-        [r.world_id, horizon],
-      );
+      await inTransaction(this.pool, async (tx) => {
+        const { rows: moved } = await tx.query<{ horizon: string }>(
+          `UPDATE world_retention
+              SET horizon_seq = greatest(horizon_seq, $2), horizon_at = now(),
+                  pass_table = 0, pass_after = 0, pass_horizon = greatest(horizon_seq, $2)
+            WHERE world_id = $1 AND pass_table IS NULL
+           RETURNING horizon_seq::text AS horizon`,
+          [r.world_id, horizon],
+        );
+        const h = Number(moved[0]?.horizon ?? 0);
+        // Intelligence prunes its versioned read model at the same horizon (its reads answer 410 alike).
+        if (moved[0]) {
+          const event = newEvent({
+            type: 'storage.history.horizon',
+            worldId: r.world_id,
+            key: r.world_id,
+            version: h,
+            producer: 'data',
+            producerSeq: h,
+            payload: { horizon: h },
+          });
+          await new Outbox(tx, this.topicPrefix).add({
+            event,
+            key: TOPICS['onto.storage'].key({ worldId: r.world_id }),
+          });
+        }
+      });
     }
   }
 
-  /** One batch of one world's pass; true while more is left. */
-  async step(): Promise<boolean> {
+  /** One batch of one world's pass; answers when to run again (undefined: no pass until the next interval). */
+  async step(): Promise<number | undefined> {
     await this.startPasses();
     return this.pool.connect().then(async (client) => {
       try {
@@ -134,16 +167,17 @@ export class HistoryPruner {
         const pass = rows[0];
         if (!pass) {
           await client.query('COMMIT');
-          return false;
+          return undefined;
         }
         if (!pass.started) {
+          // A pass waiting out its grace is looked at again shortly, not in a loop.
           await client.query('COMMIT');
-          return true;
+          return Math.min(1000, this.opts.graceMs);
         }
         const done = await this.batch(client, pass);
         await client.query('COMMIT');
         if (done) await this.count(pass.world_id);
-        return true;
+        return 0;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => undefined);
         throw err;
@@ -270,13 +304,16 @@ const RetentionAnswer = Type.Object({
 export default fp(
   async (fastify: FastifyInstance, opts: PrunerOptions) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-    const pruner = new HistoryPruner(app.pg, app.metrics, opts);
+    const pruner = new HistoryPruner(app.pg, app.metrics, opts, app.topicPrefix);
     app.decorate('historyPruner', pruner);
     // A pass's batches follow one another at once; a world's next pass starts an interval later.
     app.jobs.every(
-      'data.prune-history',
+      PRUNE_TASK,
       Math.max(1000, Math.min(opts.intervalMs, 60_000)),
-      async () => ((await pruner.step()) ? { rerunInMs: 0 } : undefined),
+      async () => {
+        const again = await pruner.step();
+        return again === undefined ? undefined : { rerunInMs: again };
+      },
       { leaseMs: 60_000 },
     );
 

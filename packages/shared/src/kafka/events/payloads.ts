@@ -431,6 +431,16 @@ export const EVENT_PAYLOADS = {
     },
     "data's position in a world, announced at most once per interval while it changes (the version vector)",
   ),
+  'storage.history.horizon': closed(
+    {
+      horizon: Type.Integer({
+        minimum: 0,
+        description:
+          "the world's retained horizon: reads at an older data commit answer 410 unless a kept point names it; only a greater one replaces it",
+      }),
+    },
+    "data moved a world's retained horizon and prunes the history below it no kept ref reads (docs/adr/0072): intelligence prunes its versioned read model at the same horizon",
+  ),
   'storage.check.reported': closed(
     {
       checkId: Uuid,
