@@ -205,6 +205,8 @@ describe('every event the services produce matches the published contract', () =
     // A protection (docs/adr/0058), set unprotecting: world.protection.updated. The rule PUT above
     // made intelligence.rules.changed.
     await ok('protection', s.controlCall('PUT', `/v1/worlds/${W}/protection`, { body: { requireMerge: false } }));
+    // A retention policy (docs/adr/0072): world.retention.updated. Ten years: nothing is pruned.
+    await ok('retention', s.controlCall('PUT', `/v1/worlds/${W}/retention`, { body: { keepDays: 3650 } }));
 
     // Merges (docs/adr/0037): a fork and W both change an order and the rule; a MANUAL merge finds a
     // conflict in data and one in intelligence, resolved, applied and verified. Then a merge whose

@@ -33,6 +33,8 @@ const exporter = new InMemorySpanExporter();
 const stopTracing = await startTracing({ service: 'test', spanProcessors: [new SimpleSpanProcessor({ exporter })] });
 
 const scope = (s: ReadableSpan) => s.instrumentationScope.name;
+const PG_SCOPE = '@opentelemetry/instrumentation-pg';
+const REDIS_SCOPE = '@opentelemetry/instrumentation-ioredis';
 const idOf = (s: ReadableSpan) => s.spanContext().spanId;
 const startNs = (s: ReadableSpan) => BigInt(s.startTime[0]) * 1_000_000_000n + BigInt(s.startTime[1]);
 const describeSpan = (s: ReadableSpan) =>
@@ -90,7 +92,10 @@ describe('tracing: one trace from a PUT in data to the action it causes, across 
     // The last hop: intelligence applies its own action.completed (it consumes domain.actions).
     const spans = await s.until('the whole chain in one trace', async () => {
       const found = traceOf(CLIENT_TRACE);
-      return found.some((x) => x.name === 'apply action.completed') ? found : undefined;
+      // intelligence's apply of it (data's consumers apply action.completed too, maybe earlier).
+      return found.some((x) => x.name === 'apply action.completed' && scope(x) === 'onto-intelligence')
+        ? found
+        : undefined;
     });
     const trail = spans.map(describeSpan).join('\n');
     const byId = new Map(spans.map((x) => [idOf(x), x]));
@@ -165,7 +170,18 @@ describe('tracing: one trace from a PUT in data to the action it causes, across 
       expect(parent, `the parent of ${describeSpan(span)}\n${trail}`).toBeDefined();
       expect(startNs(parent as ReadableSpan) <= startNs(span), describeSpan(span)).toBe(true);
     }
-    expect(new Set(spans.map(scope))).toEqual(new Set(['onto-data', 'onto-intelligence']));
+    expect(new Set(spans.map(scope))).toEqual(new Set(['onto-data', 'onto-intelligence', PG_SCOPE]));
+    // Below onto's spans, one per SQL statement (pg): data's request ran its write's statements,
+    // intelligence's apply its own.
+    const sqlUnder = (parent: ReadableSpan) =>
+      spans.filter(
+        (x) => scope(x) === PG_SCOPE && x.kind === SpanKind.CLIENT && x.parentSpanContext?.spanId === idOf(parent),
+      );
+    expect(sqlUnder(request).length, `SQL of data's PUT\n${trail}`).toBeGreaterThan(0);
+    expect(sqlUnder(applied).length, `SQL of intelligence's apply\n${trail}`).toBeGreaterThan(0);
+    for (const x of spans.filter((y) => scope(y) === PG_SCOPE)) {
+      expect(x.attributes['db.system'] ?? x.attributes['db.system.name']).toBe('postgresql');
+    }
 
     // The records carry it as the `traceparent` header that docs/asyncapi.json publishes.
     const asyncapi = JSON.parse(readFileSync(fileURLToPath(new URL('../docs/asyncapi.json', import.meta.url)), 'utf8'));
@@ -176,6 +192,32 @@ describe('tracing: one trace from a PUT in data to the action it causes, across 
     const created = records.find((r) => r.event.type === 'object.created' && r.event.payload.pk === 'c1');
     expect(created?.record.headers.traceparent).toBe(`00-${CLIENT_TRACE}-${idOf(sentChange)}-01`);
     expect(headers(created?.record.headers), JSON.stringify(headers.errors)).toBe(true);
+  });
+
+  it("a Redis command is a span of the request that sends it: an action's Idempotency-Key", async () => {
+    const res = await s.intelCall('POST', `/v1/worlds/${W}/actions/flagCustomer`, {
+      body: { parameters: { customer: 'c1' } },
+      headers: { 'idempotency-key': 'traced-redis-1' },
+    });
+    expect(res.statusCode, res.body).toBeLessThan(300);
+    const request = await s.until('the request span', async () =>
+      exporter
+        .getFinishedSpans()
+        .find((x) => scope(x) === 'onto-intelligence' && x.name === 'POST /v1/worlds/:world/actions/:actionType'),
+    );
+    const traceId = request.spanContext().traceId;
+    const commands = traceOf(traceId).filter((x) => scope(x) === REDIS_SCOPE);
+    // The cached answer looked up, the lock taken, the answer remembered, the lock released.
+    expect(commands.length, traceOf(traceId).map(describeSpan).join('\n')).toBeGreaterThanOrEqual(3);
+    for (const command of commands) {
+      expect(command.kind).toBe(SpanKind.CLIENT);
+      expect(command.attributes['db.system'] ?? command.attributes['db.system.name']).toBe('redis');
+      expect(command.parentSpanContext?.spanId).toBe(idOf(request));
+    }
+    // Its SQL too; and no span of pg or ioredis starts a trace of its own (requireParentSpan).
+    expect(traceOf(traceId).some((x) => scope(x) === PG_SCOPE)).toBe(true);
+    const roots = exporter.getFinishedSpans().filter((x) => x.parentSpanContext === undefined);
+    expect(roots.filter((x) => scope(x) === PG_SCOPE || scope(x) === REDIS_SCOPE)).toEqual([]);
   });
 
   it("a schema change in control is traced into data's and intelligence's apply of it", async () => {
@@ -197,7 +239,9 @@ describe('tracing: one trace from a PUT in data to the action it causes, across 
       const applied = found.filter((x) => x.name === 'apply schema.updated');
       return new Set(applied.map(scope)).size === 2 ? found : undefined;
     });
-    expect(new Set(spans.map(scope))).toEqual(new Set(['onto-control', 'onto-data', 'onto-intelligence']));
+    expect(new Set(spans.map(scope).filter((name) => name.startsWith('onto-')))).toEqual(
+      new Set(['onto-control', 'onto-data', 'onto-intelligence']),
+    );
   });
 
   it('a malformed traceparent on a request starts a new trace and fails nothing', async () => {

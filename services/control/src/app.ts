@@ -13,6 +13,7 @@ import { PropertyTypeSchema } from './schema/bodies.js';
 import schemaRoutes from './schema/routes.js';
 import worldConsistency from './worlds/consistency.js';
 import worldProtection from './worlds/protection.js';
+import worldRetention from './worlds/retention.js';
 import worldRoutes from './worlds/routes.js';
 import worldSaga from './worlds/saga.js';
 import worldTags from './worlds/tags.js';
@@ -39,9 +40,15 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     maxObjectTypes: config.MAX_OBJECT_TYPES_PER_WORLD,
     maxIndexedProperties: config.MAX_INDEXED_PROPERTIES_PER_WORLD,
   });
-  await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS });
+  const retention = {
+    minDays: config.RETENTION_MIN_DAYS,
+    keepDays: config.RETENTION_DEFAULT_KEEP_DAYS,
+    keepVersions: config.RETENTION_DEFAULT_KEEP_VERSIONS,
+  };
+  await fastify.register(worldRoutes, { provisionTimeoutMs: config.WORLD_PROVISION_TIMEOUT_MS, retention });
   await fastify.register(worldTags);
   await fastify.register(worldProtection);
+  await fastify.register(worldRetention, retention);
   await fastify.register(worldSaga);
   await fastify.register(worldConsistency, { keepSeconds: config.CONSISTENCY_HISTORY_KEEP_SECONDS });
   await fastify.register(merges, { timeoutMs: config.MERGE_TIMEOUT_MS });

@@ -106,6 +106,28 @@ export const ConfigSchema = Type.Composite([
       description:
         'Properties marked indexed across all object types of one world (each is an index in data; more is a 422)',
     }),
+    RETENTION_MIN_DAYS: Type.Integer({
+      minimum: 0,
+      maximum: 36_500,
+      default: 1,
+      description:
+        'The fewest days a world may keep its history (PUT /v1/worlds/{world}/retention below it is a 422 naming /keepDays; docs/adr/0072)',
+    }),
+    RETENTION_DEFAULT_KEEP_DAYS: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 36_500,
+        description:
+          'The keepDays of a world created from now on (its retention policy until set); unset: new worlds keep their history forever',
+      }),
+    ),
+    RETENTION_DEFAULT_KEEP_VERSIONS: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1_000_000,
+        description: 'With RETENTION_DEFAULT_KEEP_DAYS: the keepVersions of a world created from now on',
+      }),
+    ),
     CONSISTENCY_HISTORY_KEEP_SECONDS: Type.Integer({
       minimum: 60,
       maximum: 2_592_000,

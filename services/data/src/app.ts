@@ -20,6 +20,7 @@ import series from './series/plugin.js';
 import webhooks from './webhooks/plugin.js';
 import diff from './worlds/diff.js';
 import worlds from './worlds/plugin.js';
+import retention from './worlds/retention.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -40,12 +41,18 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   });
   await fastify.register(identity, { config });
   await fastify.register(worlds);
+  await fastify.register(retention, {
+    batch: config.RETENTION_PRUNE_BATCH,
+    graceMs: config.RETENTION_PRUNE_GRACE_MS,
+    intervalMs: config.RETENTION_PRUNE_INTERVAL_MS,
+  });
   await fastify.register(schema, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(objects, {
     groups: { inFlight: config.WRITE_GROUPS_IN_FLIGHT, maxGroup: config.WRITE_GROUP_MAX },
   });
   await fastify.register(objectSets, {
     scanLimit: config.QUERY_SCAN_LIMIT,
+    tokenTtlMs: config.QUERY_TOKEN_TTL_SECONDS * 1000,
     ...(config.QUERY_TOKEN_SECRET !== undefined && { tokenSecret: config.QUERY_TOKEN_SECRET }),
   });
   await fastify.register(links);

@@ -32,6 +32,31 @@ export const ConfigSchema = Type.Composite([
           'the key page tokens of object-set queries are signed with (HMAC-SHA256); every instance of data needs the same one. Unset: a random key per process, so tokens do not survive a restart (docs/adr/0047)',
       }),
     ),
+    QUERY_TOKEN_TTL_SECONDS: Type.Integer({
+      minimum: 1,
+      maximum: 7 * 86_400,
+      default: 3600,
+      description:
+        'how long a page token of an object-set query reads its commit (410 after); history retention keeps that commit as long (docs/adr/0072)',
+    }),
+    RETENTION_PRUNE_INTERVAL_MS: Type.Integer({
+      minimum: 1000,
+      default: 600_000,
+      description:
+        'how often each world with a retention policy moves its horizon and prunes the history no kept ref reads (docs/adr/0072)',
+    }),
+    RETENTION_PRUNE_BATCH: Type.Integer({
+      minimum: 1,
+      maximum: 100_000,
+      default: 1000,
+      description: 'history rows the pruner looks at per batch: one short transaction each, one after another',
+    }),
+    RETENTION_PRUNE_GRACE_MS: Type.Integer({
+      minimum: 0,
+      default: 30_000,
+      description:
+        'a new horizon is in force (reads below it answer 410) this long before the rows below it are pruned: reads that began before it finish first',
+    }),
     LIVE_REPLAY_EVENTS: Type.Integer({
       minimum: 100,
       maximum: 10_000_000,

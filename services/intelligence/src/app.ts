@@ -12,6 +12,7 @@ import merges from './merges/plugin.js';
 import positions from './positions/announcer.js';
 import schema from './schema/plugin.js';
 import worlds from './worlds/plugin.js';
+import retention from './worlds/retention.js';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -37,6 +38,10 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(consistency, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(evaluation, { seriesKeepMarginMs: config.SERIES_KEEP_MARGIN_MS });
   await fastify.register(merges);
+  await fastify.register(retention, {
+    batch: config.RETENTION_PRUNE_BATCH,
+    graceMs: config.RETENTION_PRUNE_GRACE_MS,
+  });
   await fastify.register(actions, {
     redisNamespace: `${fastify.topicPrefix}${new URL(config.DATABASE_URL).pathname.slice(1)}:`,
     keyTtlMs: config.IDEMPOTENCY_KEY_TTL_MS,

@@ -30,6 +30,19 @@ export const ConfigSchema = Type.Composite([
       default: 200,
       description: 'Derived properties, rules and decision definitions a world may have, each (more is a 422)',
     }),
+    RETENTION_PRUNE_BATCH: Type.Integer({
+      minimum: 1,
+      maximum: 100_000,
+      default: 1000,
+      description:
+        "versioned read-model rows the pruner looks at per batch once data moved a world's retained horizon (docs/adr/0073)",
+    }),
+    RETENTION_PRUNE_GRACE_MS: Type.Integer({
+      minimum: 0,
+      default: 30_000,
+      description:
+        'a new horizon answers 410 this long before the rows below it are pruned: reads that began before it finish first',
+    }),
     SERIES_KEEP_MARGIN_MS: Type.Integer({
       minimum: 0,
       maximum: 366 * 24 * 3600_000,

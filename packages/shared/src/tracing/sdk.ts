@@ -1,4 +1,5 @@
 import { appendFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { type Attributes, SpanKind } from '@opentelemetry/api';
 import { ExportResultCode, hrTimeToMicroseconds } from '@opentelemetry/core';
 import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace';
@@ -79,21 +80,32 @@ export async function startTracing(options: TracingOptions): Promise<(() => Prom
   const env = options.env ?? process.env;
   if (!options.spanProcessors && !options.file && !exportingWanted(env)) return undefined;
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
-  const [{ NodeSDK }, { BatchSpanProcessor }] = await Promise.all([
+  const [{ NodeSDK }, { BatchSpanProcessor }, { PgInstrumentation }, { IORedisInstrumentation }] = await Promise.all([
     import('@opentelemetry/sdk-node'),
     import('@opentelemetry/sdk-trace'),
+    import('@opentelemetry/instrumentation-pg'),
+    import('@opentelemetry/instrumentation-ioredis'),
   ]);
   const processors =
     options.spanProcessors ??
     (options.file ? [new BatchSpanProcessor({ exporter: new FileSpanExporter(options.file) })] : undefined);
   const sdk = new NodeSDK({
     serviceName: env.OTEL_SERVICE_NAME ?? `onto-${options.service}`,
-    // Spans are made where onto knows what they mean (tracing/http.ts, the relay, the consumer): no
-    // monkey-patching of modules (docs/adr/0055).
-    instrumentations: [],
+    // Spans are made where onto knows what they mean (tracing/http.ts, the relay, the consumer,
+    // docs/adr/0055); below them, a span per SQL statement and per Redis command, only inside a
+    // span of onto's (a relay's poll or a pool's idle check starts no trace of its own).
+    instrumentations: [
+      new PgInstrumentation({ requireParentSpan: true }),
+      new IORedisInstrumentation({ requireParentSpan: true }),
+    ],
     ...(processors ? { spanProcessors: processors } : {}),
   });
   sdk.start();
+  // The services import pg and ioredis (ES modules) before tracing starts; the instrumentations
+  // hook CommonJS's require: requiring them once more here patches the very classes in use.
+  const require = createRequire(import.meta.url);
+  require('pg');
+  require('ioredis');
   setTracingEnabled(true);
   return async () => {
     setTracingEnabled(false);

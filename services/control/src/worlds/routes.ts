@@ -24,6 +24,7 @@ import { emptySchema } from '../schema/model.js';
 import { writeVersion } from '../schema/repository.js';
 import { type ForkPoint, forkPoint } from './refs.js';
 import { WORLD_STATUSES } from './repository.js';
+import { applyDefaultRetention, type RetentionDefaults } from './retention.js';
 
 const errors = problemResponses(400, 401, 403, 404, 409, 422, 503);
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
@@ -107,7 +108,7 @@ function worldEvent(
  * report it dropped (DELETED).
  */
 export default fp(
-  async (fastify: FastifyInstance, opts: { provisionTimeoutMs: number }) => {
+  async (fastify: FastifyInstance, opts: { provisionTimeoutMs: number; retention: RetentionDefaults }) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
     app.post(
@@ -156,6 +157,8 @@ export default fp(
             }),
             headers: { 'x-request-id': request.id },
           });
+          // After world.created on the world's partition: data knows the world when the policy arrives.
+          await applyDefaultRetention(tx, app.topicPrefix, id, opts.retention, actorOf(request));
           await recordAudit(tx, request, { action: 'world.create', worldId: id, detail: { from: from ?? null } });
           return (await tx.query(`${SELECT_WORLD} WHERE id = $1`, [id])).rows[0];
         });

@@ -32,6 +32,8 @@ import { type LinkChange, putLink, removeLink } from './change.js';
 import { traverse } from './repository.js';
 
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 503);
+/** Reads at a ref: also 410 before the retained horizon (docs/adr/0072). */
+const readErrors = problemResponses(400, 401, 403, 404, 409, 410, 412, 503);
 const LinkParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
   linkType: Type.String({ pattern: NAME, description: 'the link type (apiName)' }),
@@ -175,7 +177,7 @@ export default fp(
               next: Type.Union([Type.String(), Type.Null()]),
               commit: LIST_COMMIT,
             }),
-            ...errors,
+            ...readErrors,
           },
         },
       },

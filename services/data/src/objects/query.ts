@@ -4,6 +4,7 @@ import {
   BadRequest,
   BODY_LIMITS,
   Headers,
+  HttpProblem,
   type ObjectType,
   ownValue,
   problemResponses,
@@ -16,6 +17,7 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { objectTypeOf } from '../schema/lookup.js';
 import { cutCommit } from '../storage/commit.js';
+import { pinCommit } from '../storage/horizon.js';
 import { type ReadPoint, resolveRef } from '../worlds/refs.js';
 import { aggregate, type Chain, queryPage, scanSize } from './sets.js';
 import {
@@ -35,7 +37,7 @@ import {
 } from './where.js';
 
 const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
-const errors = problemResponses(400, 401, 403, 404, 422, 503);
+const errors = problemResponses(400, 401, 403, 404, 410, 422, 503);
 const Params = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
   type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
@@ -234,19 +236,23 @@ const AggregateAnswer = Type.Object({
  * the pinned commit and where the page ended.
  */
 export class PageTokens {
-  constructor(private readonly secret: Buffer) {}
+  constructor(
+    private readonly secret: Buffer,
+    /** How long a token reads its commit (QUERY_TOKEN_TTL_SECONDS): retention keeps the commit that long. */
+    readonly ttlMs = 3_600_000,
+  ) {}
 
   private mac(payload: string) {
     return createHmac('sha256', this.secret).update(`onto-query-page\u0000${payload}`).digest();
   }
 
-  sign(position: { q: string; c: number; k: unknown[] }): string {
+  sign(position: { q: string; c: number; k: unknown[]; t: number }): string {
     const payload = Buffer.from(JSON.stringify(position), 'utf8').toString('base64url');
     return `${payload}.${this.mac(payload).toString('base64url')}`;
   }
 
   /** The position of a token issued for query `q`; 400 naming `body/pageToken` otherwise. */
-  open(token: string, q: string): { c: number; k: unknown[] } {
+  open(token: string, q: string, now = Date.now()): { c: number; k: unknown[] } {
     const fault = (message: string) =>
       new BadRequest(`the page token ${message}`, [{ path: 'body/pageToken', message }]);
     const [payload, mac, ...rest] = token.split('.');
@@ -257,7 +263,15 @@ export class PageTokens {
     }
     const position = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as Record<string, unknown>;
     if (position.q !== q) throw fault('belongs to another query (or world): send the same body with it');
-    if (!Number.isSafeInteger(position.c) || !Array.isArray(position.k)) throw fault('is malformed');
+    if (!Number.isSafeInteger(position.c) || !Array.isArray(position.k) || !Number.isSafeInteger(position.t)) {
+      throw fault('is malformed');
+    }
+    if ((position.t as number) + this.ttlMs <= now) {
+      const message = 'has expired (QUERY_TOKEN_TTL_SECONDS): run the query again';
+      throw new HttpProblem(410, 'gone', 'Gone', `the page token ${message}`, {
+        errors: [{ path: 'body/pageToken', message }],
+      });
+    }
     return { c: position.c as number, k: position.k };
   }
 }
@@ -267,6 +281,8 @@ export interface QueryOptions {
   scanLimit: number;
   /** QUERY_TOKEN_SECRET; absent: a random one per process (tokens do not survive a restart). */
   tokenSecret?: string;
+  /** QUERY_TOKEN_TTL_SECONDS, in ms. */
+  tokenTtlMs?: number;
 }
 
 /**
@@ -276,7 +292,10 @@ export interface QueryOptions {
 export default fp(
   async (fastify: FastifyInstance, opts: QueryOptions) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-    const tokens = new PageTokens(opts.tokenSecret ? Buffer.from(opts.tokenSecret, 'utf8') : randomBytes(32));
+    const tokens = new PageTokens(
+      opts.tokenSecret ? Buffer.from(opts.tokenSecret, 'utf8') : randomBytes(32),
+      opts.tokenTtlMs,
+    );
     if (!opts.tokenSecret) app.log.info('QUERY_TOKEN_SECRET unset: page tokens are signed with a per-process key');
 
     /** The world at the ref asked (a commit; now: a commit cut for the purpose) with its chain and schema. */
@@ -342,7 +361,7 @@ export default fp(
           tags: ['objects'],
           summary: 'Query an object set',
           description:
-            'The live objects of the type matching `where`, in `orderBy` order (then the primary key, as text), a page at a time. Every page of one query reads the data commit the first page pinned (`commit`): an object is returned exactly once while writers run. `pivotTo` follows link types from the set and answers the objects reached. Unknown properties, operators, link types, values of the wrong type, a where-clause deeper than 16 or with more than 200 conditions: 400 naming the JSON path. More than QUERY_SCAN_LIMIT objects to read with no index narrowing the where-clause: 422 naming the property to index, unless allowScan. A page token is signed and bound to its query and world: altered or reused for another query, 400.',
+            'The live objects of the type matching `where`, in `orderBy` order (then the primary key, as text), a page at a time. Every page of one query reads the data commit the first page pinned (`commit`): an object is returned exactly once while writers run. `pivotTo` follows link types from the set and answers the objects reached. Unknown properties, operators, link types, values of the wrong type, a where-clause deeper than 16 or with more than 200 conditions: 400 naming the JSON path. More than QUERY_SCAN_LIMIT objects to read with no index narrowing the where-clause: 422 naming the property to index, unless allowScan. A page token is signed and bound to its query and world: altered or reused for another query, 400; older than QUERY_TOKEN_TTL_SECONDS, 410. A ref before the retained horizon (GET /v1/worlds/{world}/history): 410.',
           params: Params,
           headers: ReadHeaders,
           body: QueryBody,
@@ -387,6 +406,9 @@ export default fp(
         });
         const page = rows.slice(0, pageSize);
         const last = page.at(-1);
+        const more = rows.length > pageSize && last !== undefined;
+        // The token keeps its commit from retention while it lives (docs/adr/0072).
+        if (more) await pinCommit(app.pg, world, commit, tokens.ttlMs);
         return {
           objects: page.map((r) => ({
             type: target.apiName,
@@ -394,7 +416,7 @@ export default fp(
             version: r.version,
             properties: select ? pick(r.properties, select) : r.properties,
           })),
-          nextPageToken: rows.length > pageSize && last ? tokens.sign({ q, c: commit, k: last.keys }) : null,
+          nextPageToken: more ? tokens.sign({ q, c: commit, k: last.keys, t: Date.now() }) : null,
           commit,
         };
       },

@@ -37,6 +37,8 @@ import { type Head, listObjects, objectAt, objectContext, objectHistory, worldCo
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 413, 422, 503);
+/** Reads at a ref: also 410 before the retained horizon (docs/adr/0072). */
+const readErrors = problemResponses(400, 401, 403, 404, 409, 410, 412, 413, 422, 503);
 const TypeParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
   type: Type.String({ pattern: NAME, description: 'the object type (apiName)' }),
@@ -241,7 +243,7 @@ export default fp(
           params: ObjectParams,
           headers: ReadHeaders,
           querystring: Type.Object({ at: At }, { additionalProperties: false }),
-          response: { 200: ObjectBody, ...errors },
+          response: { 200: ObjectBody, ...readErrors },
         },
       },
       async (request, reply) => {
@@ -401,7 +403,7 @@ export default fp(
               next: Type.Union([Type.String(), Type.Null()], { description: 'the cursor of the next page' }),
               commit: LIST_COMMIT,
             }),
-            ...errors,
+            ...readErrors,
           },
         },
       },

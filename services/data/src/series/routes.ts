@@ -45,6 +45,8 @@ import { SeriesBatch, writeSeriesBatch } from './write.js';
 
 const NDJSON = 'application/x-ndjson';
 const errors = problemResponses(400, 401, 403, 404, 409, 413, 422, 503);
+/** Reads at a ref: also 410 before the retained horizon (docs/adr/0072). */
+const readErrors = problemResponses(400, 401, 403, 404, 409, 410, 413, 422, 503);
 
 const SeriesParams = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
@@ -364,7 +366,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
         headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
         response: {
           200: Type.Object({ points: Type.Array(Point), next: Type.Union([Type.String(), Type.Null()]) }),
-          ...errors,
+          ...readErrors,
         },
       },
     },

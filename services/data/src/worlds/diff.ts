@@ -273,6 +273,7 @@ export default fp(
             401: { $ref: 'Problem#' },
             403: { $ref: 'Problem#' },
             404: { $ref: 'Problem#' },
+            410: { $ref: 'Problem#' },
             422: { $ref: 'Problem#' },
           },
         },

@@ -12,7 +12,9 @@ import { checkerAnswers } from '../checker/answers.js';
 import { lockWorldForDrop } from '../http.js';
 import { dropWorldSeries } from '../series/repository.js';
 import { cutCommitIn } from '../storage/commit.js';
+import { keptPoints } from '../storage/horizon.js';
 import { commitAtInstant, INSTANT } from './refs.js';
+import { applyRetention } from './retention.js';
 
 /**
  * Removes a world's objects, links, their history and its schema replica. The world's drop lock
@@ -27,6 +29,8 @@ async function dropWorld(tx: pg.ClientBase, worldId: string): Promise<void> {
     'link_history',
     'schema_versions',
     'world_tags',
+    'world_retention',
+    'history_pins',
   ]) {
     await tx.query(`DELETE FROM ${table} WHERE world_id = $1`, [worldId]);
   }
@@ -88,6 +92,16 @@ async function provisionWorld(tx: pg.ClientBase, worldId: string, from: WorldOri
       return refused('/from/ref', `world ${from.world} did not exist at ${ref.instant}`);
     }
     commit = await commitAtInstant(tx, from.world, ref.instant, baseCreated, cut);
+  }
+  // Not below the base's retained horizon (docs/adr/0072) unless a kept point names the commit; the
+  // lock waits for a pruning batch of the base and makes the next one see this fork point.
+  const { rows: retained } = await tx.query<{ horizon_seq: string }>(
+    'SELECT horizon_seq FROM world_retention WHERE world_id = $1 FOR SHARE',
+    [from.world],
+  );
+  const horizon = Number(retained[0]?.horizon_seq ?? 0);
+  if (commit < horizon && !(await keptPoints(tx, from.world)).includes(commit)) {
+    return refused('/from/ref', `commit ${commit} of ${from.world} is before its retained horizon (${horizon})`);
   }
   await tx.query('UPDATE worlds SET base_world = $2, base_seq = $3, created_seq = $3 WHERE id = $1', [
     worldId,
@@ -166,6 +180,7 @@ export default fp(
       apply: async (tx, events) => {
         await provisioning(tx, events);
         await applyProtection(tx, events);
+        await applyRetention(tx, events);
         await answerChecker(tx, events);
       },
     });

@@ -2,6 +2,7 @@ import { BadRequest, HttpProblem, type Queryable, Unprocessable } from '@onto/sh
 import type pg from 'pg';
 import { notProvisioned } from '../schema/lookup.js';
 import { cutCommit } from '../storage/commit.js';
+import { refuseBeyondHorizon } from '../storage/horizon.js';
 
 /*
  * Refs and chains (docs/adr/0023). A ref of world w is a data commit (data_seq), an RFC 3339
@@ -59,11 +60,13 @@ type WorldRow = {
   created_seq: string;
   provisioned_at: Date | null;
   head: string;
+  horizon: string;
 };
 
 const WORLD = `SELECT w.id IS NOT NULL AS provisioned, w.base_world, w.created_seq, w.provisioned_at,
         (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
-        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM data_seq) AS head
+        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM data_seq) AS head,
+        (SELECT coalesce(max(horizon_seq), 0) FROM world_retention WHERE world_id = $1) AS horizon
    FROM (SELECT 1) one LEFT JOIN worlds w ON w.id = $1`;
 
 /** The chain world `world` reads at `commit` (null: now), nearest first. */
@@ -156,6 +159,8 @@ export async function resolveRef(
       { path: field, message: 'must be a data commit (digits), an RFC 3339 instant with an offset or a tag name' },
     ]);
   }
+  // Before the retained horizon the history is pruned: 410, unless a kept point (a tag, …) names it.
+  await refuseBeyondHorizon(db, world, commit, Number(w.horizon), field);
   return { schemaVersion, commit, chain: await chainOf(db, world, commit) };
 }
 

@@ -18,6 +18,7 @@ import { compile } from '../cel/expressions.js';
 import { saveDecisionDefinition } from '../decisions/repository.js';
 import { schemaFootprint } from '../derived/model.js';
 import { saveDerived } from '../derived/repository.js';
+import { recordHorizon } from '../readmodel/retention.js';
 import type { Rule } from '../rules/model.js';
 import { saveRule } from '../rules/repository.js';
 import { bumpRevision, lockWorlds } from './locks.js';
@@ -155,6 +156,7 @@ const WORLD_TABLES = [
   'definition_history',
   'fork_points',
   'world_tags',
+  'world_horizons',
 ];
 
 /** Forgets a dropped world: its read model, definitions, values, alerts and decisions. */
@@ -231,6 +233,8 @@ export function applySchemaChanges(
         await recordBase(tx, event.world_id, event.payload.base as { world: string; commit: number } | undefined);
       } else if (event.type === 'world.tag.positioned') {
         await recordTagCommit(tx, event.world_id, event.payload);
+      } else if (event.type === 'storage.history.horizon') {
+        await recordHorizon(tx, event.world_id, (event.payload as { horizon: number }).horizon);
       } else if (DROPS.has(event.type)) {
         await dropWorld(tx, event.world_id);
         hooks.dropped(event.world_id);

@@ -1,9 +1,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { NotFound, setOwn, Unprocessable, WORLD_ID } from '@onto/shared';
+import { NotFound, problemResponses, setOwn, Unprocessable, WORLD_ID } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listDerived, valuesOf } from '../derived/repository.js';
 import { errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
+
+/** Reads at a ref: also 410 before the retained horizon (docs/adr/0072). */
+const readErrors = { ...errors, ...problemResponses(410) };
+
 import { inheritedObject } from './chain.js';
 
 const Params = Type.Object({
@@ -164,7 +168,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
             properties: Type.Record(Type.String(), Type.Unknown()),
             derived: Derived,
           }),
-          ...errors,
+          ...readErrors,
         },
       },
     },
@@ -187,7 +191,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
         querystring: At,
         response: {
           200: Type.Object({ type: Type.String(), pk: Type.String(), version: Type.Integer(), derived: Derived }),
-          ...errors,
+          ...readErrors,
         },
       },
     },

@@ -6,6 +6,7 @@
  * (control's `world.tag.requested`, data's `world.tag.positioned`), never asked of control.
  */
 import { awaitApplied, BadRequest, HttpProblem, type Queryable, Unavailable, Unprocessable } from '@onto/shared';
+import { refuseBeyondHorizon } from '../readmodel/retention.js';
 
 /** A read point: the data commit, and the world's own write intelligence must have applied to answer at it. */
 export interface At {
@@ -72,6 +73,8 @@ export async function resolveAt(
     if (!COMMIT.test(raw))
       throw new BadRequest(`${raw} is not a commit`, [{ path: field, message: 'a commit has at most 15 digits' }]);
     const commit = Number(raw);
+    // Before the retained horizon the versioned read model is pruned: 410 unless a kept point names it.
+    await refuseBeyondHorizon(db, world, commit, field);
     return { commit, needs: await needsAt(db, world, commit) };
   }
   if (INSTANT_LIKE.test(raw)) {

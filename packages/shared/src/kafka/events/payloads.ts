@@ -376,6 +376,18 @@ export const EVENT_PAYLOADS = {
     },
     "a world's protection was set (docs/adr/0058): data and intelligence enforce it",
   ),
+  'world.retention.updated': closed(
+    {
+      keepDays: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+        description: 'history is kept at least this many days (null: forever)',
+      }),
+      keepVersions: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], {
+        description: 'and at least this many newest versions of each key (null: no count rule)',
+      }),
+      revision: Type.Integer({ minimum: 1, description: "the policy's revision: only a greater one replaces it" }),
+    },
+    "a world's history retention was set (docs/adr/0072): data prunes what no kept ref needs",
+  ),
   'identity.token.revoked': TokenRevokedPayload,
   'identity.roles.changed': RolesChangedPayload,
   'identity.keys.published': KeysPublishedPayload,
@@ -418,6 +430,16 @@ export const EVENT_PAYLOADS = {
       }),
     },
     "data's position in a world, announced at most once per interval while it changes (the version vector)",
+  ),
+  'storage.history.horizon': closed(
+    {
+      horizon: Type.Integer({
+        minimum: 0,
+        description:
+          "the world's retained horizon: reads at an older data commit answer 410 unless a kept point names it; only a greater one replaces it",
+      }),
+    },
+    "data moved a world's retained horizon and prunes the history below it no kept ref reads (docs/adr/0072): intelligence prunes its versioned read model at the same horizon",
   ),
   'storage.check.reported': closed(
     {

@@ -1,0 +1,220 @@
+import { HttpProblem, type Queryable } from '@onto/shared';
+import type pg from 'pg';
+import { Counter, Gauge, type Registry } from 'prom-client';
+
+/*
+ * History retention in intelligence (docs/adr/0072, 0073). data decides a world's retained
+ * horizon H (a data commit: intelligence does not know when data's commits were written) and
+ * announces it (storage.history.horizon); intelligence prunes its versioned read model at the same
+ * horizon. A row is its key's state for data commits in [start, superseded_seq) — `seq` for objects
+ * and links, `valid_seq` for derived values — and is kept iff superseded_seq > H or a kept point
+ * p < H lies in that interval: a tag of the world or the fork point of a child world (a child, and
+ * its own children, read the world only there). Definition history is pruned the same way in
+ * definition positions: the position at H, and the definition positions of tags, children and the
+ * merges intelligence still records.
+ */
+
+const TABLES = ['objects', 'links', 'derived values', 'definitions'] as const;
+
+/** The data commits below the horizon that reads of intelligence still make. */
+export async function keptPoints(db: Queryable, world: string): Promise<number[]> {
+  const { rows } = await db.query<{ p: string }>(
+    `SELECT commit AS p FROM world_tags WHERE world_id = $1 AND commit IS NOT NULL AND NOT deleted
+     UNION SELECT base_seq FROM world_bases WHERE base_world = $1`,
+    [world],
+  );
+  return rows.map((r) => Number(r.p)).sort((a, b) => a - b);
+}
+
+/** 410 for a read at a data commit below the world's horizon that no kept point names. */
+export async function refuseBeyondHorizon(db: Queryable, world: string, commit: number, field: string): Promise<void> {
+  const { rows } = await db.query<{ h: string }>('SELECT horizon_seq AS h FROM world_horizons WHERE world_id = $1', [
+    world,
+  ]);
+  const horizon = Number(rows[0]?.h ?? 0);
+  if (commit >= horizon || (await keptPoints(db, world)).includes(commit)) return;
+  const detail = `commit ${commit} of ${world} is before its retained horizon (${horizon}): its history there was pruned (docs/adr/0072)`;
+  throw new HttpProblem(410, 'gone', 'Gone', detail, {
+    horizon,
+    errors: [{ path: field, message: `must be at least ${horizon} (the retained horizon), or a kept point` }],
+  });
+}
+
+/** `storage.history.horizon`: a greater horizon starts a pass; an equal one, when none is under way (data's pass ran again). */
+export async function recordHorizon(tx: pg.ClientBase, world: string, horizon: number): Promise<void> {
+  await tx.query(
+    `INSERT INTO world_horizons AS h (world_id, horizon_seq, pass_table, pass_after)
+     VALUES ($1, $2, 0, 0)
+     ON CONFLICT (world_id) DO UPDATE
+        SET horizon_seq = EXCLUDED.horizon_seq, horizon_at = now(), pass_table = 0, pass_after = 0
+      WHERE h.horizon_seq < EXCLUDED.horizon_seq OR (h.horizon_seq = EXCLUDED.horizon_seq AND h.pass_table IS NULL)`,
+    [world, horizon],
+  );
+}
+
+export interface PrunerOptions {
+  /** History rows looked at per batch. */
+  batch: number;
+  /** A new horizon answers 410 this long before rows below it go. */
+  graceMs: number;
+}
+
+interface PassRow {
+  world_id: string;
+  horizon_seq: string;
+  pass_table: number;
+  pass_after: string;
+  started: boolean;
+}
+
+/** Each table: its name, and the column where a row's interval starts. */
+const INTERVALS: [string, string][] = [
+  ['rm_objects_history', 'seq'],
+  ['rm_links_history', 'seq'],
+  ['derived_values_history', 'valid_seq'],
+];
+
+export class HistoryPruner {
+  private readonly pruned: Counter<'world' | 'service' | 'table'>;
+  private readonly rows: Gauge<'world' | 'service'>;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    registry: Registry,
+    private readonly opts: PrunerOptions,
+  ) {
+    this.pruned = new Counter({
+      name: 'onto_history_pruned_total',
+      help: 'history rows removed by retention (docs/adr/0072), by world and table',
+      labelNames: ['world', 'service', 'table'],
+      registers: [registry],
+    });
+    this.rows = new Gauge({
+      name: 'onto_history_rows',
+      help: 'history rows of a world with a retained horizon, counted at the end of each pruning pass (the instance that ran it sets it)',
+      labelNames: ['world', 'service'],
+      registers: [registry],
+    });
+  }
+
+  /** One batch of one world's pass; answers when to run again (undefined: nothing left until the next horizon). */
+  async step(): Promise<number | undefined> {
+    const client = await this.pool.connect();
+    let done: string | undefined;
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query<PassRow>(
+        `SELECT world_id, horizon_seq::text, pass_table, pass_after::text,
+                horizon_at < now() - make_interval(secs => $1::float8 / 1000) AS started
+           FROM world_horizons WHERE pass_table IS NOT NULL
+          ORDER BY horizon_at LIMIT 1 FOR UPDATE SKIP LOCKED`,
+        [this.opts.graceMs],
+      );
+      const pass = rows[0];
+      if (!pass?.started) {
+        await client.query('COMMIT');
+        // A pass waiting out its grace is looked at again shortly, not in a loop.
+        return pass ? Math.min(1000, this.opts.graceMs) : undefined;
+      }
+      if (await this.batch(client, pass)) done = pass.world_id;
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      client.release();
+    }
+    if (done) await this.count(done);
+    return 0;
+  }
+
+  /** One batch of the pass's table; true when the pass is over. */
+  private async batch(tx: pg.ClientBase, pass: PassRow): Promise<boolean> {
+    const world = pass.world_id;
+    const horizon = Number(pass.horizon_seq);
+    const after = Number(pass.pass_after);
+    let pruned = 0;
+    let next = pass.pass_table;
+    let nextAfter = 0;
+    const entry = INTERVALS[pass.pass_table];
+    if (entry) {
+      const [table, start] = entry;
+      // The next batch of rows by the end of their interval; a run of equal ends is taken whole,
+      // so that a keyset on the end alone never splits one.
+      const { rows } = await tx.query<{ lo: string | null; hi: string | null; n: number }>(
+        `SELECT min(s)::text AS lo, max(s)::text AS hi, count(*)::int AS n FROM (
+           SELECT superseded_seq AS s FROM ${table}
+            WHERE world_id = $1 AND superseded_seq > $2 AND superseded_seq <= $3 ORDER BY superseded_seq LIMIT $4) b`,
+        [world, after, horizon, this.opts.batch],
+      );
+      const r = rows[0] ?? { lo: null, hi: null, n: 0 };
+      const last = r.n < this.opts.batch ? horizon : r.lo === r.hi ? Number(r.hi) : Number(r.hi) - 1;
+      const kept = await keptPoints(tx, world);
+      const gone = await tx.query(
+        `DELETE FROM ${table} x
+          WHERE x.world_id = $1 AND x.superseded_seq > $2 AND x.superseded_seq <= $3
+            AND NOT EXISTS (SELECT 1 FROM unnest($4::bigint[]) p WHERE p >= x.${start} AND p < x.superseded_seq)`,
+        [world, after, last, kept],
+      );
+      pruned = gone.rowCount ?? 0;
+      if (last >= horizon) next++;
+      else nextAfter = last;
+    } else {
+      pruned = await this.definitions(tx, world, horizon);
+      if (pruned < this.opts.batch) next++;
+    }
+    if (pruned > 0) this.pruned.inc({ world, service: 'intelligence', table: TABLES[pass.pass_table] }, pruned);
+    const passDone = next >= TABLES.length;
+    await tx.query(
+      `UPDATE world_horizons SET pass_table = $2, pass_after = $3, pruned = pruned + $4 WHERE world_id = $1`,
+      [world, passDone ? null : next, nextAfter, pruned],
+    );
+    return passDone;
+  }
+
+  /**
+   * Definition history, in definition positions: a row holds for positions [seq, next change of
+   * the definition); the position at the horizon is the world's last change made while its data
+   * watermark was at most H. Kept: positions at or after it, and those of tags, children's fork
+   * points and merges intelligence records.
+   */
+  private async definitions(tx: pg.ClientBase, world: string, horizon: number): Promise<number> {
+    const gone = await tx.query(
+      `WITH at_horizon AS (
+         SELECT max(seq) AS p FROM definition_history WHERE world_id = $1 AND data_seq <= $2
+       ), kept AS (
+         SELECT definitions AS p FROM world_tags WHERE world_id = $1 AND definitions IS NOT NULL AND NOT deleted
+         UNION SELECT definitions FROM fork_points WHERE base_world = $1
+         UNION SELECT base_position FROM definition_merges WHERE base_world = $1 AND status IN ('planned', 'applied')
+         UNION SELECT source_position FROM definition_merges WHERE source = $1 AND status IN ('planned', 'applied')
+         UNION SELECT target_position FROM definition_merges WHERE target = $1 AND status IN ('planned', 'applied')
+         UNION SELECT applied_position FROM definition_merges WHERE target = $1 AND status = 'applied' AND applied_position IS NOT NULL
+       ), rows AS (
+         SELECT x.seq, (SELECT min(y.seq) FROM definition_history y
+                         WHERE y.world_id = $1 AND y.kind = x.kind AND y.name = x.name AND y.seq > x.seq) AS next
+           FROM definition_history x, at_horizon h
+          WHERE x.world_id = $1 AND x.seq < h.p
+       ), doomed AS (
+         SELECT r.seq FROM rows r, at_horizon h
+          WHERE r.next <= h.p AND NOT EXISTS (SELECT 1 FROM kept k WHERE k.p >= r.seq AND k.p < r.next)
+          LIMIT $3
+       )
+       DELETE FROM definition_history d USING doomed WHERE d.world_id = $1 AND d.seq = doomed.seq`,
+      [world, horizon, this.opts.batch],
+    );
+    return gone.rowCount ?? 0;
+  }
+
+  async count(world: string): Promise<number> {
+    const { rows } = await this.pool.query<{ n: string }>(
+      `SELECT (SELECT count(*) FROM rm_objects_history WHERE world_id = $1)
+            + (SELECT count(*) FROM rm_links_history WHERE world_id = $1)
+            + (SELECT count(*) FROM derived_values_history WHERE world_id = $1)
+            + (SELECT count(*) FROM definition_history WHERE world_id = $1) AS n`,
+      [world],
+    );
+    const n = Number(rows[0]?.n ?? 0);
+    this.rows.set({ world, service: 'intelligence' }, n);
+    return n;
+  }
+}
