@@ -32,6 +32,7 @@ const NOT_PER_WORLD: Record<string, string> = {
   identity_replica: 'reference',
   identity_revocations: 'reference',
   identity_user_generations: 'reference',
+  audit_log_global: 'reference: audit entries of no world (an operator acting on the outbox); docs/adr/0074',
   // data
   storage_indexes: 'reference: indexes of the storage schema, one set for every world',
   worlds: 'reference: the fork tree; read to route a world to its shard (docs/adr/0054)',
@@ -52,18 +53,11 @@ const PENDING: Record<string, string> = {
   'data.merges': "a merge's world is base_world: add world_id = base_world leading the primary key",
   'data.merge_items': 'add world_id (the merge base) leading the primary key',
   'data.merge_conflicts': 'add world_id (the merge base) leading the primary key',
-  'intelligence.audit_log': 'primary key (world_id, id)',
-  'intelligence.alerts': 'primary key (world_id, id)',
-  'intelligence.decisions': 'primary key (world_id, id)',
-  'intelligence.recompute_jobs': 'primary key (world_id, id)',
-  'intelligence.derived_values_history': 'a primary key leading with world_id',
-  'intelligence.definition_merges': 'world_id = base_world leading the primary key',
 };
 
 /** Tables whose rows belong to a world although they have no world_id column (base_world or a parent's key stands in). */
 const WORLD_BY_PARENT = new Set([
   'data.merges',
-  'intelligence.definition_merges',
   'data.series_points',
   'data.series_point_history',
   'data.merge_items',
