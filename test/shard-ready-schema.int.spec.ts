@@ -43,25 +43,15 @@ const NOT_PER_WORLD: Record<string, string> = {
  * not distribute them as they are.
  */
 const PENDING: Record<string, string> = {
-  'data.webhook_deliveries': 'primary key (world_id, id)',
-  'data.webhook_attempts': 'primary key (world_id, id)',
-  'data.audit_log': 'primary key (world_id, id); world_id NOT NULL (a world-less entry goes to a reference log)',
-  'data.cdc_positions': 'primary key (world_id, source, type, pk): reorder',
   'data.series_keys': 'primary key (world_id, id); series points carry world_id',
   'data.series_points': 'add world_id (from series_keys) leading the primary key',
   'data.series_point_history': 'add world_id leading the primary key',
-  'data.merges': "a merge's world is base_world: add world_id = base_world leading the primary key",
-  'data.merge_items': 'add world_id (the merge base) leading the primary key',
-  'data.merge_conflicts': 'add world_id (the merge base) leading the primary key',
 };
 
 /** Tables whose rows belong to a world although they have no world_id column (base_world or a parent's key stands in). */
 const WORLD_BY_PARENT = new Set([
-  'data.merges',
   'data.series_points',
   'data.series_point_history',
-  'data.merge_items',
-  'data.merge_conflicts',
 ]);
 
 interface KeyRow {
