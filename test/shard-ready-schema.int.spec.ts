@@ -3,7 +3,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
-// Issue 33, docs/adr/0054: data's and intelligence's tables are to become Citus distributed tables
+// Issue 33, docs/adr/0054 and 0074: data's and intelligence's tables are to become Citus distributed tables
 // with `world_id` as the (co-located) distribution column. Citus requires the distribution column
 // in the primary key and in every unique index; `world_id` leading them also keeps a world's rows
 // together on one node's index pages. This reads the migrated catalogue and fails on:
@@ -42,17 +42,13 @@ const NOT_PER_WORLD: Record<string, string> = {
  * World tables that break the rule today, with the change their migration must make. Citus could
  * not distribute them as they are.
  */
-const PENDING: Record<string, string> = {
-  'data.series_keys': 'primary key (world_id, id); series points carry world_id',
-  'data.series_points': 'add world_id (from series_keys) leading the primary key',
-  'data.series_point_history': 'add world_id leading the primary key',
-};
+const PENDING: Record<string, string> = {};
 
-/** Tables whose rows belong to a world although they have no world_id column (base_world or a parent's key stands in). */
-const WORLD_BY_PARENT = new Set([
-  'data.series_points',
-  'data.series_point_history',
-]);
+/**
+ * Tables whose rows belong to a world although they have no world_id column (a parent's key stands
+ * in). None since docs/adr/0074: a row that would be routed by its parent's key cannot be routed.
+ */
+const WORLD_BY_PARENT = new Set<string>([]);
 
 interface KeyRow {
   table: string;
