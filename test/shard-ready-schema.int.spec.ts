@@ -3,10 +3,11 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
-// Issue 33, docs/adr/0054 and 0074: data's and intelligence's tables are to become Citus distributed tables
-// with `world_id` as the (co-located) distribution column. Citus requires the distribution column
-// in the primary key and in every unique index; `world_id` leading them also keeps a world's rows
-// together on one node's index pages. This reads the migrated catalogue and fails on:
+// Issue 33, docs/adr/0054 and 0074: data's and intelligence's tables are to become co-located Citus
+// distributed tables, routed by world. Citus requires the distribution column in the primary key
+// and in every unique index: `world_id` leads them (the fork tree's key, which keeps a tree on one
+// shard, is appended to them at distribution, ADR 74), which also keeps a world's rows together on
+// one node's index pages. This reads the migrated catalogue and fails on:
 // - a table that is not classified below (a new table must say whether rows belong to a world);
 // - a world table whose primary key or a unique index does not lead with `world_id`, unless it is
 //   one of the PENDING ones, which name what their migration must change (a ratchet: the list may
