@@ -86,10 +86,10 @@ try {
     const file = join(dir, `copy-${round}.tsv`);
     const rows: string[] = [];
     for (let i = 0; i < points; i++) {
-      rows.push(`${copyIds[i % OBJECTS]?.id}\t${time(round, i)}\t0\t${(i % 1000) / 10}`);
+      rows.push(`bench\t${copyIds[i % OBJECTS]?.id}\t${time(round, i)}\t0\t${(i % 1000) / 10}`);
     }
     writeFileSync(file, `${rows.join('\n')}\n`);
-    const copy = psql(['-c', `\\copy series_points (series_id, time, seq, num) FROM '${file}'`]);
+    const copy = psql(['-c', `\\copy series_points (world_id, series_id, time, seq, num) FROM '${file}'`]);
     copyRates.push(points / (copy.ms / 1000));
     console.log(
       `ingest round ${round}: bulk ${fmt(bulkMs)} ms (${fmt(points / (bulkMs / 1000))} points/s), \\copy ${fmt(copy.ms)} ms (${fmt(points / (copy.ms / 1000))} points/s)`,
@@ -114,8 +114,8 @@ try {
     [from.toISOString(), to.toISOString()],
   );
   await db.query(
-    `INSERT INTO series_points (series_id, time, seq, num)
-     SELECT $1, $2::timestamptz + i * interval '${stride} milliseconds', 0, (i % 1000) / 10.0
+    `INSERT INTO series_points (world_id, series_id, time, seq, num)
+     SELECT 'bench', $1, $2::timestamptz + i * interval '${stride} milliseconds', 0, (i % 1000) / 10.0
        FROM generate_series(1, $3 - 1) AS i`,
     [bigId, from.toISOString(), rollupPoints],
   );

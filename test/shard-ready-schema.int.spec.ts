@@ -3,10 +3,11 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from './services.js';
 
-// Issue 33, docs/adr/0054: data's and intelligence's tables are to become Citus distributed tables
-// with `world_id` as the (co-located) distribution column. Citus requires the distribution column
-// in the primary key and in every unique index; `world_id` leading them also keeps a world's rows
-// together on one node's index pages. This reads the migrated catalogue and fails on:
+// Issue 33, docs/adr/0054 and 0074: data's and intelligence's tables are to become co-located Citus
+// distributed tables, routed by world. Citus requires the distribution column in the primary key
+// and in every unique index: `world_id` leads them (the fork tree's key, which keeps a tree on one
+// shard, is appended to them at distribution, ADR 74), which also keeps a world's rows together on
+// one node's index pages. This reads the migrated catalogue and fails on:
 // - a table that is not classified below (a new table must say whether rows belong to a world);
 // - a world table whose primary key or a unique index does not lead with `world_id`, unless it is
 //   one of the PENDING ones, which name what their migration must change (a ratchet: the list may
@@ -32,6 +33,7 @@ const NOT_PER_WORLD: Record<string, string> = {
   identity_replica: 'reference',
   identity_revocations: 'reference',
   identity_user_generations: 'reference',
+  audit_log_global: 'reference: audit entries of no world (an operator acting on the outbox); docs/adr/0074',
   // data
   storage_indexes: 'reference: indexes of the storage schema, one set for every world',
   worlds: 'reference: the fork tree; read to route a world to its shard (docs/adr/0054)',
@@ -41,34 +43,13 @@ const NOT_PER_WORLD: Record<string, string> = {
  * World tables that break the rule today, with the change their migration must make. Citus could
  * not distribute them as they are.
  */
-const PENDING: Record<string, string> = {
-  'data.webhook_deliveries': 'primary key (world_id, id)',
-  'data.webhook_attempts': 'primary key (world_id, id)',
-  'data.audit_log': 'primary key (world_id, id); world_id NOT NULL (a world-less entry goes to a reference log)',
-  'data.cdc_positions': 'primary key (world_id, source, type, pk): reorder',
-  'data.series_keys': 'primary key (world_id, id); series points carry world_id',
-  'data.series_points': 'add world_id (from series_keys) leading the primary key',
-  'data.series_point_history': 'add world_id leading the primary key',
-  'data.merges': "a merge's world is base_world: add world_id = base_world leading the primary key",
-  'data.merge_items': 'add world_id (the merge base) leading the primary key',
-  'data.merge_conflicts': 'add world_id (the merge base) leading the primary key',
-  'intelligence.audit_log': 'primary key (world_id, id)',
-  'intelligence.alerts': 'primary key (world_id, id)',
-  'intelligence.decisions': 'primary key (world_id, id)',
-  'intelligence.recompute_jobs': 'primary key (world_id, id)',
-  'intelligence.derived_values_history': 'a primary key leading with world_id',
-  'intelligence.definition_merges': 'world_id = base_world leading the primary key',
-};
+const PENDING: Record<string, string> = {};
 
-/** Tables whose rows belong to a world although they have no world_id column (base_world or a parent's key stands in). */
-const WORLD_BY_PARENT = new Set([
-  'data.merges',
-  'intelligence.definition_merges',
-  'data.series_points',
-  'data.series_point_history',
-  'data.merge_items',
-  'data.merge_conflicts',
-]);
+/**
+ * Tables whose rows belong to a world although they have no world_id column (a parent's key stands
+ * in). None since docs/adr/0074: a row that would be routed by its parent's key cannot be routed.
+ */
+const WORLD_BY_PARENT = new Set<string>([]);
 
 interface KeyRow {
   table: string;

@@ -152,7 +152,7 @@ describe('onto-admin outbox set-aside against the running stack', () => {
     expect(again.err).toMatch(/no set-aside event waiting/);
 
     const audit = await s.data.app.pg.query<{ detail: { redriven: number } }>(
-      `SELECT detail FROM audit_log WHERE action = 'admin.outbox.redriven' ORDER BY id`,
+      `SELECT detail FROM audit_log_global WHERE action = 'admin.outbox.redriven' ORDER BY id`,
     );
     expect(audit.rows.map((r) => r.detail.redriven)).toEqual([0, 0, 1, 0]);
   }, 120_000);

@@ -68,7 +68,7 @@ export async function applyChange(
       const { rowCount } = await tx.query(
         `INSERT INTO cdc_positions AS p (source, world_id, type, pk, position, topic, partition, "offset")
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT (source, world_id, type, pk) DO UPDATE
+         ON CONFLICT (world_id, source, type, pk) DO UPDATE
             SET position = excluded.position, topic = excluded.topic, partition = excluded.partition,
                 "offset" = excluded."offset", applied_at = now()
           WHERE p.position < excluded.position`,

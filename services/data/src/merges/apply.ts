@@ -38,9 +38,9 @@ export async function applyMerge(
   tx: pg.ClientBase,
   topicPrefix: string,
   causedBy: string,
-  a: { merge: string; schemaVersion: number; schema: Record<string, unknown> },
+  a: { merge: string; target: string; schemaVersion: number; schema: Record<string, unknown> },
 ): Promise<void> {
-  const m = await loadMerge(tx, a.merge, true);
+  const m = await loadMerge(tx, a.target, a.merge, true);
   if (!m) return; // not data's plan (never planned here): nothing to apply
   const fail = (status: number, reason: string, field?: string) =>
     failed(tx, topicPrefix, m.target, causedBy, {
@@ -52,7 +52,7 @@ export async function applyMerge(
     });
   // A compensation asked before the apply: the merge is over, a late apply does nothing.
   if (m.status === 'compensated') return;
-  const items = await loadItems(tx, m.id);
+  const items = await loadItems(tx, m);
   if (m.status === 'applied') {
     // Applied already (an apply sent again): the same answer, nothing written twice.
     return reply(tx, topicPrefix, m.target, causedBy, 'merge.applied', {
@@ -130,12 +130,13 @@ export async function applyMerge(
     return fail(409, `${error.message}: nothing of the merge was applied`);
   }
   await tx.query('RELEASE SAVEPOINT merge_apply');
-  await recordWritten(tx, m.id, written);
+  await recordWritten(tx, m, written);
   let commit = Number(m.target_seq);
   for (const w of written.values()) commit = Math.max(commit, w.seq);
   await tx.query(
-    `UPDATE merges SET status = 'applied', schema_version = $2, commit_seq = $3, applied_at = now() WHERE id = $1`,
-    [m.id, a.schemaVersion, commit],
+    `UPDATE merges SET status = 'applied', schema_version = $2, commit_seq = $3, applied_at = now()
+      WHERE world_id = $4 AND id = $1`,
+    [m.id, a.schemaVersion, commit, m.target],
   );
   await reply(tx, topicPrefix, m.target, causedBy, 'merge.applied', {
     merge: m.id,
@@ -147,7 +148,7 @@ export async function applyMerge(
 /** What the merge wrote, per item: what a compensation checks the heads against. */
 export async function recordWritten(
   tx: pg.ClientBase,
-  merge: string,
+  m: Pick<MergeRow, 'id' | 'target'>,
   written: Map<number, { seq: number; version: number }>,
 ): Promise<void> {
   if (written.size === 0) return;
@@ -155,8 +156,8 @@ export async function recordWritten(
   await tx.query(
     `UPDATE merge_items i SET written_version = w.version, written_seq = w.seq
        FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS w(n, version, seq)
-      WHERE i.merge_id = $1 AND i.n = w.n`,
-    [merge, ns, ns.map((n) => written.get(n)?.version), ns.map((n) => written.get(n)?.seq)],
+      WHERE i.world_id = $5 AND i.merge_id = $1 AND i.n = w.n`,
+    [m.id, ns, ns.map((n) => written.get(n)?.version), ns.map((n) => written.get(n)?.seq), m.target],
   );
 }
 

@@ -21,19 +21,21 @@ export async function compensateMerge(
   causedBy: string,
   c: { merge: string; target: string },
 ): Promise<void> {
-  const m = await loadMerge(tx, c.merge, true);
+  const m = await loadMerge(tx, c.target, c.merge, true);
   const none = { objects: 0, links: 0 };
   if (m?.status !== 'applied') {
     // Not applied (or never planned here, its plan having failed): nothing of data's to undo,
     // and a late apply finds the merge compensated and does nothing.
-    if (m?.status === 'planned') await tx.query(`UPDATE merges SET status = 'compensated' WHERE id = $1`, [m.id]);
+    if (m?.status === 'planned') {
+      await tx.query(`UPDATE merges SET status = 'compensated' WHERE world_id = $2 AND id = $1`, [m.id, m.target]);
+    }
     return reply(tx, topicPrefix, m?.target ?? c.target, causedBy, 'merge.compensated', {
       merge: c.merge,
       reverted: none,
       notReverted: [],
     });
   }
-  const items = (await loadItems(tx, m.id)).filter((i) => i.written_seq !== null);
+  const items = (await loadItems(tx, m)).filter((i) => i.written_seq !== null);
   await lockWorldShared(tx, m.target);
   const objectItems = items.filter((i) => i.kind === 'object');
   const linkItems = items.filter((i) => i.kind === 'link');
@@ -107,8 +109,8 @@ export async function compensateMerge(
   const o = await writeObjects(tx, m.target, objects, schemaVersion, origin, topicPrefix);
   const l = await writeLinks(tx, m.target, links, origin, topicPrefix);
   // The compensation's own writes replace the merge's in the record (a second one finds nothing to do).
-  await recordWritten(tx, m.id, new Map([...o, ...l]));
-  await tx.query(`UPDATE merges SET status = 'compensated' WHERE id = $1`, [m.id]);
+  await recordWritten(tx, m, new Map([...o, ...l]));
+  await tx.query(`UPDATE merges SET status = 'compensated' WHERE world_id = $2 AND id = $1`, [m.id, m.target]);
   await reply(tx, topicPrefix, m.target, causedBy, 'merge.compensated', {
     merge: m.id,
     reverted: { objects: objects.length, links: links.length },

@@ -23,9 +23,9 @@ export function mergeEvents(app: FastifyInstance) {
     const cut = () => (wrote ? cutCommitIn(tx) : cutCommit(app.pg));
     const handle = eventHandlers<[]>({
       'world.merge.requested': (event) => planMerge(tx, app.topicPrefix, event.event_id, event.payload, cut),
-      'world.merge.conflict.resolved': (event) => resolveConflict(tx, event.payload),
+      'world.merge.conflict.resolved': (event) => resolveConflict(tx, { ...event.payload, target: event.world_id }),
       'world.merge.apply': async (event) => {
-        await applyMerge(tx, app.topicPrefix, event.event_id, event.payload);
+        await applyMerge(tx, app.topicPrefix, event.event_id, { ...event.payload, target: event.world_id });
         wrote = true;
       },
       'world.merge.compensate': async (event) => {
@@ -35,7 +35,8 @@ export function mergeEvents(app: FastifyInstance) {
         });
         wrote = true;
       },
-      'world.merge.verify.requested': (event) => verifyMerge(tx, app.topicPrefix, event.event_id, event.payload),
+      'world.merge.verify.requested': (event) =>
+        verifyMerge(tx, app.topicPrefix, event.event_id, { ...event.payload, target: event.world_id }),
     });
     for (const { event } of events) await handle(event);
   };

@@ -19,8 +19,12 @@ export type MergeRow = {
   schema_version: number | null;
 };
 
-export async function loadMerge(db: Queryable, id: string, lock = false): Promise<MergeRow | undefined> {
-  const { rows } = await db.query<MergeRow>(`SELECT * FROM merges WHERE id = $1 ${lock ? 'FOR UPDATE' : ''}`, [id]);
+/** A merge of target world `world` (every event about a merge is keyed by its target). */
+export async function loadMerge(db: Queryable, world: string, id: string, lock = false): Promise<MergeRow | undefined> {
+  const { rows } = await db.query<MergeRow>(
+    `SELECT * FROM merges WHERE world_id = $1 AND id = $2 ${lock ? 'FOR UPDATE' : ''}`,
+    [world, id],
+  );
   return rows[0];
 }
 
@@ -51,7 +55,7 @@ export type StoredItem = {
   }[];
 };
 
-export async function loadItems(db: Queryable, merge: string): Promise<StoredItem[]> {
+export async function loadItems(db: Queryable, m: Pick<MergeRow, 'id' | 'target'>): Promise<StoredItem[]> {
   // The conflicts aggregated once and joined: a subquery per item cost seconds at 100,000 items.
   const { rows } = await db.query<StoredItem>(
     `SELECT i.n, i.kind, i.type, i.pk, i.to_pk, i.from_type, i.to_type, i.base, i.source, i.target, i.target_seq,
@@ -60,10 +64,10 @@ export async function loadItems(db: Queryable, merge: string): Promise<StoredIte
        LEFT JOIN (
          SELECT item, json_agg(json_build_object('id', id, 'type', type, 'property', property, 'take', take,
                                                  'value', value, 'by', resolved_by) ORDER BY id) AS conflicts
-           FROM merge_conflicts WHERE merge_id = $1 GROUP BY item
+           FROM merge_conflicts WHERE world_id = $2 AND merge_id = $1 GROUP BY item
        ) c ON c.item = i.n
-      WHERE i.merge_id = $1 ORDER BY i.n`,
-    [merge],
+      WHERE i.world_id = $2 AND i.merge_id = $1 ORDER BY i.n`,
+    [m.id, m.target],
   );
   return rows;
 }

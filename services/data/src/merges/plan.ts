@@ -33,24 +33,25 @@ const num = (v: number | null) => (v === null ? '\\N' : String(v));
 const text = (v: string | null) => (v === null ? '\\N' : copyField(v));
 
 /** Stores the computed plan: its items and conflicts by COPY (a merge can hold 100,000 of them). */
-export async function storePlan(tx: pg.ClientBase, merge: string, computed: Computed): Promise<void> {
+export async function storePlan(tx: pg.ClientBase, world: string, merge: string, computed: Computed): Promise<void> {
+  const w = copyField(world);
   await copyLines(
     tx,
-    'merge_items (merge_id, n, kind, type, pk, to_pk, from_type, to_type, base, source, target, target_seq, target_version, merged)',
+    'merge_items (world_id, merge_id, n, kind, type, pk, to_pk, from_type, to_type, base, source, target, target_seq, target_version, merged)',
     (function* () {
       for (const i of computed.items) {
-        yield `${merge}\t${i.n}\t${i.kind}\t${copyField(i.type)}\t${copyField(i.pk)}\t${copyField(i.toPk)}\t${text(i.fromType)}\t${text(i.toType)}\t${json(i.base)}\t${json(i.source)}\t${json(i.target)}\t${num(i.targetSeq)}\t${num(i.targetVersion ?? i.readVersion)}\t${json(i.merged)}\n`;
+        yield `${w}\t${merge}\t${i.n}\t${i.kind}\t${copyField(i.type)}\t${copyField(i.pk)}\t${copyField(i.toPk)}\t${text(i.fromType)}\t${text(i.toType)}\t${json(i.base)}\t${json(i.source)}\t${json(i.target)}\t${num(i.targetSeq)}\t${num(i.targetVersion ?? i.readVersion)}\t${json(i.merged)}\n`;
       }
     })(),
   );
   await copyLines(
     tx,
-    'merge_conflicts (merge_id, id, item, type, property, body, take, value, resolved_by)',
+    'merge_conflicts (world_id, merge_id, id, item, type, property, body, take, value, resolved_by)',
     (function* () {
       for (const i of computed.items) {
         for (const c of i.conflicts) {
           const value = c.choice?.take === 'value' ? c.choice.value : null;
-          yield `${merge}\t${c.body.id}\t${i.n}\t${c.body.type}\t${text(c.property ?? null)}\t${json(c.body)}\t${text(c.choice?.take ?? null)}\t${json(value)}\t${text(c.by)}\n`;
+          yield `${w}\t${merge}\t${c.body.id}\t${i.n}\t${c.body.type}\t${text(c.property ?? null)}\t${json(c.body)}\t${text(c.choice?.take ?? null)}\t${json(value)}\t${text(c.by)}\n`;
         }
       }
     })(),
@@ -65,7 +66,7 @@ export async function planMerge(
   r: MergeRequested,
   cut: () => Promise<number>,
 ): Promise<void> {
-  const known = await tx.query('SELECT 1 FROM merges WHERE id = $1', [r.merge]);
+  const known = await tx.query('SELECT 1 FROM merges WHERE world_id = $1 AND id = $2', [r.target, r.merge]);
   if (known.rowCount) return; // planned already (a request sent again): its replies went out then
   const refuse = (status: number, field: string, reason: string) =>
     failed(tx, topicPrefix, r.target, causedBy, { merge: r.merge, phase: 'plan', status, reason, field });
@@ -109,11 +110,12 @@ export async function planMerge(
   await tx.query(`SET LOCAL work_mem = '64MB'`);
   const computed = await computeMerge(tx, spec);
   await tx.query(
-    `INSERT INTO merges (id, target, source, strategy, dry_run, actor, base_world, base_seq, source_seq, target_seq, status, schema)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'planned', $11)`,
+    `INSERT INTO merges (world_id, id, target, source, strategy, dry_run, actor, base_world, base_seq, source_seq,
+                         target_seq, status, schema)
+     VALUES ($2, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'planned', $11)`,
     [r.merge, r.target, r.source, r.strategy, r.dryRun, r.actor, spec.baseWorld, spec.baseSeq, seq, seq, r.schema],
   );
-  await storePlan(tx, r.merge, computed);
+  await storePlan(tx, r.target, r.merge, computed);
   const bodies = computed.items.flatMap((i) => i.conflicts.map((c) => c.body));
   for (let at = 0; at < bodies.length; at += CHUNK) {
     await reply(tx, topicPrefix, r.target, causedBy, 'merge.conflicts.found', {
@@ -137,11 +139,12 @@ export async function planMerge(
  */
 export async function resolveConflict(
   tx: pg.ClientBase,
-  r: { merge: string; conflict: string; take: 'source' | 'target' | 'value'; value?: unknown },
+  r: { merge: string; target: string; conflict: string; take: 'source' | 'target' | 'value'; value?: unknown },
 ): Promise<void> {
   if (!r.conflict.startsWith('d-')) return;
   await tx.query(
-    `UPDATE merge_conflicts SET take = $3, value = $4, resolved_by = 'person' WHERE merge_id = $1 AND id = $2`,
-    [r.merge, r.conflict, r.take, r.take === 'value' ? JSON.stringify(r.value ?? null) : null],
+    `UPDATE merge_conflicts SET take = $3, value = $4, resolved_by = 'person'
+      WHERE world_id = $5 AND merge_id = $1 AND id = $2`,
+    [r.merge, r.conflict, r.take, r.take === 'value' ? JSON.stringify(r.value ?? null) : null, r.target],
   );
 }

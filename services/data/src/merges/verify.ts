@@ -18,9 +18,9 @@ export async function verifyMerge(
   tx: pg.ClientBase,
   topicPrefix: string,
   causedBy: string,
-  v: { merge: string; verification: string },
+  v: { merge: string; target: string; verification: string },
 ): Promise<void> {
-  const m = await loadMerge(tx, v.merge);
+  const m = await loadMerge(tx, v.target, v.merge);
   if (!m) return;
   if (m.status !== 'applied' || m.commit_seq === null) {
     return failed(tx, topicPrefix, m.target, causedBy, {
@@ -31,8 +31,8 @@ export async function verifyMerge(
     });
   }
   const { rows } = await tx.query<{ id: string; take: string | null; value: unknown }>(
-    'SELECT id, take, value FROM merge_conflicts WHERE merge_id = $1',
-    [m.id],
+    'SELECT id, take, value FROM merge_conflicts WHERE world_id = $2 AND merge_id = $1',
+    [m.id, m.target],
   );
   const recorded = new Map<string, Choice | null>(rows.map((r) => [r.id, choiceOf(r)]));
   const computed = await computeMerge(

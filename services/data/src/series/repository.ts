@@ -111,13 +111,18 @@ const UNIQUE_VIOLATION = '23505';
  */
 export async function writePoints(
   tx: pg.ClientBase,
+  worldId: string,
   seq: number,
   groups: SeriesPoints[],
 ): Promise<'all' | Map<SeriesPoints, number[]>> {
   if (groups.length === 0) return 'all';
   await tx.query('SAVEPOINT series_append');
   try {
-    await copyLines(tx, 'series_points (series_id, time, seq, num, label)', pointLines(groups, String(seq)));
+    await copyLines(
+      tx,
+      'series_points (world_id, series_id, time, seq, num, label)',
+      pointLines(groups, String(seq), copyField(worldId)),
+    );
     await tx.query('RELEASE SAVEPOINT series_append');
     return 'all';
   } catch (error) {
@@ -129,19 +134,19 @@ export async function writePoints(
     `CREATE TEMP TABLE IF NOT EXISTS series_staging
        (series_id bigint, time timestamptz, num float8, label text, i int) ON COMMIT DELETE ROWS`,
   );
-  await copyLines(tx, 'series_staging (series_id, time, num, label, i)', pointLines(groups, null));
+  await copyLines(tx, 'series_staging (series_id, time, num, label, i)', pointLines(groups, null, ''));
   // The staged rows are taken out by the statement itself (the table is empty for a next batch),
   // and the changed points come back as their index in the batch: no timestamp parsed back.
   const { rows } = await tx.query<{ i: number }>(
     `WITH staged AS (DELETE FROM series_staging RETURNING *),
      up AS (
-       INSERT INTO series_points AS p (series_id, time, seq, num, label)
-       SELECT series_id, time, $1, num, label FROM staged ORDER BY series_id, time
-       ON CONFLICT (series_id, time) DO UPDATE SET seq = excluded.seq, num = excluded.num, label = excluded.label
+       INSERT INTO series_points AS p (world_id, series_id, time, seq, num, label)
+       SELECT $2, series_id, time, $1, num, label FROM staged ORDER BY series_id, time
+       ON CONFLICT (world_id, series_id, time) DO UPDATE SET seq = excluded.seq, num = excluded.num, label = excluded.label
          WHERE (p.num, p.label) IS DISTINCT FROM (excluded.num, excluded.label)
        RETURNING series_id, time)
      SELECT s.i FROM up JOIN staged s USING (series_id, time) ORDER BY s.i`,
-    [seq],
+    [seq, worldId],
   );
   // i runs over the groups in order, then over each group's points.
   const changed = new Map<SeriesPoints, number[]>();
@@ -160,8 +165,11 @@ export async function writePoints(
   return changed;
 }
 
-/** COPY text of the points: into series_points with `seq`, or into series_staging with each point's index (seq null). */
-function* pointLines(groups: SeriesPoints[], seq: string | null): Generator<string> {
+/**
+ * COPY text of the points: into series_points with the world (COPY-escaped) and `seq`, or into
+ * series_staging with each point's index (seq null).
+ */
+function* pointLines(groups: SeriesPoints[], seq: string | null, world: string): Generator<string> {
   let n = 0;
   for (const g of groups) {
     const id = String(g.id);
@@ -169,7 +177,9 @@ function* pointLines(groups: SeriesPoints[], seq: string | null): Generator<stri
       const num = g.nums[i];
       const label = g.labels[i];
       const value = `${num === null || num === undefined ? '\\N' : num}\t${label === null || label === undefined ? '\\N' : copyField(label)}`;
-      yield seq === null ? `${id}\t${g.times[i]}\t${value}\t${n}\n` : `${id}\t${g.times[i]}\t${seq}\t${value}\n`;
+      yield seq === null
+        ? `${id}\t${g.times[i]}\t${value}\t${n}\n`
+        : `${world}\t${id}\t${g.times[i]}\t${seq}\t${value}\n`;
     }
   }
 }
@@ -209,24 +219,25 @@ export async function seriesIdOf(
  * read up the chain of bases, each at its fork point, the nearest world winning an instant.
  */
 export type SeriesSource =
-  | { seriesId: number }
+  | { worldId: string; seriesId: number }
   | { world: string; commit: number | null; type: string; pk: string; series: string };
 
-/** One world of the chain that has the series: its series id and the commit it is read at (null: now). */
+/** One world of the chain that has the series: the world, its series id and the commit it is read at (null: now). */
 interface Segment {
+  world: string;
   id: number;
   upTo: number | null;
 }
 
 /** The worlds of the chain that have this series, nearest first. */
 async function segmentsOf(db: Queryable, source: Exclude<SeriesSource, { seriesId: number }>): Promise<Segment[]> {
-  const { rows } = await db.query<{ id: string; up_to: string | null }>(
-    `SELECT k.id, ch.up_to FROM world_chain($1, $2) ch
+  const { rows } = await db.query<{ world_id: string; id: string; up_to: string | null }>(
+    `SELECT k.world_id, k.id, ch.up_to FROM world_chain($1, $2) ch
        JOIN series_keys k ON k.world_id = ch.world_id AND k.type = $3 AND k.pk = $4 AND k.series = $5
       ORDER BY ch.depth`,
     [source.world, source.commit, source.type, source.pk, source.series],
   );
-  return rows.map((r) => ({ id: Number(r.id), upTo: r.up_to === null ? null : Number(r.up_to) }));
+  return rows.map((r) => ({ world: r.world_id, id: Number(r.id), upTo: r.up_to === null ? null : Number(r.up_to) }));
 }
 
 /**
@@ -244,21 +255,27 @@ async function sourceQuery(
 ): Promise<{ points: string; params: unknown[] } | undefined> {
   if ('seriesId' in source) {
     return {
-      points: 'SELECT time, num, label FROM series_points WHERE series_id = $1 AND time >= $2 AND time < $3',
-      params: [source.seriesId, from, to],
+      points:
+        'SELECT time, num, label FROM series_points WHERE world_id = $4 AND series_id = $1 AND time >= $2 AND time < $3',
+      params: [source.seriesId, from, to, source.worldId],
     };
   }
   const segments = await segmentsOf(db, source);
   if (segments.length === 0) return undefined;
   const params: unknown[] = [from, to];
   const param = (value: unknown) => `$${params.push(value)}`;
-  const refs = segments.map((g) => ({ id: param(g.id), upTo: g.upTo === null ? null : param(g.upTo) }));
+  const refs = segments.map((g) => ({
+    world: param(g.world),
+    id: param(g.id),
+    upTo: g.upTo === null ? null : param(g.upTo),
+  }));
   // Whether segment g shows a point at the instant `time` (a column of the outer row).
   const shows = (g: (typeof refs)[number], time: string) =>
     g.upTo === null
-      ? `EXISTS (SELECT 1 FROM series_points q WHERE q.series_id = ${g.id} AND q.time = ${time})`
-      : `EXISTS (SELECT 1 FROM series_points q WHERE q.series_id = ${g.id} AND q.time = ${time} AND q.seq <= ${g.upTo})
-         OR EXISTS (SELECT 1 FROM series_point_history r WHERE r.series_id = ${g.id} AND r.time = ${time}
+      ? `EXISTS (SELECT 1 FROM series_points q WHERE q.world_id = ${g.world} AND q.series_id = ${g.id} AND q.time = ${time})`
+      : `EXISTS (SELECT 1 FROM series_points q WHERE q.world_id = ${g.world} AND q.series_id = ${g.id} AND q.time = ${time}
+                   AND q.seq <= ${g.upTo})
+         OR EXISTS (SELECT 1 FROM series_point_history r WHERE r.world_id = ${g.world} AND r.series_id = ${g.id} AND r.time = ${time}
                      AND r.seq <= ${g.upTo} AND r.superseded_seq > ${g.upTo})`;
   const parts: string[] = [];
   refs.forEach((g, depth) => {
@@ -268,12 +285,12 @@ async function sourceQuery(
       .join(' ');
     parts.push(
       `SELECT x.time, x.num, x.label FROM series_points x
-        WHERE x.series_id = ${g.id} AND x.time >= $1 AND x.time < $2 ${g.upTo === null ? '' : `AND x.seq <= ${g.upTo}`} ${nearer}`,
+        WHERE x.world_id = ${g.world} AND x.series_id = ${g.id} AND x.time >= $1 AND x.time < $2 ${g.upTo === null ? '' : `AND x.seq <= ${g.upTo}`} ${nearer}`,
     );
     if (g.upTo !== null) {
       parts.push(
         `SELECT x.time, x.num, x.label FROM series_point_history x
-          WHERE x.series_id = ${g.id} AND x.time >= $1 AND x.time < $2 AND x.seq <= ${g.upTo} AND x.superseded_seq > ${g.upTo} ${nearer}`,
+          WHERE x.world_id = ${g.world} AND x.series_id = ${g.id} AND x.time >= $1 AND x.time < $2 AND x.seq <= ${g.upTo} AND x.superseded_seq > ${g.upTo} ${nearer}`,
       );
     }
   });
@@ -294,8 +311,8 @@ export async function readPoints(
   const sql =
     'seriesId' in source
       ? `SELECT time, num, label FROM series_points
-          WHERE series_id = $1 AND time >= $2 AND time < $3 AND ($4::timestamptz IS NULL OR time > $4)
-          ORDER BY time LIMIT $5`
+          WHERE world_id = $4 AND series_id = $1 AND time >= $2 AND time < $3 AND ($5::timestamptz IS NULL OR time > $5)
+          ORDER BY time LIMIT $6`
       : `SELECT time, num, label FROM (${points}) pts
           WHERE ($${n + 1}::timestamptz IS NULL OR time > $${n + 1}) ORDER BY time LIMIT $${n + 2}`;
   const { rows } = await db.query<{ time: Date; num: number | null; label: string | null }>(sql, [
@@ -330,7 +347,7 @@ export async function readRollup(
   // The fast path aggregates series_points itself: the GROUP BY over the pruned partitions, as before.
   const from =
     'seriesId' in source
-      ? 'series_points WHERE series_id = $1 AND time >= $2 AND time < $3'
+      ? 'series_points WHERE world_id = $4 AND series_id = $1 AND time >= $2 AND time < $3'
       : `(${points}) pts WHERE true`;
   const { rows } = await db.query<{ bucket: Date; num: number | null; label: string | null }>(
     `SELECT date_bin(make_interval(secs => ${width}::float8 / 1000), time, timestamptz 'epoch') AS bucket,
@@ -359,7 +376,8 @@ export async function latestPoints(
     at === undefined
       ? `SELECT k.series, p.time, p.num, p.label
            FROM series_keys k
-           JOIN LATERAL (SELECT time, num, label FROM series_points WHERE series_id = k.id ORDER BY time DESC LIMIT 1) p ON true
+           JOIN LATERAL (SELECT time, num, label FROM series_points
+                          WHERE world_id = k.world_id AND series_id = k.id ORDER BY time DESC LIMIT 1) p ON true
           WHERE k.world_id = $1 AND k.type = $2 AND k.pk = $3`
       : `SELECT DISTINCT ON (k.series) k.series, v.time, v.num, v.label
            FROM world_chain($1, $4) ch
@@ -367,10 +385,10 @@ export async function latestPoints(
            CROSS JOIN LATERAL (
              SELECT * FROM (
                (SELECT p.time, p.num, p.label FROM series_points p
-                 WHERE p.series_id = k.id AND (ch.up_to IS NULL OR p.seq <= ch.up_to) ORDER BY p.time DESC LIMIT 1)
+                 WHERE p.world_id = k.world_id AND p.series_id = k.id AND (ch.up_to IS NULL OR p.seq <= ch.up_to) ORDER BY p.time DESC LIMIT 1)
                UNION ALL
                (SELECT h.time, h.num, h.label FROM series_point_history h
-                 WHERE h.series_id = k.id AND h.seq <= ch.up_to AND h.superseded_seq > ch.up_to ORDER BY h.time DESC LIMIT 1)
+                 WHERE h.world_id = k.world_id AND h.series_id = k.id AND h.seq <= ch.up_to AND h.superseded_seq > ch.up_to ORDER BY h.time DESC LIMIT 1)
              ) one ORDER BY one.time DESC LIMIT 1
            ) v
           ORDER BY k.series, v.time DESC, ch.depth`;
@@ -383,13 +401,8 @@ export async function latestPoints(
 
 /** Removes a world's series and their points (the world is being dropped). */
 export async function dropWorldSeries(tx: Queryable, worldId: string): Promise<void> {
-  await tx.query('DELETE FROM series_points WHERE series_id IN (SELECT id FROM series_keys WHERE world_id = $1)', [
-    worldId,
-  ]);
-  await tx.query(
-    'DELETE FROM series_point_history WHERE series_id IN (SELECT id FROM series_keys WHERE world_id = $1)',
-    [worldId],
-  );
+  await tx.query('DELETE FROM series_points WHERE world_id = $1', [worldId]);
+  await tx.query('DELETE FROM series_point_history WHERE world_id = $1', [worldId]);
   await tx.query('DELETE FROM series_keys WHERE world_id = $1', [worldId]);
   await tx.query('DELETE FROM series_batches WHERE world_id = $1', [worldId]);
 }

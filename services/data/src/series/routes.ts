@@ -433,7 +433,7 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       if (chain === undefined) {
         const seriesId = await seriesIdOf(app.pg, world, typeName, pk, seriesName);
         if (seriesId === undefined) return { points: [], next: null };
-        source = { seriesId };
+        source = { worldId: world, seriesId };
       } else source = { world, commit: chain.commit, type: typeName, pk, series: seriesName };
       const kept =
         series.retentionMs === undefined ? undefined : new Date(Date.now() - series.retentionMs).toISOString();

@@ -138,7 +138,7 @@ export async function writeSeriesBatch(
     // Concurrent batches meet their points in one order: by series, then time.
     groups.sort((a, b) => a.id - b.id);
     const seq = await nextSeq(tx, w.worldId);
-    const changed = await writePoints(tx, seq, groups);
+    const changed = await writePoints(tx, w.worldId, seq, groups);
     const written = await announce(tx, app.topicPrefix, { ...w, seq }, groups, changed);
     return { written, unchanged: total - written, seq };
   });

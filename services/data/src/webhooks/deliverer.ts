@@ -177,7 +177,7 @@ export class WebhookDeliverer {
     // A lease past the attempt's timeout: a claimant that died leaves the row due again.
     const { rows } = await this.opts.pool.query<Claimed>(
       `WITH due AS (
-         SELECT d.id FROM webhook_deliveries d
+         SELECT d.world_id, d.id FROM webhook_deliveries d
            JOIN webhooks w ON w.world_id = d.world_id AND w.name = d.webhook AND w.active
           WHERE d.state = 'pending' AND d.run_at <= now()
             AND NOT EXISTS (
@@ -190,7 +190,7 @@ export class WebhookDeliverer {
        UPDATE webhook_deliveries d
           SET run_at = now() + make_interval(secs => $2::double precision), attempts = d.attempts + 1
          FROM due, webhooks w
-        WHERE d.id = due.id AND w.world_id = d.world_id AND w.name = d.webhook
+        WHERE d.world_id = due.world_id AND d.id = due.id AND w.world_id = d.world_id AND w.name = d.webhook
        RETURNING d.id, d.world_id, d.webhook, d.event_id, d.body, d.attempts, d.created_at, w.url,
                  array_remove(ARRAY[w.secret, CASE WHEN w.previous_until > now() THEN w.previous_secret END], NULL) AS secrets`,
       [limit, (this.opts.timeoutMs * 3) / 1000],
@@ -231,7 +231,7 @@ export class WebhookDeliverer {
                 finished_at = CASE WHEN $9::text = 'failed' THEN NULL ELSE now() END,
                 run_at = now() + make_interval(secs => $10::double precision),
                 last_error = $8
-          WHERE id = $1)
+          WHERE world_id = $2 AND id = $1)
        UPDATE webhooks
           SET failing_since = CASE WHEN $9::text = 'delivered' THEN NULL ELSE coalesce(failing_since, now()) END,
               active = active AND NOT ($9::text <> 'delivered' AND coalesce(failing_since < now() - make_interval(secs => $11::double precision), false)),

@@ -411,7 +411,7 @@ export default fp(
         }>(
           `SELECT a.id::text, d.event_id, d.event_type, d.state, a.attempt, to_json(a.at)#>>'{}' AS at, a.status,
                   a.latency_ms, a.response, a.error
-             FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+             FROM webhook_attempts a JOIN webhook_deliveries d ON d.world_id = a.world_id AND d.id = a.delivery_id
             WHERE a.world_id = $1 AND a.webhook = $2 AND ($3::bigint IS NULL OR a.id < $3)
             ORDER BY a.id DESC LIMIT $4`,
           [world, name, before ?? null, limit + 1],

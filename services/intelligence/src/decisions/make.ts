@@ -100,6 +100,7 @@ function parametersOf(decision: ResolvedDecision, bindings: Bindings) {
 
 async function update(
   tx: Queryable,
+  world: string,
   id: string,
   set: { status: DecisionStatus; actionId?: string; error?: unknown; decidedBy?: string; reason?: string | null },
 ): Promise<{ decision: Decision; seq: number }> {
@@ -107,7 +108,7 @@ async function update(
     `UPDATE decisions SET status = $2, action_id = coalesce($3, action_id), error = $4::jsonb,
             decided_by = coalesce($5, decided_by), decided_at = CASE WHEN $5::text IS NULL THEN decided_at ELSE now() END,
             reason = coalesce($6, reason), version = version + 1, seq = nextval('intelligence_seq'), updated_at = now()
-      WHERE id = $1
+      WHERE world_id = $7 AND id = $1
      RETURNING ${DECISION_COLUMNS}, seq`,
     [
       id,
@@ -116,6 +117,7 @@ async function update(
       set.error === undefined ? null : JSON.stringify(set.error),
       set.decidedBy ?? null,
       set.reason ?? null,
+      world,
     ],
   );
   const row = rows[0];
@@ -160,7 +162,7 @@ export async function executeDecision(
       outcome = { status: 'FAILED', error: { message: error.message, ...(errors ? { errors } : {}) } };
     }
   }
-  const { decision: updated, seq } = await update(tx, decision.id, {
+  const { decision: updated, seq } = await update(tx, decision.worldId, decision.id, {
     status: outcome.status,
     ...(outcome.actionId ? { actionId: outcome.actionId } : {}),
     error: outcome.error ?? null,
@@ -241,7 +243,7 @@ export async function decideManually(
   actor: string,
   reason: string | null,
 ): Promise<Decision> {
-  const { decision: decided, seq } = await update(tx, decision.id, {
+  const { decision: decided, seq } = await update(tx, decision.worldId, decision.id, {
     status: verdict === 'approve' ? 'PENDING_APPROVAL' : 'REJECTED',
     decidedBy: actor,
     reason,

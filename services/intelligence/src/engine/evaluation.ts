@@ -260,7 +260,7 @@ export class Evaluation {
     }
     if (clears.length === 0) return;
     this.stats.cleared += (
-      await clearAlerts(await this.sql.direct(), clears, 'object deleted', this.ctx.topicPrefix)
+      await clearAlerts(await this.sql.direct(), this.world, clears, 'object deleted', this.ctx.topicPrefix)
     ).length;
   }
 
@@ -677,7 +677,7 @@ export class Evaluation {
     this.ruleDirty.clear();
     if (clear.length === 0 && raise.length === 0) return;
     const tx = await this.sql.direct();
-    this.stats.cleared += (await clearAlerts(tx, clear, 'condition false', this.ctx.topicPrefix)).length;
+    this.stats.cleared += (await clearAlerts(tx, this.world, clear, 'condition false', this.ctx.topicPrefix)).length;
     const raised = await raiseAlerts(tx, raise, this.ctx.topicPrefix);
     this.stats.raised += raised.length;
     await this.decide(raised);

@@ -170,8 +170,8 @@ export class RecomputeWorker {
       lockWorldsStatement([next.world_id]) as Statement,
       {
         text: `SELECT id::text, world_id, kind, name, definition_version, object_type, after_pk FROM recompute_jobs
-                WHERE id = $1 AND finished_at IS NULL FOR UPDATE`,
-        values: [next.id],
+                WHERE world_id = $2 AND id = $1 AND finished_at IS NULL FOR UPDATE`,
+        values: [next.id, next.world_id],
       },
       ModelCache.versions(next.world_id),
     ];
@@ -184,7 +184,12 @@ export class RecomputeWorker {
         // Superseded, deleted or invalid since: nothing of this job is worth computing.
         return {
           value: 'more' as const,
-          last: [{ text: 'UPDATE recompute_jobs SET finished_at = now() WHERE id = $1', values: [job.id] }],
+          last: [
+            {
+              text: 'UPDATE recompute_jobs SET finished_at = now() WHERE world_id = $2 AND id = $1',
+              values: [job.id, job.world_id],
+            },
+          ],
         };
       }
       const chain = ModelCache.chainOf(versions?.rows);
@@ -207,8 +212,8 @@ export class RecomputeWorker {
       const progress: Statement = {
         text: `UPDATE recompute_jobs SET after_pk = coalesce($2, after_pk), processed = processed + $3,
                       finished_at = CASE WHEN $4 THEN now() END
-                WHERE id = $1`,
-        values: [job.id, seen.at(-1) ?? null, pks.length, seen.length === 0 || last],
+                WHERE world_id = $5 AND id = $1`,
+        values: [job.id, seen.at(-1) ?? null, pks.length, seen.length === 0 || last, job.world_id],
       };
       return { value: 'more' as const, last: [...sql.take(), progress] };
     });

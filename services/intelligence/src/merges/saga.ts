@@ -100,7 +100,7 @@ export async function plan(
   event: EventOf<'world.merge.requested'>,
 ): Promise<void> {
   const p = event.payload;
-  const known = await lockMerge(tx, p.merge);
+  const known = await lockMerge(tx, p.target, p.merge);
   if (known) return replyPlan(tx, ctx, event, known); // asked again: the same answer
   await step(tx, ctx, event, p.merge, 'plan', async () => {
     for (const field of ['source', 'target'] as const) {
@@ -139,17 +139,17 @@ export async function plan(
 export async function resolve(tx: pg.PoolClient, event: EventOf<'world.merge.conflict.resolved'>): Promise<void> {
   const p = event.payload;
   if (!p.conflict.startsWith('i-')) return;
-  const m = await lockMerge(tx, p.merge);
+  const m = await lockMerge(tx, event.world_id, p.merge);
   const entry = m?.entries.find((e) => e.conflict?.id === p.conflict);
   if (!m || !entry || m.status !== 'planned') return;
   entry.resolution = { take: p.take, ...(p.take === 'value' ? { value: (p.value ?? null) as Body } : {}) };
-  await updateMerge(tx, m.id, { entries: m.entries });
+  await updateMerge(tx, m, { entries: m.entries });
 }
 
 export async function apply(tx: pg.PoolClient, ctx: SagaContext, event: EventOf<'world.merge.apply'>): Promise<void> {
   const p = event.payload;
   await step(tx, ctx, event, p.merge, 'apply', async () => {
-    const m = await lockMerge(tx, p.merge);
+    const m = await lockMerge(tx, event.world_id, p.merge);
     if (!m) throw new StepFailed(404, `merge ${p.merge} was never planned in intelligence`);
     if (m.status === 'applied') {
       // Asked again: the same answer, nothing written twice.
@@ -194,7 +194,7 @@ export async function apply(tx: pg.PoolClient, ctx: SagaContext, event: EventOf<
       if (e.resolution?.take === 'value') e.resolution.value = stored.get(keyOf(e.kind, e.name))?.body ?? undefined;
     }
     const applied = counts(writing);
-    await updateMerge(tx, m.id, {
+    await updateMerge(tx, m, {
       status: 'applied',
       entries: m.entries,
       applied,
@@ -215,11 +215,11 @@ export async function compensate(
 ): Promise<void> {
   const p = event.payload;
   await step(tx, ctx, event, p.merge, 'compensate', async () => {
-    const m = await lockMerge(tx, p.merge);
+    const m = await lockMerge(tx, event.world_id, p.merge);
     const none = { merge: p.merge, reverted: { derived: 0, rules: 0, decisions: 0 }, notReverted: [] };
     if (m?.status !== 'applied') {
       // Not applied (yet): a late apply finds it cancelled and does nothing.
-      if (m?.status === 'planned') await updateMerge(tx, m.id, { status: 'cancelled' });
+      if (m?.status === 'planned') await updateMerge(tx, m, { status: 'cancelled' });
       await reply(tx, ctx.topicPrefix, event, 'intelligence.merge.compensated', none);
       return;
     }
@@ -234,7 +234,7 @@ export async function compensate(
     }
     const done = await writeAll(tx, ctx.writers, m.target, back);
     if ('failed' in done) throw new StepFailed(done.failed.status, done.failed.reason, done.failed.field);
-    await updateMerge(tx, m.id, { status: 'compensated' });
+    await updateMerge(tx, m, { status: 'compensated' });
     ctx.afterCommit(() => {
       for (const w of back) ctx.writers[w.kind].committed(m.target, w.name, w.body === null);
     });
@@ -261,7 +261,7 @@ export async function verify(
 ): Promise<void> {
   const p = event.payload;
   await step(tx, ctx, event, p.merge, 'verify', async () => {
-    const m = await lockMerge(tx, p.merge);
+    const m = await lockMerge(tx, event.world_id, p.merge);
     if (!m) throw new StepFailed(404, `merge ${p.merge} was never planned in intelligence`);
     if (m.status !== 'applied' || m.appliedPosition === null) {
       throw new StepFailed(409, `the merge is ${m.status}, not applied: there is nothing to verify`);

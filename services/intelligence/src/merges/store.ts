@@ -31,10 +31,10 @@ export interface Replaced {
 
 export async function insertMerge(tx: Queryable, m: Merge): Promise<boolean> {
   const { rowCount } = await tx.query(
-    `INSERT INTO definition_merges (id, source, target, strategy, dry_run, base_world, base_position, source_position,
-                                    target_position, schema, entries, status)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, 'planned')
-     ON CONFLICT (id) DO NOTHING`,
+    `INSERT INTO definition_merges (world_id, id, source, target, strategy, dry_run, base_world, base_position,
+                                    source_position, target_position, schema, entries, status)
+     VALUES ($3, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, 'planned')
+     ON CONFLICT (world_id, id) DO NOTHING`,
     [
       m.id,
       m.source,
@@ -52,11 +52,15 @@ export async function insertMerge(tx: Queryable, m: Merge): Promise<boolean> {
   return (rowCount ?? 0) > 0;
 }
 
-/** A merge, locked for the rest of the transaction (one of its events at a time). */
-export async function lockMerge(tx: Queryable, id: string): Promise<Merge | undefined> {
-  const { rows } = await tx.query<Record<string, unknown>>('SELECT * FROM definition_merges WHERE id = $1 FOR UPDATE', [
-    id,
-  ]);
+/**
+ * A merge, locked for the rest of the transaction (one of its events at a time). `world` is its
+ * target, which keys every event about it.
+ */
+export async function lockMerge(tx: Queryable, world: string, id: string): Promise<Merge | undefined> {
+  const { rows } = await tx.query<Record<string, unknown>>(
+    'SELECT * FROM definition_merges WHERE world_id = $1 AND id = $2 FOR UPDATE',
+    [world, id],
+  );
   const r = rows[0];
   if (!r) return undefined;
   return {
@@ -81,7 +85,7 @@ export async function lockMerge(tx: Queryable, id: string): Promise<Merge | unde
 
 export async function updateMerge(
   tx: Queryable,
-  id: string,
+  m: Pick<Merge, 'id' | 'target'>,
   change: Partial<Pick<Merge, 'entries' | 'status' | 'applied' | 'appliedPosition' | 'replaced'>>,
 ): Promise<void> {
   await tx.query(
@@ -89,14 +93,15 @@ export async function updateMerge(
         SET entries = coalesce($2::jsonb, entries), status = coalesce($3, status),
             applied = coalesce($4::jsonb, applied), applied_position = coalesce($5, applied_position),
             replaced = coalesce($6::jsonb, replaced), updated_at = now()
-      WHERE id = $1`,
+      WHERE world_id = $7 AND id = $1`,
     [
-      id,
+      m.id,
       change.entries ? JSON.stringify(change.entries) : null,
       change.status ?? null,
       change.applied ? JSON.stringify(change.applied) : null,
       change.appliedPosition ?? null,
       change.replaced ? JSON.stringify(change.replaced) : null,
+      m.target,
     ],
   );
 }

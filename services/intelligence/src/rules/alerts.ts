@@ -107,11 +107,12 @@ export async function raiseAlerts(
 }
 
 /**
- * Clears open alerts (by id) and enqueues their `alert.cleared`, with the object version at which
+ * Clears open alerts of one world (by id) and enqueues their `alert.cleared`, with the object version at which
  * the condition stopped holding (null when the object is gone or the rule is).
  */
 export async function clearAlerts(
   tx: Queryable,
+  world: string,
   clears: { id: string; objectVersion: number | null; cause?: string | undefined }[],
   reason: ClearReason,
   topicPrefix: string,
@@ -121,9 +122,9 @@ export async function clearAlerts(
     `UPDATE alerts SET status = 'CLEARED', cleared_at = now(), cleared_object_version = u.ov, clear_reason = $3,
                        cleared_seq = nextval('intelligence_seq'), cleared_data_seq = rm_world_seq(alerts.world_id)
        FROM unnest($1::uuid[], $2::bigint[]) AS u(alert_id, ov)
-      WHERE alerts.id = u.alert_id AND alerts.status = 'OPEN'
+      WHERE alerts.world_id = $4 AND alerts.id = u.alert_id AND alerts.status = 'OPEN'
      RETURNING ${ALERT_COLUMNS}, cleared_seq AS seq`,
-    [clears.map((c) => c.id), clears.map((c) => c.objectVersion), reason],
+    [clears.map((c) => c.id), clears.map((c) => c.objectVersion), reason, world],
   );
   const causes = new Map(clears.map((c) => [c.id, c.cause]));
   await new Outbox(tx, topicPrefix).add(

@@ -67,6 +67,7 @@ async function clearRuleAlerts(tx: pg.PoolClient, world: string, rule: string, r
   );
   await clearAlerts(
     tx,
+    world,
     rows.map((r) => ({ id: r.id, objectVersion: null })),
     reason,
     prefix,
