@@ -52,10 +52,28 @@ export async function saveDerived(tx: Queryable, w: DerivedWrite): Promise<Deriv
   return table.saved(rows, 'definition');
 }
 
-/** Removes a definition and its values. */
+/**
+ * Drops the values of derived property `name` from the world's current ones, keeping them in its
+ * history valid up to and including the world's watermark: a fork whose definition computed them
+ * still reads them there (docs/adr/0068).
+ */
+export async function retireValues(tx: Queryable, worldId: string, name: string): Promise<void> {
+  await tx.query(
+    `WITH gone AS (DELETE FROM derived_values WHERE world_id = $1 AND name = $2 RETURNING *)
+     INSERT INTO derived_values_history (world_id, object_type, pk, name, value, value_kind, error, computed_at,
+                                         definition_version, source_version, source_seq, sources, valid_seq,
+                                         superseded_seq)
+     SELECT world_id, object_type, pk, name, value, value_kind, error, computed_at, definition_version,
+            source_version, source_seq, sources, valid_seq, greatest(rm_world_seq($1), valid_seq) + 1
+       FROM gone`,
+    [worldId, name],
+  );
+}
+
+/** Removes a definition and its values (kept in the history, see retireValues). */
 export async function deleteDerived(tx: Queryable, worldId: string, name: string): Promise<void> {
   await table.remove(tx, worldId, name);
-  await tx.query('DELETE FROM derived_values WHERE world_id = $1 AND name = $2', [worldId, name]);
+  await retireValues(tx, worldId, name);
 }
 
 /** A stored derived value as the API shows it. */

@@ -16,7 +16,7 @@ import {
   resolveDerived,
   topologicalOrder,
 } from './model.js';
-import { deleteDerived, getDerived, listDerived, saveDerived } from './repository.js';
+import { deleteDerived, getDerived, listDerived, retireValues, saveDerived } from './repository.js';
 
 const Aggregate = Type.Object(
   {
@@ -193,7 +193,7 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
           (broken) => `changing derived property ${name} would break what reads it: ${broken}`,
         );
         if (existing && existing.objectType !== input.objectType) {
-          await tx.query('DELETE FROM derived_values WHERE world_id = $1 AND name = $2', [world, name]);
+          await retireValues(tx, world, name);
         }
         return saveDerived(tx, { ...input, ...next, invalidateValues: true });
       },
