@@ -40,3 +40,11 @@ export async function awaitApplied(
     await new Promise((resolve) => setTimeout(resolve, Math.min(backoffDelay(attempt, options.poll), left)));
   }
 }
+
+/**
+ * What `?at=` takes in data's and intelligence's reads (docs/adr/0023, 0046, 0069): a data commit
+ * (at most 15 digits), an RFC 3339 instant with an offset, or a tag name (control's TAG_NAME)
+ * that is neither.
+ */
+export const AT_PATTERN =
+  '^(?:[0-9]{1,15}|[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])|(?![0-9]+$)(?![0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ])[a-zA-Z0-9][a-zA-Z0-9._-]{0,99})$';

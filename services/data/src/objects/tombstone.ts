@@ -1,6 +1,6 @@
 import { Outbox, type SchemaDocument, StaleWriteError } from '@onto/shared';
 import type pg from 'pg';
-import { linkChange, type Origin, objectChange } from '../events.js';
+import { commitTime, linkChange, type Origin, objectChange } from '../events.js';
 import { type LiveLink, linksTouching, lockInherited, writeLink } from '../links/repository.js';
 import { type Head, insertHead, updateHead } from './repository.js';
 
@@ -55,7 +55,9 @@ export async function tombstoneObject(
       requestId: t.origin.requestId,
     });
     if (seq === null) throw new Error('a locked live link could not be deleted');
-    await new Outbox(tx, t.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq }, t.origin));
+    await new Outbox(tx, t.topicPrefix).add(
+      linkChange({ ...change, kind: 'deleted', seq, writtenAt: await commitTime(tx) }, t.origin),
+    );
   }
   const version = t.head.version + 1;
   const tombstone = {
@@ -83,6 +85,7 @@ export async function tombstoneObject(
         before: t.head.properties,
         after: null,
         schemaVersion: t.schemaVersion,
+        writtenAt: await commitTime(tx),
       },
       t.origin,
     ),
