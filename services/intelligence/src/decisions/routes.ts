@@ -13,7 +13,9 @@ import { APPROVALS, DECISION_STATUSES, type DecisionDefinition, type DecisionInp
 import {
   deleteDecisionDefinition,
   getDecisionDefinition,
+  getDecisionDefinitionAt,
   listDecisionDefinitions,
+  listDecisionDefinitionsAt,
   saveDecisionDefinition,
 } from './repository.js';
 
@@ -104,7 +106,12 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
     tag: 'decisions',
     View: DefinitionView,
     view: definitionView,
-    table: { list: listDecisionDefinitions, get: getDecisionDefinition },
+    table: {
+      list: listDecisionDefinitions,
+      get: getDecisionDefinition,
+      listAt: listDecisionDefinitionsAt,
+      getAt: getDecisionDefinitionAt,
+    },
     put: {
       summary: 'Define or change what a raised alert turns into',
       description:

@@ -13,9 +13,27 @@ const fromRow = ({ description, ...rest }: Row): DerivedDefinition => ({
   ...(description === null ? {} : { description }),
 });
 
-const table = definitionTable('derived_definitions', COLUMNS, fromRow);
+/**
+ * The definitions at a position: a version the world still has (same version and body) keeps its
+ * state and times, an older one is valid since it was written (as a fork's copy, worlds/fork.ts).
+ */
+const AS_OF = `SELECT $1::text AS world_id, a.name, a.body->>'objectType' AS object_type, a.body->>'expression' AS expression,
+         coalesce(a.body->'aggregates', '{}') AS aggregates, (a.body->>'maxStalenessMs')::int AS max_staleness_ms,
+         a.body->>'description' AS description, a.version, coalesce(d.state, 'valid') AS state,
+         coalesce(d.errors, '[]') AS errors, coalesce(d.schema_version, 0) AS schema_version,
+         coalesce(d.valid_since, a.written_at) AS valid_since, coalesce(d.created_at, a.created) AS created_at,
+         coalesce(d.updated_at, a.written_at) AS updated_at
+    FROM definitions_at($1, $2) a
+    LEFT JOIN derived_definitions d
+      ON d.world_id = $1 AND d.name = a.name AND d.version = a.version
+     AND jsonb_strip_nulls(jsonb_build_object('objectType', d.object_type, 'expression', d.expression,
+           'aggregates', d.aggregates, 'maxStalenessMs', d.max_staleness_ms, 'description', d.description)) = a.body
+   WHERE a.kind = 'derived'`;
+const table = definitionTable('derived_definitions', COLUMNS, fromRow, AS_OF);
 export const listDerived = table.list;
 export const getDerived = table.get;
+export const listDerivedAt = table.listAt;
+export const getDerivedAt = table.getAt;
 
 export interface DerivedWrite extends DerivedInput, DefinitionWrite {
   /** The values computed before now become stale (clock time: after this transaction took the world's lock). */

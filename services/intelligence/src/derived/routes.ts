@@ -16,7 +16,15 @@ import {
   resolveDerived,
   topologicalOrder,
 } from './model.js';
-import { deleteDerived, getDerived, listDerived, retireValues, saveDerived } from './repository.js';
+import {
+  deleteDerived,
+  getDerived,
+  getDerivedAt,
+  listDerived,
+  listDerivedAt,
+  retireValues,
+  saveDerived,
+} from './repository.js';
 
 const Aggregate = Type.Object(
   {
@@ -132,7 +140,7 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
     tag: 'derived properties',
     View,
     view,
-    table: { list: listDerived, get: getDerived },
+    table: { list: listDerived, get: getDerived, listAt: listDerivedAt, getAt: getDerivedAt },
     recompute: { kind: 'derived', of: (d) => ({ objectType: d.objectType, dueInMs: d.maxStalenessMs }) },
     put: {
       summary: 'Define or change a derived property',
