@@ -33,3 +33,19 @@ LANGUAGE sql STABLE AS $$
            ORDER BY h.kind, h.name, h.seq DESC) a
    WHERE a.body IS NOT NULL
 $$;
+
+-- Every version a decision had before its current one (decisions at a ref, docs/adr/0069): kept
+-- by a trigger on each change (each takes a new intelligence_seq), so no writer can forget it.
+-- A decision at moment m is its newest version with seq <= m; none: not made yet.
+CREATE TABLE decisions_history (LIKE decisions);
+ALTER TABLE decisions_history ADD PRIMARY KEY (world_id, id, seq);
+
+CREATE FUNCTION keep_decision_version() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO decisions_history SELECT OLD.* ON CONFLICT DO NOTHING;
+  RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER decisions_keep_versions AFTER UPDATE ON decisions
+  FOR EACH ROW WHEN (OLD.seq IS DISTINCT FROM NEW.seq) EXECUTE FUNCTION keep_decision_version();

@@ -173,10 +173,19 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
     const c1 = await write('DELETE', `${W}/links/hosts/s1/m1`);
     const raised = await alertsNow('OPEN', 1);
     ids.alerts = raised[0]?.id ?? '';
+    const decided = await s.until('the decision on big/m1', async () => {
+      const res = await s.intelCall('GET', `/v1/worlds/${W}/decisions`);
+      return (res.json().decisions as { id: string }[])[0];
+    });
+    ids.decisions = decided.id;
     const t1 = await between();
     const v1 = await tag(W, 'v1');
     const head = String(await machine(W, 'm1', 1));
     await alertsNow('CLEARED', 1);
+    const rejected = await s.intelCall('POST', `/v1/worlds/${W}/decisions/${ids.decisions}/reject`, {
+      body: { reason: 'after v1' },
+    });
+    expect(rejected.statusCode, rejected.body).toBe(200);
     await applied(W);
 
     const routes = [...(await readsAtRef('data', W)), ...(await readsAtRef('intelligence', W))];
@@ -194,6 +203,8 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
         'intelligence GET /v1/worlds/{world}/rules/{name}',
         'intelligence GET /v1/worlds/{world}/decision-definitions',
         'intelligence GET /v1/worlds/{world}/decision-definitions/{name}',
+        'intelligence GET /v1/worlds/{world}/decisions',
+        'intelligence GET /v1/worlds/{world}/decisions/{id}',
       ]),
     );
     for (const { route, url } of routes) {
@@ -229,6 +240,9 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
         rules: ((await get('rules?')).rules as { name: string }[]).map((r) => r.name),
         decisions: ((await get('decision-definitions?')).decisionDefinitions as { name: string }[]).map((d) => d.name),
         alerts: alerts.map((a) => `${a.rule}/${a.pk}:${a.status}`),
+        made: ((await get('decisions?')).decisions as { definition: string; pk: string; status: string }[]).map(
+          (d) => `${d.definition}/${d.pk}:${d.status}`,
+        ),
       };
     };
     expect(await state(t0)).toEqual({
@@ -236,18 +250,23 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
       rules: ['big'],
       decisions: ['review'],
       alerts: [],
+      made: [],
     });
     const atT1 = {
       derived: ['double@2:self.load * 3'],
       rules: ['big'],
       decisions: ['review'],
       alerts: ['big/m1:OPEN'],
+      made: ['review/m1:PENDING_APPROVAL'],
     };
     expect(await state(t1)).toEqual(atT1);
     expect(await state('v1')).toEqual(atT1);
     expect((await s.intelCall('GET', `/v1/worlds/${W}/alerts/${ids.alerts}`)).json().status).toBe('CLEARED');
     expect((await s.intelCall('GET', `/v1/worlds/${W}/alerts/${ids.alerts}?at=v1`)).json().status).toBe('OPEN');
     expect((await s.intelCall('GET', `/v1/worlds/${W}/alerts/${ids.alerts}?at=${t0}`)).statusCode).toBe(404);
+    expect((await s.intelCall('GET', `/v1/worlds/${W}/decisions/${ids.decisions}`)).json().status).toBe('REJECTED');
+    const then = (await s.intelCall('GET', `/v1/worlds/${W}/decisions/${ids.decisions}?at=v1`)).json();
+    expect([then.status, then.reason]).toEqual(['PENDING_APPROVAL', null]);
 
     // The same object at the same instant in both services, as the test wrote it.
     for (const [at, load] of [

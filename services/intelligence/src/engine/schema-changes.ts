@@ -157,6 +157,7 @@ const WORLD_TABLES = [
   'world_tags',
   'rm_commit_times',
   'data_world_starts',
+  'decisions_history',
 ];
 
 /** Forgets a dropped world: its read model, definitions, values, alerts and decisions. */
