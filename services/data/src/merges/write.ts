@@ -198,6 +198,7 @@ export async function writeLinks(
     [world, puts.map((p) => p.linkType), puts.map((p) => p.fromPk), puts.map((p) => p.toPk)],
   );
   const found = new Map(rows.map((r) => [`${r.link_type}\u0000${r.from_pk}\u0000${r.to_pk}`, Number(r.seq)]));
+  const writtenAt = await commitTime(tx);
   for (const p of puts) {
     if ((found.get(`${p.linkType}\u0000${p.fromPk}\u0000${p.toPk}`) ?? null) !== p.expectSeq) {
       throw new Moved(`link ${p.linkType} ${p.fromPk} → ${p.toPk}`);
@@ -239,7 +240,7 @@ export async function writeLinks(
           kind: p.live ? 'created' : 'deleted',
           version,
           seq: Number(seq),
-          writtenAt: await commitTime(tx),
+          writtenAt,
         },
         origin,
       ),

@@ -38,6 +38,7 @@ export async function tombstoneObject(
     linkTypes.filter((l) => l.to === t.type).map((l) => l.apiName),
     t.forked,
   );
+  const writtenAt = await commitTime(tx);
   for (const link of links) {
     const change = {
       worldId: t.worldId,
@@ -55,9 +56,7 @@ export async function tombstoneObject(
       requestId: t.origin.requestId,
     });
     if (seq === null) throw new Error('a locked live link could not be deleted');
-    await new Outbox(tx, t.topicPrefix).add(
-      linkChange({ ...change, kind: 'deleted', seq, writtenAt: await commitTime(tx) }, t.origin),
-    );
+    await new Outbox(tx, t.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq, writtenAt }, t.origin));
   }
   const version = t.head.version + 1;
   const tombstone = {
@@ -85,7 +84,7 @@ export async function tombstoneObject(
         before: t.head.properties,
         after: null,
         schemaVersion: t.schemaVersion,
-        writtenAt: await commitTime(tx),
+        writtenAt,
       },
       t.origin,
     ),
