@@ -320,5 +320,17 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
       await problem(new Date(Date.now() + 3_600_000).toISOString(), 422);
       await problem('2026-02-30T25:00:00Z', 400);
     }
+    // A day its month does not have, in the world's lifetime (its start moved back here): 400, not 5xx.
+    const dataPg = s.data?.app.pg;
+    const intelligencePg = s.intelligence?.app.pg;
+    if (!dataPg || !intelligencePg) throw new Error('the stack has no data or no intelligence');
+    await dataPg.query(`UPDATE worlds SET provisioned_at = '2020-01-01T00:00:00Z' WHERE id = 'refs-fork'`);
+    await intelligencePg.query(
+      `UPDATE data_world_starts SET created_at = '2020-01-01T00:00:00Z' WHERE world_id = 'refs-fork'`,
+    );
+    for (const call of [s.dataCall, s.intelCall]) {
+      const res = await call('GET', '/v1/worlds/refs-fork/objects/Machine/m1?at=2026-02-30T00:00:00Z');
+      expect(expectProblem(res, 400).errors[0].path).toBe('querystring/at');
+    }
   }, 180_000);
 });

@@ -7,7 +7,15 @@
  * intelligence already consumes (control's `world.tag.requested`, data's `world.tag.positioned`,
  * `world.provisioned` and change events' `writtenAt`), never asked of another service.
  */
-import { awaitApplied, BadRequest, HttpProblem, type Queryable, Unavailable, Unprocessable } from '@onto/shared';
+import {
+  awaitApplied,
+  BadRequest,
+  HttpProblem,
+  instantTime,
+  type Queryable,
+  Unavailable,
+  Unprocessable,
+} from '@onto/shared';
 
 /** A read point: the data commit, and the world's own write intelligence must have applied to answer at it. */
 export interface At {
@@ -18,8 +26,6 @@ export interface At {
 
 const COMMIT = /^[0-9]{1,15}$/;
 const INSTANT_LIKE = /^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ]/;
-/** RFC 3339 date-time with a required offset (Z or ±hh:mm), as data's refs take it. */
-const INSTANT = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
 /** A tag's name, as control's TAG_NAME. */
 const TAG = /^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$/;
 
@@ -67,8 +73,8 @@ async function needsAt(db: Queryable, world: string, commit: number): Promise<nu
  * provisioned the world, or in the future, is 422, as in data.
  */
 async function commitAtInstant(db: Queryable, world: string, raw: string, field: string): Promise<number> {
-  const time = Date.parse(raw);
-  if (!INSTANT.test(raw) || Number.isNaN(time)) {
+  const time = instantTime(raw);
+  if (time === undefined) {
     throw new BadRequest(`${raw} is not an RFC 3339 instant`, [
       { path: field, message: 'must be a commit (digits) or an RFC 3339 instant with an offset' },
     ]);
