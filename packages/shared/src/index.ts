@@ -33,7 +33,7 @@ export { inTransactionTogether, queryTogether, type Statement, type TransactionO
 export { postgresPlugin } from './db/postgres.js';
 export { type Isolation, inTransaction } from './db/transaction.js';
 export { BODY_LIMITS } from './http/body-limits.js';
-export { awaitApplied, consistencyToken } from './http/consistency.js';
+export { AT_PATTERN, awaitApplied, consistencyToken, instantTime } from './http/consistency.js';
 export { decodeCursor, encodeCursor } from './http/cursor.js';
 export {
   CAUSED_BY_PATTERN,

@@ -1,4 +1,16 @@
-import { canonicalJson, newEvent, type OutboxMessage, TOPICS } from '@onto/shared';
+import { canonicalJson, newEvent, type OutboxMessage, type Queryable, TOPICS } from '@onto/shared';
+
+/**
+ * When data commits a write: the transaction's `now()` (the `written_at` of its rows), in UTC to
+ * the microsecond, as change events carry it (`writtenAt`, docs/adr/0069).
+ */
+export const COMMIT_TIME = `to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/** The commit time of the caller's transaction (COMMIT_TIME). */
+export async function commitTime(tx: Queryable): Promise<string> {
+  const { rows } = await tx.query<{ at: string }>(`SELECT ${COMMIT_TIME} AS at`);
+  return rows[0]?.at as string;
+}
 
 /** What every change event of a request carries about it. */
 export interface Origin {
@@ -69,6 +81,8 @@ export function objectChange(
     before: Record<string, unknown> | null;
     after: Record<string, unknown> | null;
     schemaVersion: number;
+    /** The commit time (COMMIT_TIME). */
+    writtenAt?: string;
   },
   origin: Origin,
 ): OutboxMessage {
@@ -86,6 +100,7 @@ export function objectChange(
       actor: origin.actor,
       requestId: origin.requestId,
       schemaVersion: change.schemaVersion,
+      ...(change.writtenAt !== undefined && { writtenAt: change.writtenAt }),
     },
     origin,
   );
@@ -104,6 +119,8 @@ export function linkChange(
     kind: 'created' | 'deleted';
     version: number;
     seq: number;
+    /** The commit time (COMMIT_TIME). */
+    writtenAt?: string;
   },
   origin: Origin,
 ): OutboxMessage {
@@ -123,6 +140,7 @@ export function linkChange(
       after: change.kind === 'created' ? ends : null,
       actor: origin.actor,
       requestId: origin.requestId,
+      ...(change.writtenAt !== undefined && { writtenAt: change.writtenAt }),
     },
     origin,
   );
@@ -142,7 +160,7 @@ const MARKED = /"\\u0000(\w+)\\u0000"/g;
  * `canonicalJson(objectChange(…).event)`.
  */
 export function objectChangeTemplate(
-  c: { worldId: string; type: string; schemaVersion: number },
+  c: { worldId: string; type: string; schemaVersion: number; writtenAt: string },
   origin: Origin,
   occurredAt: Date,
 ): { parts: string[]; fields: ChangeField[]; sample: OutboxMessage } {

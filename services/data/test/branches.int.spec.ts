@@ -357,7 +357,15 @@ describe('worlds as branches', () => {
       ]),
     );
     const past = replies.find((r) => r.event.world_id === 'past');
-    expect(past?.event.payload).toEqual({ service: 'data', base: { world: 'base', commit: commits.o1v2 } });
+    // The reply names the fork point, and the world's start: its first commit (the fork point) and when (docs/adr/0069).
+    const { rows: started } = await s.data.app.pg.query<{ at: string }>(
+      `SELECT to_char(provisioned_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at FROM worlds WHERE id = 'past'`,
+    );
+    expect(past?.event.payload).toEqual({
+      service: 'data',
+      base: { world: 'base', commit: commits.o1v2 },
+      created: { commit: commits.o1v2, at: started[0]?.at },
+    });
     const { rowCount } = await s.data.app.pg.query(`SELECT 1 FROM worlds WHERE id IN ('ahead', 'orphan')`);
     expect(rowCount).toBe(0);
   });

@@ -176,9 +176,26 @@ describe('bulk ingest', () => {
       const event = validateEvent(JSON.parse(row.body));
       const change = changes.find((c) => event.key === `${W}/Item/${c.pk}` && c.version === event.version);
       if (!change) throw new Error('no change');
-      const payload = event.payload as { actor: string; requestId: string; schemaVersion: number };
+      const payload = event.payload as { actor: string; requestId: string; schemaVersion: number; writtenAt: string };
+      // The commit time is the write's written_at in data, to the microsecond (docs/adr/0069).
+      const { rows: written } = await s.data.app.pg.query<{ at: string }>(
+        `SELECT to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at FROM object_history
+          WHERE world_id = $1 AND seq = $2
+         UNION ALL
+         SELECT to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM object_heads
+          WHERE world_id = $1 AND seq = $2`,
+        [W, event.producer_seq],
+      );
+      expect(written.map((r) => r.at)).toEqual([payload.writtenAt]);
       const expected = objectChange(
-        { ...change, worldId: W, type: 'Item', seq: event.producer_seq, schemaVersion: payload.schemaVersion },
+        {
+          ...change,
+          worldId: W,
+          type: 'Item',
+          seq: event.producer_seq,
+          schemaVersion: payload.schemaVersion,
+          writtenAt: payload.writtenAt,
+        },
         { actor: payload.actor, requestId: payload.requestId, causedBy: null },
       );
       expect(row.body).toBe(

@@ -8,6 +8,7 @@ import {
   type Queryable,
   replicaVersion,
   type Statement,
+  Unprocessable,
   WORLD_ID,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
@@ -15,7 +16,14 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { awaitBase, type Base, coveredThroughChain } from './readmodel/chain.js';
-import { type At, resolveAt } from './worlds/ref.js';
+import { type At, resolveAt, stateAt } from './worlds/ref.js';
+
+/** A read at a ref (`?at=`) of intelligence's own state: the data commit, the definition position and the moment. */
+export interface ReadPoint {
+  commit: number;
+  definitions: number;
+  moment: number;
+}
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -33,6 +41,12 @@ declare module 'fastify' {
     awaitBase(worldId: string): Promise<Base>;
     /** Resolves a read's `?at=` (worlds/ref.ts resolveAt), a PENDING tag waiting as long as a consistency token. */
     resolveAt(worldId: string, raw: string, field?: string): Promise<At>;
+    /**
+     * A list read's `?at=` (undefined: now): the ref resolved (resolveAt; 404 for a world not
+     * provisioned, 422 before a fork's fork point), the world's data applied up to it (bounded
+     * wait), and the definition position and moment a fork at it would start from (worlds/fork.ts stateAt).
+     */
+    readPoint(worldId: string, raw: string | undefined): Promise<ReadPoint | undefined>;
   }
 }
 
@@ -108,6 +122,21 @@ export default fp(
     app.decorate('resolveAt', (worldId: string, raw: string, field?: string) =>
       resolveAt(pool, worldId, raw, opts.waitBoundMs, field),
     );
+    app.decorate('readPoint', async (worldId: string, raw: string | undefined) => {
+      if (raw === undefined) return undefined;
+      const { rows } = await pool.query('SELECT 1 FROM worlds WHERE id = $1', [worldId]);
+      if (rows.length === 0) throw new NotFound(`world ${worldId} is not provisioned in intelligence`);
+      const at = await resolveAt(pool, worldId, raw, opts.waitBoundMs);
+      const base = await awaitBase(pool, worldId, opts.waitBoundMs);
+      if (base.kind === 'known' && at.commit < base.seq) {
+        throw new Unprocessable(
+          `${worldId} was forked from ${base.world} at commit ${base.seq}: it has no commit ${at.commit}`,
+          [{ path: 'querystring/at', message: `must be at or after the fork point, ${base.seq}` }],
+        );
+      }
+      await awaitData(worldId, at.needs);
+      return { commit: at.commit, ...(await stateAt(pool, worldId, at.commit)) };
+    });
     app.decorate('consistencyHeader', async (reply: FastifyReply, worldId: string, watermark?: number) => {
       reply.header('x-consistency-token', `data=${watermark ?? (await dataWatermark(pool, worldId))}`);
     });

@@ -23,6 +23,7 @@ import type { Engine } from './engine/engine.js';
 import { bumpRevision } from './engine/locks.js';
 import { finishRecomputes, type RecomputeProgress, recomputeOf, requestRecompute } from './engine/recompute-jobs.js';
 import {
+  AtState,
   checkIfMatch,
   DEFINITION_IF_MATCH,
   errors,
@@ -31,6 +32,7 @@ import {
   notProvisioned,
   provisioned,
   ReadHeaders,
+  readErrors,
   WriteHeaders,
 } from './http.js';
 import { bodyOf, type Body as DefinitionBody, type Kind, recordChange } from './merges/history.js';
@@ -91,6 +93,9 @@ export interface DefinitionResource<D extends Definition, Body extends TObject, 
   table: {
     list: (db: pg.Pool | pg.PoolClient, world: string) => Promise<D[]>;
     get: (db: pg.Pool | pg.PoolClient, world: string, name: string) => Promise<D | undefined>;
+    /** The definitions at a definition position, from the history (`?at=`, docs/adr/0069). */
+    listAt: (db: pg.Pool, world: string, position: number) => Promise<D[]>;
+    getAt: (db: pg.Pool, world: string, position: number, name: string) => Promise<D | undefined>;
   };
   /**
    * For kinds evaluated over every existing object: a PUT requests that (and wakes the worker),
@@ -256,19 +261,24 @@ export function definitionResource<D extends Definition, Body extends TObject, I
       summary: r.get.summary,
       params: Params,
       headers: ReadHeaders,
-      response: { 200: r.View, ...errors },
+      querystring: Type.Object({ at: Type.Optional(AtState) }, { additionalProperties: false }),
+      response: { 200: r.View, ...readErrors },
     }),
     async (request, reply) => {
       const { world, name } = request.params;
       const watermark = await app.awaitConsistency(request, world);
-      const def = await r.table.get(app.pg, world, name);
+      const point = await app.readPoint(world, request.query.at);
+      const def = point
+        ? await r.table.getAt(app.pg, world, point.definitions, name)
+        : await r.table.get(app.pg, world, name);
       if (!def) {
         if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
         throw new NotFound(`${r.what} ${name} is not defined in ${world}`);
       }
       reply.header('etag', `"${def.version}"`);
       await app.consistencyHeader(reply, world, watermark);
-      return show(world, def);
+      // At a ref: the definition as it was, without the progress of a recompute now.
+      return point ? r.view(def, r.recompute ? null : undefined) : show(world, def);
     },
   );
 
@@ -278,14 +288,15 @@ export function definitionResource<D extends Definition, Body extends TObject, I
       summary: r.list.summary,
       params: Type.Object({ world: Type.String({ pattern: WORLD_ID }) }),
       headers: ReadHeaders,
-      querystring: Type.Object(r.list.query, { additionalProperties: false }),
-      response: { 200: Type.Object({ [r.list.key]: Type.Array(r.View) }), ...errors },
+      querystring: Type.Object({ ...r.list.query, at: Type.Optional(AtState) }, { additionalProperties: false }),
+      response: { 200: Type.Object({ [r.list.key]: Type.Array(r.View) }), ...readErrors },
     }),
     async (request, reply) => {
       const { world } = request.params;
       const watermark = await app.awaitConsistency(request, world);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
-      const all = await r.table.list(app.pg, world);
+      const point = await app.readPoint(world, (request.query as { at?: string }).at);
+      const all = point ? await r.table.listAt(app.pg, world, point.definitions) : await r.table.list(app.pg, world);
       await app.consistencyHeader(reply, world, watermark);
       const wanted = r.list.filter(request.query as Static<TObject<Query>>);
       return { [r.list.key]: all.filter(wanted).map((d) => r.view(d)) };

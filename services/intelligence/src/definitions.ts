@@ -27,8 +27,28 @@ export function definitionTable<Row extends Record<string, unknown>, D>(
   table: string,
   columns: string,
   fromRow: (row: Row) => D,
+  /**
+   * The table's rows at a definition position ($1 the world, $2 the position), from the history
+   * (migration 021's definitions_at): what `?at=` lists (docs/adr/0069).
+   */
+  asOf: string,
 ) {
   return {
+    /** The definitions at a definition position, ordered by name. */
+    async listAt(db: Queryable, worldId: string, position: number): Promise<D[]> {
+      const { rows } = await db.query<Row>(`SELECT ${columns} FROM (${asOf}) t ORDER BY name`, [worldId, position]);
+      return rows.map(fromRow);
+    },
+
+    async getAt(db: Queryable, worldId: string, position: number, name: string): Promise<D | undefined> {
+      const { rows } = await db.query<Row>(`SELECT ${columns} FROM (${asOf}) t WHERE name = $3`, [
+        worldId,
+        position,
+        name,
+      ]);
+      return rows[0] ? fromRow(rows[0]) : undefined;
+    },
+
     async list(db: Queryable, worldId: string): Promise<D[]> {
       const { rows } = await db.query<Row>(`SELECT ${columns} FROM ${table} WHERE world_id = $1 ORDER BY name`, [
         worldId,

@@ -1,5 +1,6 @@
 /** What the intelligence routes share: names, conditional writes, cursors, the world's transaction. */
 import {
+  AT_PATTERN,
   decodeCursor,
   encodeCursor,
   Headers,
@@ -15,6 +16,8 @@ import { lockWorlds } from './engine/locks.js';
 
 export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 export const errors = problemResponses(400, 401, 403, 404, 409, 412, 422, 503);
+/** A read that takes `?at=`: also 410 before the world's retained horizon (docs/adr/0072, 0073). */
+export const readErrors = { ...errors, ...problemResponses(410) };
 
 export const DEFINITION_IF_MATCH = { what: 'a definition version', any: true, min: 1, maxDigits: 10 } as const;
 
@@ -60,6 +63,22 @@ export async function inWorld<T>(pool: pg.Pool, worldId: string, work: (tx: pg.P
 }
 
 /** A UUID, either case: an alert's or a decision's id. */
+/** `?at=` on an object read: what it takes and how each ref is answered (worlds/ref.ts). */
+export const AtObject = Type.String({
+  maxLength: 100,
+  pattern: AT_PATTERN,
+  description:
+    "read at a ref: a data commit (the n of X-Consistency-Token: data=<n>, or a version's seq in data's history), an RFC 3339 instant with an offset (the last commit of the world's chain data wrote at or before it, among the writes intelligence has applied: the commit data resolves it to) or a tag of the world (its data commit: the same answer as ?at=<that commit>, here and in data). The object and its derived values as intelligence held them once it had applied the world's data up to that commit; waits, bounded, until it has (503). A tag data has not positioned yet (PENDING) waits, bounded, then 409; a name that is no tag of the world 404; an instant in the future or before the world existed, or a commit before a fork's fork point, 422; anything else 400 — each naming querystring/at.",
+});
+
+/** `?at=` on a list or a read of intelligence's own state (alerts, decisions, definitions). */
+export const AtState = Type.String({
+  maxLength: 100,
+  pattern: AT_PATTERN,
+  description:
+    "read as of a ref: a data commit, an RFC 3339 instant with an offset (the last commit of the world's chain data wrote at or before it, among the writes intelligence has applied) or a tag of the world (its data commit: the same answer as ?at=<that commit>). Answers what a fork of the world at that ref starts from (docs/adr/0045): the definitions of that point (from the definition history), and alerts and decisions made by then, alerts in the state they had then. Waits, bounded, until intelligence has applied the world's data up to the commit (503). A tag data has not positioned yet (PENDING) waits, bounded, then 409; a name that is no tag of the world 404; an instant in the future or before the world existed, or a commit before a fork's fork point, 422; anything else 400 — each naming querystring/at.",
+});
+
 export const UUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
 
 /**

@@ -10,7 +10,7 @@ import {
   uuidv7,
 } from '@onto/shared';
 import type pg from 'pg';
-import { type ChangeField, type Origin, objectChange, objectChangeTemplate } from '../events.js';
+import { type ChangeField, commitTime, type Origin, objectChange, objectChangeTemplate } from '../events.js';
 import type { Properties } from '../objects/model.js';
 import { keepSuperseded } from '../objects/repository.js';
 
@@ -167,7 +167,7 @@ export async function writeBulk(
 
   // The change events: the template of their canonical body, and each field of it spelled as JSON
   // and escaped for COPY (the properties already are, for the heads).
-  const template = objectChangeTemplate(w, w.origin, new Date());
+  const template = objectChangeTemplate({ ...w, writtenAt: await commitTime(tx) }, w.origin, new Date());
   const fill: Record<ChangeField, (p: Planned, eventId: string) => string> = {
     eventId: (_p, id) => `"${id}"`,
     key: (p) => `"${p.key}"`,

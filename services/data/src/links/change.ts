@@ -1,7 +1,7 @@
 import { Conflict, NotFound, Outbox, StaleWriteError } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
-import { linkChange, type Origin } from '../events.js';
+import { commitTime, linkChange, type Origin } from '../events.js';
 import { worldContext } from '../objects/repository.js';
 import { linkTypeOf, notProvisioned } from '../schema/lookup.js';
 import { refuseProtected, type WriteVia } from '../worlds/protection.js';
@@ -108,7 +108,10 @@ export async function putLink(app: FastifyInstance, tx: pg.PoolClient, c: LinkCh
       throw new StaleWriteError(`link ${world}/${name}/${fromPk}/${toPk} keeps changing`);
     }
     await new Outbox(tx, c.topicPrefix).add(
-      linkChange({ worldId: world, linkType: name, from, to, kind: 'created', version, seq }, origin),
+      linkChange(
+        { worldId: world, linkType: name, from, to, kind: 'created', version, seq, writtenAt: await commitTime(tx) },
+        origin,
+      ),
     );
     return { status: 201, changed: true, version, seq, from, to, before: head };
   }
@@ -144,6 +147,8 @@ export async function removeLink(
     requestId: origin.requestId,
   });
   if (seq === null) throw new Error('a locked live link could not be deleted');
-  await new Outbox(tx, c.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq }, origin));
+  await new Outbox(tx, c.topicPrefix).add(
+    linkChange({ ...change, kind: 'deleted', seq, writtenAt: await commitTime(tx) }, origin),
+  );
   return { version: change.version, seq, before: head };
 }

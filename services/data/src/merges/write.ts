@@ -1,6 +1,6 @@
 import { copyField, copyLines, laneOf, Outbox, TOPICS, uuidv7 } from '@onto/shared';
 import type pg from 'pg';
-import { linkChange, type Origin, objectChangeTemplate } from '../events.js';
+import { commitTime, linkChange, type Origin, objectChangeTemplate } from '../events.js';
 import { writeLink } from '../links/repository.js';
 import { keepSuperseded } from '../objects/repository.js';
 import type { State } from './classify.js';
@@ -149,7 +149,11 @@ async function objectEvents(
   let at = 0;
   while (at < puts.length) {
     const type = (puts[at] as ObjectPut).type;
-    const template = objectChangeTemplate({ worldId: world, type, schemaVersion }, origin, new Date());
+    const template = objectChangeTemplate(
+      { worldId: world, type, schemaVersion, writtenAt: await commitTime(tx) },
+      origin,
+      new Date(),
+    );
     const bundles = new Outbox(tx, topicPrefix).bundles({ sample: template.sample, parts: template.parts });
     for (; at < puts.length && (puts[at] as ObjectPut).type === type; at++) {
       const p = puts[at] as ObjectPut;
@@ -194,6 +198,7 @@ export async function writeLinks(
     [world, puts.map((p) => p.linkType), puts.map((p) => p.fromPk), puts.map((p) => p.toPk)],
   );
   const found = new Map(rows.map((r) => [`${r.link_type}\u0000${r.from_pk}\u0000${r.to_pk}`, Number(r.seq)]));
+  const writtenAt = await commitTime(tx);
   for (const p of puts) {
     if ((found.get(`${p.linkType}\u0000${p.fromPk}\u0000${p.toPk}`) ?? null) !== p.expectSeq) {
       throw new Moved(`link ${p.linkType} ${p.fromPk} → ${p.toPk}`);
@@ -235,6 +240,7 @@ export async function writeLinks(
           kind: p.live ? 'created' : 'deleted',
           version,
           seq: Number(seq),
+          writtenAt,
         },
         origin,
       ),

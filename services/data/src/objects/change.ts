@@ -15,7 +15,7 @@ import {
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { Counter } from 'prom-client';
-import { type Origin, objectChange } from '../events.js';
+import { COMMIT_TIME, commitTime, type Origin, objectChange } from '../events.js';
 import { retryWriteConflicts, WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
 import type { LiveLink } from '../links/repository.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
@@ -89,7 +89,8 @@ type WritePlan =
       kind: 'write';
       change: HeadWrite;
       head: Head | null;
-      event: (seq: number) => OutboxMessage;
+      /** The change event of the write of this seq, committed at writtenAt (COMMIT_TIME). */
+      event: (seq: number, writtenAt: string) => OutboxMessage;
       result: (seq: number) => ObjectWritten;
     };
 
@@ -131,7 +132,7 @@ async function planObjectWrite(
     kind: 'write',
     change,
     head,
-    event: (seq) =>
+    event: (seq, writtenAt) =>
       objectChange(
         {
           worldId,
@@ -143,6 +144,7 @@ async function planObjectWrite(
           before: live ? head.properties : null,
           after: checked.properties,
           schemaVersion: ctx.schemaVersion,
+          writtenAt,
         },
         origin,
       ),
@@ -173,7 +175,7 @@ export async function writeObject(app: FastifyInstance, tx: pg.PoolClient, w: Ob
       if (attempt < 3) continue;
       throw new StaleWriteError(`${worldId}/${typeName}/${pk} keeps being created concurrently`);
     }
-    await new Outbox(tx, w.topicPrefix).add(plan.event(seq));
+    await new Outbox(tx, w.topicPrefix).add(plan.event(seq, await commitTime(tx)));
     return plan.result(seq);
   }
 }
@@ -473,7 +475,10 @@ export class ObjectWrites {
           text: CONTEXTS,
           values: [writes.map((w) => w.worldId), writes.map((w) => w.typeName), writes.map((w) => w.pk)],
         },
-        { text: "SELECT nextval('data_seq')::text AS seq FROM generate_series(1, $1)", values: [writes.length] },
+        {
+          text: `SELECT nextval('data_seq')::text AS seq, ${COMMIT_TIME} AS at FROM generate_series(1, $1)`,
+          values: [writes.length],
+        },
       ],
       async (tx, [, , contexts, seqs]) => {
         const plans: {
@@ -491,7 +496,7 @@ export class ObjectWrites {
               continue;
             }
             const seq = free[plans.length] as number;
-            const event = plan.event(seq);
+            const event = plan.event(seq, seqs?.rows[0]?.at as string);
             // An event larger than the broker takes refuses this write alone (413), not the group.
             checkOutboxMessage(event, this.app.topicPrefix);
             plans.push({ w, plan, seq, event });

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  AT_PATTERN,
   BadRequest,
   BODY_LIMITS,
   decodeCursor,
@@ -56,8 +57,7 @@ export const LIST_COMMIT = Type.Integer({
 });
 
 /** What `?at=` takes: a commit, an RFC 3339 instant with an offset, or a tag name (control's TAG_NAME). */
-export const AT_PATTERN =
-  '^(?:[0-9]{1,15}|[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])|(?![0-9]+$)(?![0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ])[a-zA-Z0-9][a-zA-Z0-9._-]{0,99})$';
+export { AT_PATTERN };
 /** `?at=`: the ref a read looks at (docs/adr/0023). */
 export const At = Type.Optional(
   Type.String({

@@ -1,6 +1,6 @@
 import { Outbox, type SchemaDocument, StaleWriteError } from '@onto/shared';
 import type pg from 'pg';
-import { linkChange, type Origin, objectChange } from '../events.js';
+import { commitTime, linkChange, type Origin, objectChange } from '../events.js';
 import { type LiveLink, linksTouching, lockInherited, writeLink } from '../links/repository.js';
 import { type Head, insertHead, updateHead } from './repository.js';
 
@@ -38,6 +38,7 @@ export async function tombstoneObject(
     linkTypes.filter((l) => l.to === t.type).map((l) => l.apiName),
     t.forked,
   );
+  const writtenAt = await commitTime(tx);
   for (const link of links) {
     const change = {
       worldId: t.worldId,
@@ -55,7 +56,7 @@ export async function tombstoneObject(
       requestId: t.origin.requestId,
     });
     if (seq === null) throw new Error('a locked live link could not be deleted');
-    await new Outbox(tx, t.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq }, t.origin));
+    await new Outbox(tx, t.topicPrefix).add(linkChange({ ...change, kind: 'deleted', seq, writtenAt }, t.origin));
   }
   const version = t.head.version + 1;
   const tombstone = {
@@ -83,6 +84,7 @@ export async function tombstoneObject(
         before: t.head.properties,
         after: null,
         schemaVersion: t.schemaVersion,
+        writtenAt,
       },
       t.origin,
     ),

@@ -8,7 +8,15 @@ import { SERIES_LIMITS } from './model.js';
  * events of at most SERIES_LIMITS.pointsPerEvent points. `producer_seq` is the batch's data seq.
  */
 export function seriesPointsWritten(
-  w: { worldId: string; type: string; pk: string; series: string; seq: number; schemaVersion: number },
+  w: {
+    worldId: string;
+    type: string;
+    pk: string;
+    series: string;
+    seq: number;
+    schemaVersion: number;
+    writtenAt: string;
+  },
   points: { time: string; value: unknown }[],
   origin: Origin,
 ): OutboxMessage[] {
@@ -32,6 +40,7 @@ export function seriesPointsWritten(
           actor: origin.actor,
           requestId: origin.requestId,
           schemaVersion: w.schemaVersion,
+          writtenAt: w.writtenAt,
         },
       }),
       key,

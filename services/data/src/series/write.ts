@@ -1,7 +1,7 @@
 import { laneOf, Outbox, TOPICS, uuidv7 } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
-import { type Origin, seriesPointsTemplate } from '../events.js';
+import { commitTime, type Origin, seriesPointsTemplate } from '../events.js';
 import { inWorldTransaction } from '../http.js';
 import { worldContext } from '../objects/repository.js';
 import { notProvisioned } from '../schema/lookup.js';
@@ -163,6 +163,7 @@ async function announce(
       series: first.series.name,
       seq: w.seq,
       schemaVersion: w.schemaVersion,
+      writtenAt: await commitTime(tx),
     },
     [
       {

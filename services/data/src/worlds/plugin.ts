@@ -46,6 +46,22 @@ const refused = (field: string, reason: string): ProvisionOutcome => ({ failed: 
  * after it: the fork point is exact under concurrent writers.
  */
 async function provisionWorld(tx: pg.ClientBase, worldId: string, from: WorldOrigin | null): Promise<ProvisionOutcome> {
+  const outcome = await provisionIn(tx, worldId, from);
+  if (outcome && 'failed' in outcome) return outcome;
+  // The world's first commit and when it came to be here: what a ref before the world is
+  // measured by (docs/adr/0069), so that intelligence refuses the same instants data does.
+  const { rows } = await tx.query<{ commit: string; at: string }>(
+    `SELECT created_seq::text AS commit,
+            to_char(provisioned_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at
+       FROM worlds WHERE id = $1`,
+    [worldId],
+  );
+  const created = rows[0];
+  if (!created) return outcome;
+  return { reply: { ...outcome?.reply, created: { commit: Number(created.commit), at: created.at } } };
+}
+
+async function provisionIn(tx: pg.ClientBase, worldId: string, from: WorldOrigin | null): Promise<ProvisionOutcome> {
   // A world.created sent again (control retrying) finds the world recorded: the same answer.
   const { rows: known } = await tx.query<{ base_world: string | null; base_seq: string | null; created_seq: string }>(
     'SELECT base_world, base_seq, created_seq FROM worlds WHERE id = $1',

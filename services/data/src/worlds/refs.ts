@@ -1,4 +1,4 @@
-import { BadRequest, HttpProblem, type Queryable, Unprocessable } from '@onto/shared';
+import { BadRequest, HttpProblem, instantTime, type Queryable, Unprocessable } from '@onto/shared';
 import type pg from 'pg';
 import { notProvisioned } from '../schema/lookup.js';
 import { cutCommit } from '../storage/commit.js';
@@ -136,8 +136,8 @@ export async function resolveRef(
       ]);
     }
   } else if (INSTANT.test(raw) || /^\d{4}-\d{2}-\d{2}[Tt ]/.test(raw)) {
-    const time = Date.parse(raw);
-    if (!INSTANT.test(raw) || Number.isNaN(time)) {
+    const time = instantTime(raw);
+    if (time === undefined) {
       throw new BadRequest(`${raw} is not an RFC 3339 instant`, [
         { path: field, message: 'must be a commit (digits) or an RFC 3339 instant with an offset' },
       ]);

@@ -18,9 +18,24 @@ const fromRow = ({ description, rule, alertType, ...rest }: Row): DecisionDefini
   ...(description === null ? {} : { description }),
 });
 
-const table = definitionTable('decision_definitions', COLUMNS, fromRow);
+/** The decision definitions at a position (see derived/repository.ts AS_OF). */
+const AS_OF = `SELECT $1::text AS world_id, a.name, a.body->>'rule' AS rule, a.body->>'alertType' AS alert_type,
+         a.body->>'actionType' AS action_type, a.body->'parameters' AS parameters, a.body->>'approval' AS approval,
+         a.body->>'description' AS description, a.version, coalesce(x.state, 'valid') AS state,
+         coalesce(x.errors, '[]') AS errors, coalesce(x.schema_version, 0) AS schema_version,
+         coalesce(x.created_at, a.created) AS created_at, coalesce(x.updated_at, a.written_at) AS updated_at
+    FROM definitions_at($1, $2) a
+    LEFT JOIN decision_definitions x
+      ON x.world_id = $1 AND x.name = a.name AND x.version = a.version
+     AND jsonb_strip_nulls(jsonb_build_object('rule', x.rule, 'alertType', x.alert_type,
+           'actionType', x.action_type, 'parameters', x.parameters, 'approval', x.approval,
+           'description', x.description)) = a.body
+   WHERE a.kind = 'decision'`;
+const table = definitionTable('decision_definitions', COLUMNS, fromRow, AS_OF);
 export const listDecisionDefinitions = table.list;
 export const getDecisionDefinition = table.get;
+export const listDecisionDefinitionsAt = table.listAt;
+export const getDecisionDefinitionAt = table.getAt;
 export const deleteDecisionDefinition = table.remove;
 
 export interface DecisionDefinitionWrite extends DecisionInput, DefinitionWrite {}

@@ -6,18 +6,43 @@ import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
 import { DefinitionBookkeeping, definitionResource } from '../definition-routes.js';
 import type { Engine } from '../engine/engine.js';
 import { definitionsOf } from '../engine/world-model.js';
-import { errors, idKeyset, NAME, notProvisioned, provisioned, ReadHeaders, UUID } from '../http.js';
+import {
+  AtState,
+  errors,
+  idKeyset,
+  NAME,
+  notProvisioned,
+  provisioned,
+  ReadHeaders,
+  readErrors,
+  UUID,
+} from '../http.js';
 import { ALERT_TYPE } from '../rules/model.js';
 import { DECISION_COLUMNS, type Decision, decideManually } from './make.js';
 import { APPROVALS, DECISION_STATUSES, type DecisionDefinition, type DecisionInput, resolveDecision } from './model.js';
 import {
   deleteDecisionDefinition,
   getDecisionDefinition,
+  getDecisionDefinitionAt,
   listDecisionDefinitions,
+  listDecisionDefinitionsAt,
   saveDecisionDefinition,
 } from './repository.js';
 
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
+
+/**
+ * The world's decisions at a point (`?at=`: parameters `c`, a data commit, and `m`, a moment, docs/adr/0069): each
+ * as its newest version by then (decisions_history, migration 021), of an alert raised by the
+ * commit; one made later is not there. A fork's decisions are its own (docs/adr/0033).
+ */
+const decisionsAt = (c: string, m: string) => `(SELECT DISTINCT ON (v.id) v.* FROM (
+     SELECT * FROM decisions WHERE world_id = $1 AND seq <= ${m}
+     UNION ALL
+     SELECT * FROM decisions_history WHERE world_id = $1 AND seq <= ${m}
+   ) v
+   WHERE EXISTS (SELECT 1 FROM alerts a WHERE a.id = v.alert_id AND a.raised_data_seq <= ${c})
+   ORDER BY v.id, v.seq DESC)`;
 const Approval = Type.Union(APPROVALS.map((a) => Type.Literal(a)));
 const Body = Type.Object(
   {
@@ -104,7 +129,12 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
     tag: 'decisions',
     View: DefinitionView,
     view: definitionView,
-    table: { list: listDecisionDefinitions, get: getDecisionDefinition },
+    table: {
+      list: listDecisionDefinitions,
+      get: getDecisionDefinition,
+      listAt: listDecisionDefinitionsAt,
+      getAt: getDecisionDefinitionAt,
+    },
     put: {
       summary: 'Define or change what a raised alert turns into',
       description:
@@ -166,12 +196,13 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
             alertId: Type.Optional(Type.String({ pattern: UUID })),
             cursor: Type.Optional(Type.String({ maxLength: 512 })),
             limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+            at: Type.Optional(AtState),
           },
           { additionalProperties: false },
         ),
         response: {
           200: Type.Object({ decisions: Type.Array(DecisionView), next: Type.Union([Type.String(), Type.Null()]) }),
-          ...errors,
+          ...readErrors,
         },
       },
     },
@@ -179,15 +210,24 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
       const { world } = request.params;
       const q = request.query;
       const watermark = await app.awaitConsistency(request, world);
-      const listing = JSON.stringify([q.status, q.definition, q.alertId]);
+      const listing = JSON.stringify([q.status, q.definition, q.alertId, q.at]);
       const keyset = idKeyset(q.cursor, listing, q.limit);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      const point = await app.readPoint(world, q.at);
       const { rows } = await app.pg.query<Decision>(
-        `SELECT ${DECISION_COLUMNS} FROM decisions
+        `SELECT ${DECISION_COLUMNS} FROM ${point ? decisionsAt('$7', '$8') : 'decisions'} d
           WHERE world_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR definition = $3)
             AND ($4::uuid IS NULL OR alert_id = $4) AND ($5::uuid IS NULL OR id < $5)
           ORDER BY id DESC LIMIT $6`,
-        [world, q.status ?? null, q.definition ?? null, q.alertId ?? null, keyset.after, q.limit + 1],
+        [
+          world,
+          q.status ?? null,
+          q.definition ?? null,
+          q.alertId ?? null,
+          keyset.after,
+          q.limit + 1,
+          ...(point ? [point.commit, point.moment] : []),
+        ],
       );
       const { page, next } = keyset.page(rows);
       await app.consistencyHeader(reply, world, watermark);
@@ -204,15 +244,20 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
         summary: 'Read a decision',
         params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), id: Type.String({ pattern: UUID }) }),
         headers: ReadHeaders,
-        response: { 200: DecisionView, ...errors },
+        querystring: Type.Object({ at: Type.Optional(AtState) }, { additionalProperties: false }),
+        response: { 200: DecisionView, ...readErrors },
       },
     },
     async (request, reply) => {
       const { world, id } = request.params;
       const watermark = await app.awaitConsistency(request, world);
+      const point = await app.readPoint(world, request.query.at);
       const { rows } = await app.pg.query<Decision>(
-        `SELECT ${DECISION_COLUMNS} FROM decisions WHERE world_id = $1 AND id = $2`,
-        [world, id],
+        point
+          ? `SELECT ${DECISION_COLUMNS} FROM ${decisionsAt('$3', '$4')} d
+              WHERE world_id = $1 AND id = $2`
+          : `SELECT ${DECISION_COLUMNS} FROM decisions WHERE world_id = $1 AND id = $2`,
+        point ? [world, id, point.commit, point.moment] : [world, id],
       );
       const decision = rows[0];
       if (!decision) throw new NotFound(`decision ${id} is not in ${world}`);

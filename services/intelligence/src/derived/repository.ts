@@ -13,9 +13,27 @@ const fromRow = ({ description, ...rest }: Row): DerivedDefinition => ({
   ...(description === null ? {} : { description }),
 });
 
-const table = definitionTable('derived_definitions', COLUMNS, fromRow);
+/**
+ * The definitions at a position: a version the world still has (same version and body) keeps its
+ * state and times, an older one is valid since it was written (as a fork's copy, worlds/fork.ts).
+ */
+const AS_OF = `SELECT $1::text AS world_id, a.name, a.body->>'objectType' AS object_type, a.body->>'expression' AS expression,
+         coalesce(a.body->'aggregates', '{}') AS aggregates, (a.body->>'maxStalenessMs')::int AS max_staleness_ms,
+         a.body->>'description' AS description, a.version, coalesce(d.state, 'valid') AS state,
+         coalesce(d.errors, '[]') AS errors, coalesce(d.schema_version, 0) AS schema_version,
+         coalesce(d.valid_since, a.written_at) AS valid_since, coalesce(d.created_at, a.created) AS created_at,
+         coalesce(d.updated_at, a.written_at) AS updated_at
+    FROM definitions_at($1, $2) a
+    LEFT JOIN derived_definitions d
+      ON d.world_id = $1 AND d.name = a.name AND d.version = a.version
+     AND jsonb_strip_nulls(jsonb_build_object('objectType', d.object_type, 'expression', d.expression,
+           'aggregates', d.aggregates, 'maxStalenessMs', d.max_staleness_ms, 'description', d.description)) = a.body
+   WHERE a.kind = 'derived'`;
+const table = definitionTable('derived_definitions', COLUMNS, fromRow, AS_OF);
 export const listDerived = table.list;
 export const getDerived = table.get;
+export const listDerivedAt = table.listAt;
+export const getDerivedAt = table.getAt;
 
 export interface DerivedWrite extends DerivedInput, DefinitionWrite {
   /** The values computed before now become stale (clock time: after this transaction took the world's lock). */
@@ -52,10 +70,28 @@ export async function saveDerived(tx: Queryable, w: DerivedWrite): Promise<Deriv
   return table.saved(rows, 'definition');
 }
 
-/** Removes a definition and its values. */
+/**
+ * Drops the values of derived property `name` from the world's current ones, keeping them in its
+ * history valid up to and including the world's watermark: a fork whose definition computed them
+ * still reads them there (docs/adr/0068).
+ */
+export async function retireValues(tx: Queryable, worldId: string, name: string): Promise<void> {
+  await tx.query(
+    `WITH gone AS (DELETE FROM derived_values WHERE world_id = $1 AND name = $2 RETURNING *)
+     INSERT INTO derived_values_history (world_id, object_type, pk, name, value, value_kind, error, computed_at,
+                                         definition_version, source_version, source_seq, sources, valid_seq,
+                                         superseded_seq)
+     SELECT world_id, object_type, pk, name, value, value_kind, error, computed_at, definition_version,
+            source_version, source_seq, sources, valid_seq, greatest(rm_world_seq($1), valid_seq) + 1
+       FROM gone`,
+    [worldId, name],
+  );
+}
+
+/** Removes a definition and its values (kept in the history, see retireValues). */
 export async function deleteDerived(tx: Queryable, worldId: string, name: string): Promise<void> {
   await table.remove(tx, worldId, name);
-  await tx.query('DELETE FROM derived_values WHERE world_id = $1 AND name = $2', [worldId, name]);
+  await retireValues(tx, worldId, name);
 }
 
 /** A stored derived value as the API shows it. */

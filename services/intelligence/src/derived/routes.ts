@@ -16,7 +16,15 @@ import {
   resolveDerived,
   topologicalOrder,
 } from './model.js';
-import { deleteDerived, getDerived, listDerived, saveDerived } from './repository.js';
+import {
+  deleteDerived,
+  getDerived,
+  getDerivedAt,
+  listDerived,
+  listDerivedAt,
+  retireValues,
+  saveDerived,
+} from './repository.js';
 
 const Aggregate = Type.Object(
   {
@@ -132,7 +140,7 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
     tag: 'derived properties',
     View,
     view,
-    table: { list: listDerived, get: getDerived },
+    table: { list: listDerived, get: getDerived, listAt: listDerivedAt, getAt: getDerivedAt },
     recompute: { kind: 'derived', of: (d) => ({ objectType: d.objectType, dueInMs: d.maxStalenessMs }) },
     put: {
       summary: 'Define or change a derived property',
@@ -193,7 +201,7 @@ export async function derivedRoutes(fastify: FastifyInstance, engine: Engine) {
           (broken) => `changing derived property ${name} would break what reads it: ${broken}`,
         );
         if (existing && existing.objectType !== input.objectType) {
-          await tx.query('DELETE FROM derived_values WHERE world_id = $1 AND name = $2', [world, name]);
+          await retireValues(tx, world, name);
         }
         return saveDerived(tx, { ...input, ...next, invalidateValues: true });
       },

@@ -41,6 +41,8 @@ interface BatchPlan {
    * statement after the locks reads what committed before they were granted.
    */
   statements: Statement[];
+  /** When data committed each write of the batch that says so (docs/adr/0069). */
+  times: { world: string; seq: number; at: string }[];
 }
 
 /** What a batch of `object.*` and `link.*` events will do first, per world in lock order. */
@@ -50,6 +52,8 @@ function plan(events: ReceivedEvent[]): BatchPlan {
     { objects: EventEnvelope[]; links: EventEnvelope[]; series: EventEnvelope[]; oldest: number }
   >();
   const watermarks = new Map<string, number>();
+  // When data committed each write (docs/adr/0069), per world and seq: `?at=<instant>` reads by it.
+  const times = new Map<string, { world: string; seq: number; at: string }>();
   for (const { event } of events) {
     const isObject = event.type.startsWith('object.');
     const isSeries = event.type === 'series.points.written';
@@ -62,6 +66,10 @@ function plan(events: ReceivedEvent[]): BatchPlan {
     (isObject ? batch.objects : isSeries ? batch.series : batch.links).push(event);
     batch.oldest = Math.min(batch.oldest, Date.parse(event.occurred_at));
     watermarks.set(event.world_id, Math.max(watermarks.get(event.world_id) ?? 0, event.producer_seq));
+    const at = event.payload.writtenAt;
+    if (typeof at === 'string') {
+      times.set(`${event.world_id}\u0000${event.producer_seq}`, { world: event.world_id, seq: event.producer_seq, at });
+    }
   }
   const worlds = [...byWorld]
     .sort(([a], [b]) => a.localeCompare(b))
@@ -89,7 +97,7 @@ function plan(events: ReceivedEvent[]): BatchPlan {
     if (world.links) statements.push(world.links.statement);
     if (world.series) statements.push(world.series.statement);
   }
-  return { worlds, watermarks, statements };
+  return { worlds, watermarks, statements, times: [...times.values()] };
 }
 
 /**
@@ -150,6 +158,13 @@ export function applyChanges(deps: {
       if (trim) sql.write(trim.text, trim.values as unknown[]);
       // Counted before the commit: a batch that rolls back and is retried counts twice.
       deps.metrics.record(world.worldId, stats, world.oldest);
+    }
+    if (batch.times.length > 0) {
+      sql.write(
+        `INSERT INTO rm_commit_times (world_id, seq, written_at)
+         SELECT * FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) ON CONFLICT DO NOTHING`,
+        [batch.times.map((t) => t.world), batch.times.map((t) => t.seq), batch.times.map((t) => t.at)],
+      );
     }
     return sql.take();
   };

@@ -560,7 +560,10 @@ export class Evaluation {
     // travels with the next read, or with the caller's next statement (COMMIT for a batch).
     // A value that changes keeps the one it replaces in history with its data-seq interval
     // (docs/adr/0033): `valid_seq` is the world's watermark in this transaction, which a batch
-    // of changes advances first; a value recomputed unchanged keeps its `valid_seq`.
+    // of changes advances first; a value recomputed unchanged keeps its `valid_seq`. A value of
+    // another definition version is kept whatever its `valid_seq` (a fork may still read it,
+    // docs/adr/0068), valid up to the data change this recompute read (its source seq, if newer
+    // than the old value's), else up to and including this watermark.
     this.sql.write(
       `WITH u AS (
          SELECT * FROM unnest($5::text[], $6::jsonb[], $7::text[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::jsonb[])
@@ -570,12 +573,16 @@ export class Evaluation {
                                              definition_version, source_version, source_seq, sources, valid_seq,
                                              superseded_seq)
          SELECT o.world_id, o.object_type, o.pk, o.name, o.value, o.value_kind, o.error, o.computed_at,
-                o.definition_version, o.source_version, o.source_seq, o.sources, o.valid_seq, asof.seq
+                o.definition_version, o.source_version, o.source_seq, o.sources, o.valid_seq,
+                CASE WHEN o.definition_version = $4 THEN asof.seq
+                     WHEN u.ss > o.source_seq THEN greatest(u.ss, o.valid_seq + 1)
+                     ELSE asof.seq + 1 END
            FROM u CROSS JOIN asof
            JOIN derived_values o ON o.world_id = $1 AND o.object_type = $2 AND o.pk = u.pk AND o.name = $3
-          WHERE o.valid_seq < asof.seq
-            AND (o.value IS DISTINCT FROM u.value OR o.value_kind IS DISTINCT FROM u.kind
-                 OR o.error IS DISTINCT FROM u.error OR o.definition_version <> $4)
+          WHERE (o.valid_seq < asof.seq
+                 AND (o.value IS DISTINCT FROM u.value OR o.value_kind IS DISTINCT FROM u.kind
+                      OR o.error IS DISTINCT FROM u.error))
+             OR o.definition_version <> $4
        )
        INSERT INTO derived_values AS d (world_id, object_type, pk, name, value, value_kind, error, computed_at,
                                         definition_version, source_version, source_seq, sources, valid_seq)

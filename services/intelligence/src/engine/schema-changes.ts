@@ -157,6 +157,9 @@ const WORLD_TABLES = [
   'fork_points',
   'world_tags',
   'world_horizons',
+  'rm_commit_times',
+  'data_world_starts',
+  'decisions_history',
 ];
 
 /** Forgets a dropped world: its read model, definitions, values, alerts and decisions. */
@@ -172,7 +175,17 @@ const DROPS = new Set(['world.deleted', 'world.drop.requested']);
  * reply is the one place the commit is decided (a ref "now" or an instant resolves in data's inbox
  * transaction), so intelligence takes it from there rather than resolve it itself.
  */
-async function recordBase(tx: Queryable, worldId: string, base: { world: string; commit: number } | undefined) {
+async function recordBase(tx: Queryable, worldId: string, payload: Record<string, unknown>) {
+  // The world's first commit in data and when it was provisioned there (docs/adr/0069).
+  const created = payload.created as { commit: number; at: string } | undefined;
+  if (created) {
+    await tx.query(
+      `INSERT INTO data_world_starts (world_id, created_seq, created_at) VALUES ($1, $2, $3)
+       ON CONFLICT (world_id) DO NOTHING`,
+      [worldId, created.commit, created.at],
+    );
+  }
+  const base = payload.base as { world: string; commit: number } | undefined;
   if (!base) return;
   await tx.query(
     `INSERT INTO world_bases (world_id, base_world, base_seq) VALUES ($1, $2, $3) ON CONFLICT (world_id) DO NOTHING`,
@@ -230,7 +243,7 @@ export function applySchemaChanges(
           log.info({ worldId: event.world_id, ...report }, 'definitions checked against the new schema');
         }
       } else if (event.type === 'world.provisioned') {
-        await recordBase(tx, event.world_id, event.payload.base as { world: string; commit: number } | undefined);
+        await recordBase(tx, event.world_id, event.payload);
       } else if (event.type === 'world.tag.positioned') {
         await recordTagCommit(tx, event.world_id, event.payload);
       } else if (event.type === 'storage.history.horizon') {

@@ -1,12 +1,9 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { NotFound, problemResponses, setOwn, Unprocessable, WORLD_ID } from '@onto/shared';
+import { NotFound, setOwn, Unprocessable, WORLD_ID } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listDerived, valuesOf } from '../derived/repository.js';
-import { errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
-
-/** Reads at a ref: also 410 before the retained horizon (docs/adr/0072). */
-const readErrors = { ...errors, ...problemResponses(410) };
+import { AtObject, NAME, notProvisioned, provisioned, ReadHeaders, readErrors } from '../http.js';
 
 import { inheritedObject } from './chain.js';
 
@@ -134,15 +131,7 @@ export async function readModelRoutes(fastify: FastifyInstance) {
   }
   const At = Type.Object(
     {
-      at: Type.Optional(
-        Type.String({
-          maxLength: 100,
-          // A commit, something shaped like an instant (422 here: data resolves instants), or a tag name.
-          pattern: '^(?:[0-9]{1,15}|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ].*|(?![0-9]+$)[a-zA-Z0-9][a-zA-Z0-9._-]{0,99})$',
-          description:
-            "read at a ref: a data commit (the n of X-Consistency-Token: data=<n>, or a version's seq in data's history) or a tag of the world (its data commit: the same answer as ?at=<that commit>, here and in data). The object and its derived values as intelligence held them once it had applied the world's data up to that commit; waits, bounded, until it has (503). A tag data has not positioned yet (PENDING) waits, bounded, then 409; a name that is no tag of the world 404; an RFC 3339 instant 422 (data resolves instants: intelligence does not know data's write times); a commit before a fork's fork point 422.",
-        }),
-      ),
+      at: Type.Optional(AtObject),
     },
     { additionalProperties: false },
   );

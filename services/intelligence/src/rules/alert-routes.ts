@@ -2,7 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { NotFound, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { errors, idKeyset, NAME, notProvisioned, provisioned, ReadHeaders, UUID } from '../http.js';
+import { AtState, idKeyset, NAME, notProvisioned, provisioned, ReadHeaders, readErrors, UUID } from '../http.js';
 import { ALERT_COLUMNS, type Alert } from './alerts.js';
 import { ALERT_TYPE, SEVERITIES } from './model.js';
 
@@ -31,33 +31,56 @@ const view = ({ worldId: _, ...alert }: Alert) => ({ ...alert, inherited: false 
 const inheritedView = ({ worldId, ...alert }: Alert) => ({ ...alert, inherited: true, world: worldId });
 
 /**
- * A fork's alerts: its own, and its bases' that were open at the fork point (each base at its
- * point, docs/adr/0033) — raised by then and not cleared by then, where "by then" is both on
- * data's scale (the commit) and in intelligence's order (the moment the fork copied its
- * definitions, docs/adr/0045): an alert a base raised after the fork, even on data the fork
- * inherits (a rule made since), is not the fork's, and one it cleared after the fork stays open
- * in the fork until the fork's own evaluation decides — on objects no nearer world of the chain wrote by its point, and of
- * rules the fork has no open alert of on them — shown as they were then (OPEN). Ordered and
- * paged by id like the world's own; $10, when given, is the one alert id read.
+ * A world's alerts at a point (`?at=`: $11 a data commit, $12 a moment, docs/adr/0045, 0046; both
+ * NULL: now), and in a fork its bases' too. The world's own: those raised by the point on both
+ * axes (`raised_data_seq <= $11`, `raised_seq <= $12`), CLEARED if cleared by it on both, else
+ * OPEN as they were then. Its bases' (each at its fork point, and no later than the point): those
+ * open at the fork point — raised by then and not cleared by then, on data's scale and in
+ * intelligence's order (the moment the fork copied its definitions): an alert a base raised after
+ * the fork, even on data the fork inherits (a rule made since), is not the fork's, and one it
+ * cleared after the fork stays open in the fork until the fork's own evaluation decides — on
+ * objects no nearer world of the chain wrote by its point, and of rules the fork has no open
+ * alert of on them — shown as they were then (OPEN). Ordered and paged by id like the world's
+ * own; $10, when given, is the one alert id read.
  */
-const FORK_ALERTS = `SELECT * FROM (
-    SELECT ${ALERT_COLUMNS}, false AS inherited FROM alerts
-     WHERE world_id = $1 AND ($2::text IS NULL OR status = $2)
+const ALERTS_AT = `WITH RECURSIVE ch(world_id, point, moment, depth) AS (
+    SELECT $1::text, $11::bigint, $12::bigint, 0
+    UNION ALL
+    SELECT b.base_world, least(b.base_seq, ch.point), least(f.moment, ch.moment), ch.depth + 1
+      FROM ch JOIN world_bases b ON b.world_id = ch.world_id
+      LEFT JOIN fork_points f ON f.world_id = ch.world_id
+     WHERE ch.depth < 64
+  ), own AS (
+    SELECT a.*,
+           CASE WHEN $11::bigint IS NULL THEN a.status = 'CLEARED'
+                ELSE a.cleared_seq IS NOT NULL AND a.cleared_data_seq <= $11::bigint AND a.cleared_seq <= $12::bigint
+           END AS cleared_then
+      FROM alerts a
+     WHERE a.world_id = $1 AND ($11::bigint IS NULL OR (a.raised_data_seq <= $11::bigint AND a.raised_seq <= $12::bigint))
+  )
+  SELECT * FROM (
+    SELECT o.id::text, o.world_id AS "worldId", o.rule, o.rule_version AS "ruleVersion", o.alert_type AS "alertType",
+           o.severity, o.object_type AS "objectType", o.pk, CASE WHEN o.cleared_then THEN 'CLEARED' ELSE 'OPEN' END AS status,
+           to_json(o.raised_at)#>>'{}' AS "raisedAt", o.raised_object_version::float8 AS "raisedObjectVersion",
+           CASE WHEN o.cleared_then THEN to_json(o.cleared_at)#>>'{}' END AS "clearedAt",
+           CASE WHEN o.cleared_then THEN o.cleared_object_version::float8 END AS "clearedObjectVersion",
+           CASE WHEN o.cleared_then THEN o.clear_reason END AS "clearReason", false AS inherited
+      FROM own o
+     WHERE ($2::text IS NULL OR $2 = CASE WHEN o.cleared_then THEN 'CLEARED' ELSE 'OPEN' END)
     UNION ALL
     SELECT a.id::text, a.world_id AS "worldId", a.rule, a.rule_version AS "ruleVersion", a.alert_type AS "alertType",
            a.severity, a.object_type AS "objectType", a.pk, 'OPEN' AS status,
            to_json(a.raised_at)#>>'{}' AS "raisedAt", a.raised_object_version::float8 AS "raisedObjectVersion",
            NULL AS "clearedAt", NULL::float8 AS "clearedObjectVersion", NULL AS "clearReason", true AS inherited
-      FROM rm_fork_chain($1) c
+      FROM ch c
       JOIN alerts a ON a.world_id = c.world_id
      WHERE c.depth > 0 AND ($2::text IS NULL OR $2 = 'OPEN')
        AND a.raised_data_seq <= c.point AND (c.moment IS NULL OR a.raised_seq <= c.moment)
        AND (a.cleared_data_seq IS NULL OR a.cleared_data_seq > c.point OR a.cleared_seq > c.moment)
-       AND NOT EXISTS (SELECT 1 FROM alerts o
-                        WHERE o.world_id = $1 AND o.rule = a.rule AND o.object_type = a.object_type AND o.pk = a.pk
-                          AND o.status = 'OPEN')
+       AND NOT EXISTS (SELECT 1 FROM own o
+                        WHERE o.rule = a.rule AND o.object_type = a.object_type AND o.pk = a.pk AND NOT o.cleared_then)
        AND NOT EXISTS (
-         SELECT 1 FROM rm_chain($1) n
+         SELECT 1 FROM ch n
           WHERE n.depth < c.depth
             AND (EXISTS (SELECT 1 FROM rm_objects r
                           WHERE r.world_id = n.world_id AND r.type = a.object_type AND r.pk = a.pk
@@ -95,6 +118,7 @@ export async function alertRoutes(fastify: FastifyInstance) {
             pk: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
             cursor: Type.Optional(Type.String({ maxLength: 512 })),
             limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+            at: Type.Optional(AtState),
           },
           { additionalProperties: false },
         ),
@@ -103,7 +127,7 @@ export async function alertRoutes(fastify: FastifyInstance) {
             alerts: Type.Array(AlertView),
             next: Type.Union([Type.String(), Type.Null()], { description: 'the cursor of the next page' }),
           }),
-          ...errors,
+          ...readErrors,
         },
       },
     },
@@ -119,13 +143,14 @@ export async function alertRoutes(fastify: FastifyInstance) {
         objectType: q.objectType,
         pk: q.pk,
       };
-      const listing = JSON.stringify(filters);
+      const listing = JSON.stringify({ ...filters, at: q.at });
       const keyset = idKeyset(q.cursor, listing, q.limit);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      const point = await app.readPoint(world, q.at);
       const forked = (await app.awaitBase(world)).kind !== 'none';
       const { rows } = await app.pg.query<Alert & { inherited?: boolean }>(
-        forked
-          ? FORK_ALERTS
+        forked || point
+          ? ALERTS_AT
           : `SELECT ${ALERT_COLUMNS} FROM alerts
           WHERE world_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR rule = $3)
             AND ($4::text IS NULL OR alert_type = $4) AND ($5::text IS NULL OR severity = $5)
@@ -142,7 +167,7 @@ export async function alertRoutes(fastify: FastifyInstance) {
           q.pk ?? null,
           keyset.after,
           q.limit + 1,
-          ...(forked ? [null] : []),
+          ...(forked || point ? [null, point?.commit ?? null, point?.moment ?? null] : []),
         ],
       );
       const { page, next } = keyset.page(rows);
@@ -160,20 +185,25 @@ export async function alertRoutes(fastify: FastifyInstance) {
         summary: 'Read an alert',
         params: Type.Object({ world: Type.String({ pattern: WORLD_ID }), id: Type.String({ pattern: UUID }) }),
         headers: ReadHeaders,
-        response: { 200: AlertView, ...errors },
+        querystring: Type.Object({ at: Type.Optional(AtState) }, { additionalProperties: false }),
+        response: { 200: AlertView, ...readErrors },
       },
     },
     async (request, reply) => {
       const { world, id } = request.params;
       const watermark = await app.awaitConsistency(request, world);
-      const { rows } = await app.pg.query<Alert>(
-        `SELECT ${ALERT_COLUMNS} FROM alerts WHERE world_id = $1 AND id = $2`,
-        [world, id],
-      );
-      let alert: (Alert & { inherited?: boolean }) | undefined = rows[0];
-      // In a fork, a base's alert it lists as inherited is read by its id too.
-      if (!alert && (await provisioned(app.pg, world)) && (await app.awaitBase(world)).kind !== 'none') {
-        const inherited = await app.pg.query<Alert & { inherited: boolean }>(FORK_ALERTS, [
+      const point = await app.readPoint(world, request.query.at);
+      let alert: (Alert & { inherited?: boolean }) | undefined;
+      if (!point) {
+        const { rows } = await app.pg.query<Alert>(
+          `SELECT ${ALERT_COLUMNS} FROM alerts WHERE world_id = $1 AND id = $2`,
+          [world, id],
+        );
+        alert = rows[0];
+      }
+      // At a ref, and in a fork a base's alert it lists as inherited, by the listing's own query.
+      if (!alert && (point || ((await provisioned(app.pg, world)) && (await app.awaitBase(world)).kind !== 'none'))) {
+        const found = await app.pg.query<Alert & { inherited: boolean }>(ALERTS_AT, [
           world,
           null,
           null,
@@ -184,8 +214,10 @@ export async function alertRoutes(fastify: FastifyInstance) {
           null,
           1,
           id,
+          point?.commit ?? null,
+          point?.moment ?? null,
         ]);
-        alert = inherited.rows[0];
+        alert = found.rows[0];
       }
       if (!alert) throw new NotFound(`alert ${id} is not in ${world}`);
       await app.consistencyHeader(reply, world, watermark);

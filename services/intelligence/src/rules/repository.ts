@@ -12,9 +12,23 @@ const fromRow = ({ description, ...rest }: Row): Rule => ({
   ...(description === null ? {} : { description }),
 });
 
-const table = definitionTable('rules', COLUMNS, fromRow);
+/** The rules at a position (see derived/repository.ts AS_OF). */
+const AS_OF = `SELECT $1::text AS world_id, a.name, a.body->>'objectType' AS object_type, a.body->>'condition' AS condition,
+         a.body->>'alertType' AS alert_type, a.body->>'severity' AS severity, a.body->>'description' AS description,
+         a.version, coalesce(r.state, 'valid') AS state, coalesce(r.errors, '[]') AS errors,
+         coalesce(r.schema_version, 0) AS schema_version, coalesce(r.created_at, a.created) AS created_at,
+         coalesce(r.updated_at, a.written_at) AS updated_at
+    FROM definitions_at($1, $2) a
+    LEFT JOIN rules r
+      ON r.world_id = $1 AND r.name = a.name AND r.version = a.version
+     AND jsonb_strip_nulls(jsonb_build_object('objectType', r.object_type, 'condition', r.condition,
+           'alertType', r.alert_type, 'severity', r.severity, 'description', r.description)) = a.body
+   WHERE a.kind = 'rule'`;
+const table = definitionTable('rules', COLUMNS, fromRow, AS_OF);
 export const listRules = table.list;
 export const getRule = table.get;
+export const listRulesAt = table.listAt;
+export const getRuleAt = table.getAt;
 export const deleteRule = table.remove;
 
 export interface RuleWrite extends RuleInput, DefinitionWrite {}

@@ -10,7 +10,7 @@ import { definitionsOf, refuseToBreak } from '../engine/world-model.js';
 import { NAME } from '../http.js';
 import { type ClearReason, clearAlerts } from './alerts.js';
 import { ALERT_TYPE, type Rule, type RuleInput, resolveRule, SEVERITIES } from './model.js';
-import { deleteRule, getRule, listRules, saveRule } from './repository.js';
+import { deleteRule, getRule, getRuleAt, listRules, listRulesAt, saveRule } from './repository.js';
 
 const Severity = Type.Union(
   SEVERITIES.map((s) => Type.Literal(s)),
@@ -83,7 +83,7 @@ export async function ruleRoutes(fastify: FastifyInstance, engine: Engine) {
     tag: 'rules',
     View,
     view,
-    table: { list: listRules, get: getRule },
+    table: { list: listRules, get: getRule, listAt: listRulesAt, getAt: getRuleAt },
     recompute: { kind: 'rule', of: (r) => ({ objectType: r.objectType, dueInMs: 0 }) },
     put: {
       summary: 'Define or change a rule',

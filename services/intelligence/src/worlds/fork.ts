@@ -3,6 +3,7 @@ import { bumpRevision } from '../engine/locks.js';
 import { revalidateWorld } from '../engine/schema-changes.js';
 import { recordAll } from '../merges/history.js';
 import { announceRules } from '../rules/announce.js';
+import { FORK_POINT } from './ref.js';
 
 /** What a fork took from its base: counts of the definitions copied, and where in the base it started. */
 export interface Copied {
@@ -12,38 +13,6 @@ export interface Copied {
   /** The base's definition position the copy is (docs/adr/0039): the fork's merge base in intelligence. */
   position: number;
 }
-
-/**
- * The fork point in the base (docs/adr/0045), read under the base's lock: its definition
- * position `p` and its `moment` (the last intelligence_seq: every alert the base raised or
- * cleared by then has a seq at or below it).
- * - No ref (now): the base's position and moment now.
- * - A commit c (a tag arrives as its commit): the changes made while the base's data watermark
- *   was at most c (within a world they are a prefix of its history, since definition writes and
- *   watermark advances hold its lock) — the definitions the values a fork at c inherits
- *   (valid_seq <= c) were computed with — but none after the first *anchor* at or after c: a tag
- *   of the base (its position and moment when intelligence took its request) or an earlier fork
- *   of it. Without an anchor, a change the base made later with no data write in between would
- *   count as "at c" too, and a fork at a tag would take definitions and alerts made after the tag.
- * - An instant: the last change written at or before it.
- * Never past the position now: a change the base makes after this transaction is after the fork.
- */
-const FORK_POINT = `anchor AS (
-       SELECT x.definitions, x.moment FROM (
-         SELECT t.commit, t.definitions, t.moment FROM world_tags t
-          WHERE $3::bigint IS NOT NULL AND t.world_id = $1 AND t.commit >= $3 AND t.definitions IS NOT NULL
-         UNION ALL
-         SELECT b.base_seq, f.definitions, f.moment FROM fork_points f JOIN world_bases b ON b.world_id = f.world_id
-          WHERE $3::bigint IS NOT NULL AND f.base_world = $1 AND b.base_seq >= $3
-       ) x ORDER BY x.commit, x.definitions LIMIT 1
-     ), point AS (
-       SELECT (SELECT coalesce(max(h.seq), 0) FROM definition_history h
-                WHERE h.world_id = $1 AND ($3::bigint IS NULL OR h.data_seq <= $3)
-                  AND ($4::timestamptz IS NULL OR h.written_at <= $4)
-                  AND h.seq <= coalesce((SELECT definitions FROM anchor), h.seq)) AS p,
-              coalesce((SELECT moment FROM anchor),
-                       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM intelligence_seq)) AS moment
-     )`;
 
 /** How long a fork at a commit waits for the commit of a base's tag data has not reported yet. */
 const PENDING_TAG_WAIT = '60 seconds';

@@ -28,6 +28,14 @@ const Properties = Type.Record(Type.String(), Type.Unknown(), { description: "an
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
 const Actor = Type.String({ minLength: 1, description: 'the principal who asked for the change' });
 const RequestId = Type.String({ description: 'the x-request-id of the request that made the change' });
+/** When data committed a write: the time an instant in `?at=` is resolved by (docs/adr/0069). */
+const WrittenAt = Type.Optional(
+  Type.String({
+    pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,6})?(Z|[+-]\\d{2}:\\d{2})$',
+    description:
+      "the write's commit time in data, to the microsecond (data's written_at): ?at=<instant> reads the last commit written at or before the instant, in data and in intelligence",
+  }),
+);
 
 const objectChange = (what: string) =>
   closed(
@@ -40,6 +48,7 @@ const objectChange = (what: string) =>
       actor: Actor,
       requestId: RequestId,
       schemaVersion: Type.Integer({ minimum: 0, description: 'the world schema version the change was checked with' }),
+      writtenAt: WrittenAt,
     },
     what,
   );
@@ -58,6 +67,7 @@ const linkChange = (what: string) =>
       after: Nullable(LinkEnds),
       actor: Actor,
       requestId: RequestId,
+      writtenAt: WrittenAt,
     },
     what,
   );
@@ -407,6 +417,12 @@ export const EVENT_PAYLOADS = {
     {
       service: Type.Union([Type.Literal('data'), Type.Literal('intelligence')]),
       base: Type.Optional(closed({ world: Text, commit: Count }, "a fork's base world and the commit it starts at")),
+      created: Type.Optional(
+        closed(
+          { commit: Count, at: Instant },
+          "the world's first commit in data and when data provisioned it (to the microsecond): a ref before either is before the world existed",
+        ),
+      ),
     },
     'data provisioned a world',
   ),
@@ -601,6 +617,7 @@ export const EVENT_PAYLOADS = {
       actor: Actor,
       requestId: RequestId,
       schemaVersion: Type.Integer({ minimum: 0, description: 'the world schema version the points were checked with' }),
+      writtenAt: WrittenAt,
     },
     "points of one object's series were written (one event per batch, at most 1000 points)",
   ),
