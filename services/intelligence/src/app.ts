@@ -6,6 +6,7 @@ import fp from 'fastify-plugin';
 import actions from './actions/plugin.js';
 import type { Config } from './config.js';
 import consistency from './consistency.js';
+import objectSets from './engine/object-set-routes.js';
 import evaluation from './engine/plugin.js';
 import identity from './identity/plugin.js';
 import merges from './merges/plugin.js';
@@ -37,6 +38,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(consistency, { waitBoundMs: config.CONSISTENCY_WAIT_MS });
   await fastify.register(evaluation, { seriesKeepMarginMs: config.SERIES_KEEP_MARGIN_MS });
   await fastify.register(merges);
+  await fastify.register(objectSets, { scanLimit: config.QUERY_SCAN_LIMIT, tokenSecret: config.QUERY_TOKEN_SECRET });
   await fastify.register(actions, {
     redisNamespace: `${fastify.topicPrefix}${new URL(config.DATABASE_URL).pathname.slice(1)}:`,
     keyTtlMs: config.IDEMPOTENCY_KEY_TTL_MS,
