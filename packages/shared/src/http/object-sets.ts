@@ -11,7 +11,13 @@ import { BadRequest } from './problem.js';
 
 const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 
-export function objectSetSchemas(field = '[A-Za-z][A-Za-z0-9_]{0,62}') {
+export function objectSetSchemas(
+  field = '[A-Za-z][A-Za-z0-9_]{0,62}',
+  /** The refs `at` takes, when the service states them by a pattern (intelligence's). */
+  at: { pattern?: string; description: string } = {
+    description: 'read at a ref (as ?at= of the reads); absent: now, pinned at a commit cut by the first page',
+  },
+) {
   const FIELD = `^${field}$`;
   const Scalar = Type.Union([Type.String(), Type.Number(), Type.Boolean()]);
   /** `{<$op>: value, …}` on one property; a bare value means $eq. */
@@ -71,7 +77,7 @@ export function objectSetSchemas(field = '[A-Za-z][A-Za-z0-9_]{0,62}') {
   const AtField = Type.Optional(
     Type.String({
       maxLength: 100,
-      description: 'read at a ref (as ?at= of the reads); absent: now, pinned at a commit cut by the first page',
+      ...at,
     }),
   );
   const AllowScan = Type.Optional(

@@ -35,7 +35,12 @@ import { aggregate, chainAt, DERIVED, queryPage, querySchema, type Segment, scan
 
 /** A field: a property, or `derived.<name>` for a derived property. */
 const FIELD = '(?:derived\\.)?[A-Za-z][A-Za-z0-9_]{0,62}';
-const { QueryBody, AggregateBody, AggregateAnswer } = objectSetSchemas(FIELD);
+const { QueryBody, AggregateBody, AggregateAnswer } = objectSetSchemas(FIELD, {
+  // As ?at= of the read model's reads: a commit, something shaped like an instant (422), or a tag name.
+  pattern: '^(?:[0-9]{1,15}|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ].*|(?![0-9]+$)[a-zA-Z0-9][a-zA-Z0-9._-]{0,99})$',
+  description:
+    "read at a ref, as ?at= of the read model's reads: a data commit or a tag of the world; absent: the world's applied data, pinned by the first page",
+});
 
 const Params = Type.Object({
   world: Type.String({ pattern: WORLD_ID }),
