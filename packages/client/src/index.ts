@@ -424,6 +424,17 @@ function preconditions(options: WriteOptions): Record<string, string | undefined
 
 declare const crypto: { randomUUID(): string };
 
+/** One item's answer in a batch of actions: the action (202), or the problem it met alone. */
+export interface ActionBatchResult<P> {
+  index: number;
+  idempotencyKey: string;
+  /** The status the item would have answered alone: 202, or 4xx. */
+  status: number;
+  replayed: boolean;
+  action: Omit<ActionRun<P>, 'replayed'> | null;
+  problem: { status: number; detail: string; errors: { path: string; message: string }[] } | null;
+}
+
 /** One action type: checked without running (validate), or run with an Idempotency-Key. */
 export class Action<P extends object> {
   constructor(
@@ -444,6 +455,23 @@ export class Action<P extends object> {
       headers: { 'idempotency-key': options.idempotencyKey ?? crypto.randomUUID() },
     });
     return answer.body;
+  }
+
+  /**
+   * Runs up to 20 invocations in one request (`…/actions/{type}/batch`), each under its own
+   * idempotency key (given, or made here once), so that sending the batch again after a lost
+   * answer replays each item instead of running it twice. Answers one result per item, in order.
+   */
+  async applyBatch(items: { parameters: P; idempotencyKey?: string }[]): Promise<ActionBatchResult<P>[]> {
+    const body = {
+      items: items.map((i) => ({ parameters: i.parameters, idempotencyKey: i.idempotencyKey ?? crypto.randomUUID() })),
+    };
+    const answer = await this.world.call<{ results: ActionBatchResult<P>[] }>(
+      'intelligence',
+      { method: 'POST', path: `${this.path()}/batch`, body },
+      true,
+    );
+    return answer.body.results;
   }
 
   /**

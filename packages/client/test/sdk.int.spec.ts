@@ -148,6 +148,15 @@ describe('@onto/client generated for the demo world', () => {
     expect(seen.seen.actionKeys[0]).toBe(seen.seen.actionKeys[1]);
     expect(seen.run).toMatchObject({ status: 'COMPLETED', replayed: true });
     expect(seen.shipped.status).toBe('shipped');
+    // A batch: each item under its own key, answered alone; the same batch again replays item by item.
+    expect(seen.batch).toMatchObject([
+      { status: 202, replayed: false, paths: [] },
+      { status: 422, replayed: false, action: null, paths: ['body/items/1/parameters/order'] },
+    ]);
+    expect(seen.batchAgain).toMatchObject([
+      { status: 202, replayed: true, action: seen.batch[0].action },
+      { status: 422, replayed: false },
+    ]);
 
     // The stored state: the object as the driver left it, one action for the key.
     const stored = await s.dataCall('GET', '/v1/worlds/demo/objects/Order/o-sdk');

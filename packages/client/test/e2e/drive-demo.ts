@@ -96,6 +96,21 @@ const refused = await world.actions.shipOrder.validate({} as { order: string });
 const run = await world.actions.shipOrder.apply({ order: 'o-sdk' }, { wait: true });
 const shipped = await Order.get('o-sdk');
 
+// A batch: o-1 shipped under its own key, a refused item answered alone; sent again, each replays.
+const batchItems = [
+  { parameters: { order: 'o-1' }, idempotencyKey: 'sdk-batch-o-1' },
+  { parameters: {} as { order: string }, idempotencyKey: 'sdk-batch-refused' },
+];
+const batch = await world.actions.shipOrder.applyBatch(batchItems);
+const batchAgain = await world.actions.shipOrder.applyBatch(batchItems);
+const batchOf = (results: typeof batch) =>
+  results.map((r) => ({
+    status: r.status,
+    replayed: r.replayed,
+    action: r.action?.id ?? null,
+    paths: r.problem?.errors.map((e) => e.path) ?? [],
+  }));
+
 // The world's schema moves incompatibly (a new required property of Customer): a client made
 // from the same generated module refuses to run, naming what moved.
 await client.transport.call('control', {
@@ -135,6 +150,8 @@ console.log(
     refused,
     run: { status: run.status, replayed: run.replayed, id: run.id },
     shipped: { status: shipped.properties.status, version: shipped.version },
+    batch: batchOf(batch),
+    batchAgain: batchOf(batchAgain),
     seen,
     moved,
     query: Order.query()
