@@ -270,6 +270,10 @@ export class World<W extends WorldShape> implements WorldCalls {
 
 type Props<W extends WorldShape, T extends keyof W['objects']> = W['objects'][T]['properties'];
 type LinksOf<W extends WorldShape, T extends keyof W['objects']> = W['objects'][T]['links'] & string;
+/** The fields of a read-model query: the properties, and each derived property as `derived.<name>`. */
+export type ReadModelFields<W extends WorldShape, T extends keyof W['objects']> = Props<W, T> & {
+  [K in keyof W['objects'][T]['derived'] & string as `derived.${K}`]: W['objects'][T]['derived'][K];
+};
 
 /** One object type of a world: CRUD with ETags, queries, aggregations, derived values, series. */
 export class ObjectType<W extends WorldShape, T extends keyof W['objects'] & string> {
@@ -362,6 +366,33 @@ export class ObjectType<W extends WorldShape, T extends keyof W['objects'] & str
       });
       return answer.body;
     });
+  }
+
+  /**
+   * An object set over intelligence's read model (`…/query` there, docs/adr/0075): the same
+   * builder, where derived properties are fields `derived.<name>`; each object carries `derived`.
+   */
+  readModel(): ObjectQuery<T, ReadModelFields<W, T>, LinksOf<W, T>> {
+    return new ObjectQuery(async (body: QueryBody<ReadModelFields<W, T>, LinksOf<W, T>>) => {
+      const answer = await this.world.call<QueryPage<T, ReadModelFields<W, T>>>('intelligence', {
+        method: 'POST',
+        path: `${this.path()}/query`,
+        body,
+      });
+      return answer.body;
+    });
+  }
+
+  /** Groups and metrics over the read model, derived properties as `derived.<name>` fields. */
+  async aggregateReadModel<M extends Metric<ReadModelFields<W, T>>>(
+    body: AggregateBody<ReadModelFields<W, T>, LinksOf<W, T>> & { metrics: M[] },
+  ): Promise<AggregateResult<M['name']>> {
+    const answer = await this.world.call<AggregateResult<M['name']>>('intelligence', {
+      method: 'POST',
+      path: `${this.path()}/aggregate`,
+      body,
+    });
+    return answer.body;
   }
 
   /** Groups and metrics over the objects a `where` selects. */

@@ -133,6 +133,14 @@ describe('@onto/client generated for the demo world', () => {
     // Read-your-writes into intelligence: the value read reflects the write just made.
     expect(seen.derived.value).toBe(1200 + 530);
     expect(seen.derived.sourceSeq).toBeGreaterThanOrEqual(seen.writtenAt);
+    // The read model queried through the client: every page (one object each) of the customers who
+    // spent, by what they spent, the write just made included; and the aggregation agrees.
+    // More than one page (pageSize 1): later pages follow the token with the body as first sent.
+    expect(seen.readModel.pks.length).toBeGreaterThan(1);
+    expect(seen.readModel.pks).toContain('c-1');
+    expect(seen.readModel.totals[seen.readModel.pks.indexOf('c-1')]).toBe(1200 + 530);
+    expect(seen.readModel.totals).toEqual([...seen.readModel.totals].sort((a: number, b: number) => b - a));
+    expect(seen.readModel.sum).toBe(seen.readModel.totals.reduce((a: number, b: number) => a + b, 0));
 
     // validateOnly: valid, the edit it would make, nothing changed; bad parameters named by path.
     expect(seen.check).toMatchObject({

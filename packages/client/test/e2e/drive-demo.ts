@@ -89,6 +89,20 @@ await Order.patch('o-3', { amount: 530 });
 const writtenAt = world.consistency.data ?? 0;
 const derived = await world.objects.Customer.derived('c-1');
 
+// The read model: customers by a derived value, a page at a time (one commit), and its sum.
+const spenders = await world.objects.Customer.readModel()
+  .where({ 'derived.totalSpent': { $gt: 0 } })
+  .orderBy('derived.totalSpent', 'desc')
+  .pageSize(1)
+  .allowScan()
+  .all();
+const spent = await world.objects.Customer.aggregateReadModel({
+  where: { 'derived.totalSpent': { $gt: 0 } },
+  metrics: [{ name: 'total', op: 'sum', property: 'derived.totalSpent' }],
+});
+const spentOf = (o: (typeof spenders)[number]) =>
+  (o as unknown as { derived: { totalSpent: number } }).derived.totalSpent;
+
 // An action checked without running, refused parameters named by path, then run for real.
 const check = await world.actions.shipOrder.validate({ order: 'o-sdk' });
 const afterCheck = await Order.get('o-sdk');
@@ -145,6 +159,11 @@ console.log(
     invalid,
     writtenAt,
     derived: derived.totalSpent,
+    readModel: {
+      pks: spenders.map((o) => o.pk),
+      totals: spenders.map(spentOf),
+      sum: spent.groups[0]?.metrics.total ?? null,
+    },
     check,
     statusAfterCheck: afterCheck.properties.status,
     refused,
