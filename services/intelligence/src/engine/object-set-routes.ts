@@ -31,7 +31,16 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { listDerived } from '../derived/repository.js';
 import { errors, NAME, notProvisioned, provisioned, ReadHeaders } from '../http.js';
-import { aggregate, chainAt, DERIVED, queryPage, querySchema, type Segment, scanSize } from '../readmodel/sets.js';
+import {
+  aggregate,
+  chainAt,
+  DERIVED,
+  queryPage,
+  querySchema,
+  readsDerived,
+  type Segment,
+  scanSize,
+} from '../readmodel/sets.js';
 
 /** A field: a property, or `derived.<name>` for a derived property. */
 const FIELD = '(?:derived\\.)?[A-Za-z][A-Za-z0-9_]{0,62}';
@@ -240,9 +249,14 @@ export default fp(
         faultsOr(faults, 'the aggregation cannot be made as asked');
         await checkScan(chain, typeName, where, undefined, body.allowScan);
         const cap = groupBy.reduce((n, g) => Math.min(n * (g.type === 'exact' ? g.maxGroups : 1_000), 1_000_000), 1);
+        // Derived values cost a lookup per object: read only when the aggregation uses one.
+        const derived =
+          readsDerived(where) ||
+          groupBy.some((g) => g.property.startsWith(DERIVED)) ||
+          metrics.some((m) => m.property?.startsWith(DERIVED) === true);
         const groups = await aggregate(
           app.pg,
-          { world, commit, chain, derived: true },
+          { world, commit, chain, derived },
           { type: typeName, where, groupBy, metrics, cap },
         );
         for (const [i, g] of groupBy.entries()) {

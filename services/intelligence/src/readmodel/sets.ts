@@ -273,6 +273,22 @@ export async function aggregate(
   }));
 }
 
+/** Whether a where-clause reads a derived field anywhere (its links' where-clauses too). */
+export function readsDerived(node: WhereNode | null): boolean {
+  if (node === null) return false;
+  switch (node.kind) {
+    case 'cmp':
+      return node.property.startsWith(DERIVED);
+    case 'link':
+      return readsDerived(node.where);
+    case 'not':
+      return readsDerived(node.item);
+    case 'and':
+    case 'or':
+      return node.items.some(readsDerived);
+  }
+}
+
 /** The property type a derived value's CEL kind is queried as. */
 function typeOfKind(kind: string | undefined): PropertyType {
   switch (kind) {
