@@ -80,7 +80,7 @@ const CROSS_PARAMETER: Record<string, (query: Record<string, string>) => boolean
 /** Opaque tokens a listing issued (`next`): the document says so, and no generator can make one. */
 const OPAQUE = new Set(['cursor', 'pageToken']);
 /** Refusals that depend on the world's schema (which properties exist, are indexed), not on the document. */
-const WORLD_DEPENDENT = /is not a property|is not indexed|only eq applies|an indexed property of/;
+const WORLD_DEPENDENT = /is not a property|is not indexed|only eq applies|an indexed property of|is not a link type/;
 /**
  * The nesting limit of every JSON body, stated by the 400 every operation with a body documents
  * (docs/adr/0036): JSON Schema cannot say it, so a body nested deeper is not one the document allows.
