@@ -1,4 +1,5 @@
 import type { SchemaDocument } from '@onto/shared';
+import { describe, expect, it } from 'vitest';
 import {
   afterSql,
   compileWhere,
@@ -13,8 +14,7 @@ import {
   type SqlContext,
   textTerms,
   type WhereNode,
-} from '@onto/shared';
-import { describe, expect, it } from 'vitest';
+} from '../src/objects/where.js';
 
 const doc: SchemaDocument = {
   objectTypes: {

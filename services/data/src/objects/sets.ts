@@ -10,6 +10,7 @@
  * the commit just cut, and writers keep writing while its pages are read.
  */
 import type { Queryable } from '@onto/shared';
+import type { Segment } from '../worlds/refs.js';
 import {
   afterSql,
   compileWhere,
@@ -23,8 +24,7 @@ import {
   type SqlContext,
   sortExpr,
   type WhereNode,
-} from '@onto/shared';
-import type { Segment } from '../worlds/refs.js';
+} from './where.js';
 
 /** Parameters of one statement. */
 export class Params {
