@@ -693,19 +693,38 @@ export async function main(argv: string[], io: Io = processIo, env: NodeJS.Proce
           'version and signature it was generated from (the client refuses to run against a schema that moved incompatibly)',
       )
       .requiredOption('--world <world>', 'the world', matching(WORLD, '--world'))
-      .option('--at <version>', 'the schema version to generate from (default: the current one)', (v) => {
-        if (!/^[1-9]\d{0,9}$/.test(v)) throw new InvalidArgumentError('a schema version is a whole number ≥ 1');
-        return Number(v);
-      })
+      .option(
+        '--at <ref>',
+        "the schema version to generate from, or a tag of the world (its schema version, from control's tags API); default: the current one",
+        (v) => {
+          if (/^[0-9]+$/.test(v)) {
+            if (!/^[1-9]\d{0,9}$/.test(v)) throw new InvalidArgumentError('a schema version is a whole number ≥ 1');
+            return Number(v);
+          }
+          if (!/^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$/.test(v)) {
+            throw new InvalidArgumentError('must be a schema version (a whole number ≥ 1) or a tag name');
+          }
+          return v;
+        },
+      )
       .requiredOption('--out <dir>', 'the directory to write <world>.ts into')
       .option('--client <module>', 'where the generated module imports the client from', '@onto/client')
-      .action(async (opts: { world: string; at?: number; out: string; client: string }, cmd: Command) => {
+      .action(async (opts: { world: string; at?: number | string; out: string; client: string }, cmd: Command) => {
         const { o, services } = setup(cmd);
         const api = services();
+        // A tag names a schema version (its ref's control part): the module is the schema the tag saw.
+        const version =
+          typeof opts.at === 'string'
+            ? (
+                (await api.call('control', 'GET', `/v1/worlds/${opts.world}/tags/${encodeURIComponent(opts.at)}`)) as {
+                  ref: { control: number };
+                }
+              ).ref.control
+            : opts.at;
         const schema = (await api.call(
           'control',
           'GET',
-          `/v1/worlds/${opts.world}/schema${opts.at === undefined ? '' : `?version=${opts.at}`}`,
+          `/v1/worlds/${opts.world}/schema${version === undefined ? '' : `?version=${version}`}`,
         )) as CodegenSchema;
         const { derivedProperties } = (await api.call(
           'intelligence',

@@ -270,6 +270,10 @@ export class World<W extends WorldShape> implements WorldCalls {
 
 type Props<W extends WorldShape, T extends keyof W['objects']> = W['objects'][T]['properties'];
 type LinksOf<W extends WorldShape, T extends keyof W['objects']> = W['objects'][T]['links'] & string;
+/** The fields of a read-model query: the properties, and each derived property as `derived.<name>`. */
+export type ReadModelFields<W extends WorldShape, T extends keyof W['objects']> = Props<W, T> & {
+  [K in keyof W['objects'][T]['derived'] & string as `derived.${K}`]: W['objects'][T]['derived'][K];
+};
 
 /** One object type of a world: CRUD with ETags, queries, aggregations, derived values, series. */
 export class ObjectType<W extends WorldShape, T extends keyof W['objects'] & string> {
@@ -364,6 +368,33 @@ export class ObjectType<W extends WorldShape, T extends keyof W['objects'] & str
     });
   }
 
+  /**
+   * An object set over intelligence's read model (`…/query` there, docs/adr/0075): the same
+   * builder, where derived properties are fields `derived.<name>`; each object carries `derived`.
+   */
+  readModel(): ObjectQuery<T, ReadModelFields<W, T>, LinksOf<W, T>> {
+    return new ObjectQuery(async (body: QueryBody<ReadModelFields<W, T>, LinksOf<W, T>>) => {
+      const answer = await this.world.call<QueryPage<T, ReadModelFields<W, T>>>('intelligence', {
+        method: 'POST',
+        path: `${this.path()}/query`,
+        body,
+      });
+      return answer.body;
+    });
+  }
+
+  /** Groups and metrics over the read model, derived properties as `derived.<name>` fields. */
+  async aggregateReadModel<M extends Metric<ReadModelFields<W, T>>>(
+    body: AggregateBody<ReadModelFields<W, T>, LinksOf<W, T>> & { metrics: M[] },
+  ): Promise<AggregateResult<M['name']>> {
+    const answer = await this.world.call<AggregateResult<M['name']>>('intelligence', {
+      method: 'POST',
+      path: `${this.path()}/aggregate`,
+      body,
+    });
+    return answer.body;
+  }
+
   /** Groups and metrics over the objects a `where` selects. */
   async aggregate<M extends Metric<Props<W, T>>>(
     body: AggregateBody<Props<W, T>, LinksOf<W, T>> & { metrics: M[] },
@@ -424,6 +455,17 @@ function preconditions(options: WriteOptions): Record<string, string | undefined
 
 declare const crypto: { randomUUID(): string };
 
+/** One item's answer in a batch of actions: the action (202), or the problem it met alone. */
+export interface ActionBatchResult<P> {
+  index: number;
+  idempotencyKey: string;
+  /** The status the item would have answered alone: 202, or 4xx. */
+  status: number;
+  replayed: boolean;
+  action: Omit<ActionRun<P>, 'replayed'> | null;
+  problem: { status: number; detail: string; errors: { path: string; message: string }[] } | null;
+}
+
 /** One action type: checked without running (validate), or run with an Idempotency-Key. */
 export class Action<P extends object> {
   constructor(
@@ -444,6 +486,23 @@ export class Action<P extends object> {
       headers: { 'idempotency-key': options.idempotencyKey ?? crypto.randomUUID() },
     });
     return answer.body;
+  }
+
+  /**
+   * Runs up to 20 invocations in one request (`…/actions/{type}/batch`), each under its own
+   * idempotency key (given, or made here once), so that sending the batch again after a lost
+   * answer replays each item instead of running it twice. Answers one result per item, in order.
+   */
+  async applyBatch(items: { parameters: P; idempotencyKey?: string }[]): Promise<ActionBatchResult<P>[]> {
+    const body = {
+      items: items.map((i) => ({ parameters: i.parameters, idempotencyKey: i.idempotencyKey ?? crypto.randomUUID() })),
+    };
+    const answer = await this.world.call<{ results: ActionBatchResult<P>[] }>(
+      'intelligence',
+      { method: 'POST', path: `${this.path()}/batch`, body },
+      true,
+    );
+    return answer.body.results;
   }
 
   /**

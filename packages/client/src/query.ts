@@ -128,7 +128,9 @@ export class ObjectQuery<T extends string, P, L extends string> implements Async
       const page = await this.run(body);
       yield page;
       if (!page.nextPageToken) return;
-      body = { ...this.body, pageToken: page.nextPageToken, at: this.body.at ?? String(page.commit) };
+      // The token carries the commit the first page pinned, and is bound to the body as first sent:
+      // the same body (pageSize and pageToken aside) follows it.
+      body = { ...this.body, pageToken: page.nextPageToken };
     }
   }
 

@@ -133,6 +133,14 @@ describe('@onto/client generated for the demo world', () => {
     // Read-your-writes into intelligence: the value read reflects the write just made.
     expect(seen.derived.value).toBe(1200 + 530);
     expect(seen.derived.sourceSeq).toBeGreaterThanOrEqual(seen.writtenAt);
+    // The read model queried through the client: every page (one object each) of the customers who
+    // spent, by what they spent, the write just made included; and the aggregation agrees.
+    // More than one page (pageSize 1): later pages follow the token with the body as first sent.
+    expect(seen.readModel.pks.length).toBeGreaterThan(1);
+    expect(seen.readModel.pks).toContain('c-1');
+    expect(seen.readModel.totals[seen.readModel.pks.indexOf('c-1')]).toBe(1200 + 530);
+    expect(seen.readModel.totals).toEqual([...seen.readModel.totals].sort((a: number, b: number) => b - a));
+    expect(seen.readModel.sum).toBe(seen.readModel.totals.reduce((a: number, b: number) => a + b, 0));
 
     // validateOnly: valid, the edit it would make, nothing changed; bad parameters named by path.
     expect(seen.check).toMatchObject({
@@ -148,6 +156,15 @@ describe('@onto/client generated for the demo world', () => {
     expect(seen.seen.actionKeys[0]).toBe(seen.seen.actionKeys[1]);
     expect(seen.run).toMatchObject({ status: 'COMPLETED', replayed: true });
     expect(seen.shipped.status).toBe('shipped');
+    // A batch: each item under its own key, answered alone; the same batch again replays item by item.
+    expect(seen.batch).toMatchObject([
+      { status: 202, replayed: false, paths: [] },
+      { status: 422, replayed: false, action: null, paths: ['body/items/1/parameters/order'] },
+    ]);
+    expect(seen.batchAgain).toMatchObject([
+      { status: 202, replayed: true, action: seen.batch[0].action },
+      { status: 422, replayed: false },
+    ]);
 
     // The stored state: the object as the driver left it, one action for the key.
     const stored = await s.dataCall('GET', '/v1/worlds/demo/objects/Order/o-sdk');

@@ -53,6 +53,7 @@ export {
   parseBoundedJson,
   TOO_DEEP,
 } from './http/json-depth.js';
+export { objectSetSchemas, PageTokens } from './http/object-sets.js';
 export { metricsPlugin } from './http/observability.js';
 export {
   type BaseServiceConfig,
@@ -137,6 +138,7 @@ export * from './ontology/own.js';
 export * from './ontology/replica.js';
 export * from './ontology/schema.js';
 export * from './ontology/values.js';
+export * from './ontology/where.js';
 export { createRedis, redisPlugin } from './redis/redis.js';
 export {
   applyTraced,

@@ -1,5 +1,5 @@
+import { compileWhere, parseWhere } from '@onto/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { compileWhere, parseWhere } from '../src/objects/where.js';
 import { indexName } from '../src/schema/replica.js';
 import { dataStack, expectProblem, forkThroughControl, type Stack } from './stack.js';
 

@@ -1,5 +1,4 @@
 import type { SchemaDocument } from '@onto/shared';
-import { describe, expect, it } from 'vitest';
 import {
   afterSql,
   compileWhere,
@@ -14,7 +13,8 @@ import {
   type SqlContext,
   textTerms,
   type WhereNode,
-} from '../src/objects/where.js';
+} from '@onto/shared';
+import { describe, expect, it } from 'vitest';
 
 const doc: SchemaDocument = {
   objectTypes: {

@@ -6,6 +6,7 @@ import fp from 'fastify-plugin';
 import actions from './actions/plugin.js';
 import type { Config } from './config.js';
 import consistency from './consistency.js';
+import objectSets from './engine/object-set-routes.js';
 import evaluation from './engine/plugin.js';
 import identity from './identity/plugin.js';
 import merges from './merges/plugin.js';
@@ -42,6 +43,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     batch: config.RETENTION_PRUNE_BATCH,
     graceMs: config.RETENTION_PRUNE_GRACE_MS,
   });
+  await fastify.register(objectSets, { scanLimit: config.QUERY_SCAN_LIMIT, tokenSecret: config.QUERY_TOKEN_SECRET });
   await fastify.register(actions, {
     redisNamespace: `${fastify.topicPrefix}${new URL(config.DATABASE_URL).pathname.slice(1)}:`,
     keyTtlMs: config.IDEMPOTENCY_KEY_TTL_MS,

@@ -50,6 +50,19 @@ export const ConfigSchema = Type.Composite([
       description:
         "How much further back than the widest window of the world's definitions over a series its points are kept (docs/adr/0028)",
     }),
+    QUERY_SCAN_LIMIT: Type.Integer({
+      minimum: 1,
+      default: 10_000,
+      description:
+        'objects a query or aggregation of the read model may read when no condition on the primary key narrows it; above it the answer is a 422, unless the request sets allowScan (docs/adr/0075)',
+    }),
+    QUERY_TOKEN_SECRET: Type.Optional(
+      Type.String({
+        minLength: 32,
+        description:
+          "the key page tokens of the read model's object-set queries are signed with (HMAC-SHA256); every instance of intelligence needs the same one. Unset: a random key per process (docs/adr/0075)",
+      }),
+    ),
     ACTION_STEP_RETRY_MS: Type.Integer({
       minimum: 100,
       maximum: 3600_000,

@@ -89,12 +89,41 @@ await Order.patch('o-3', { amount: 530 });
 const writtenAt = world.consistency.data ?? 0;
 const derived = await world.objects.Customer.derived('c-1');
 
+// The read model: customers by a derived value, a page at a time (one commit), and its sum.
+const spenders = await world.objects.Customer.readModel()
+  .where({ 'derived.totalSpent': { $gt: 0 } })
+  .orderBy('derived.totalSpent', 'desc')
+  .pageSize(1)
+  .allowScan()
+  .all();
+const spent = await world.objects.Customer.aggregateReadModel({
+  where: { 'derived.totalSpent': { $gt: 0 } },
+  metrics: [{ name: 'total', op: 'sum', property: 'derived.totalSpent' }],
+});
+const spentOf = (o: (typeof spenders)[number]) =>
+  (o as unknown as { derived: { totalSpent: number } }).derived.totalSpent;
+
 // An action checked without running, refused parameters named by path, then run for real.
 const check = await world.actions.shipOrder.validate({ order: 'o-sdk' });
 const afterCheck = await Order.get('o-sdk');
 const refused = await world.actions.shipOrder.validate({} as { order: string });
 const run = await world.actions.shipOrder.apply({ order: 'o-sdk' }, { wait: true });
 const shipped = await Order.get('o-sdk');
+
+// A batch: o-1 shipped under its own key, a refused item answered alone; sent again, each replays.
+const batchItems = [
+  { parameters: { order: 'o-1' }, idempotencyKey: 'sdk-batch-o-1' },
+  { parameters: {} as { order: string }, idempotencyKey: 'sdk-batch-refused' },
+];
+const batch = await world.actions.shipOrder.applyBatch(batchItems);
+const batchAgain = await world.actions.shipOrder.applyBatch(batchItems);
+const batchOf = (results: typeof batch) =>
+  results.map((r) => ({
+    status: r.status,
+    replayed: r.replayed,
+    action: r.action?.id ?? null,
+    paths: r.problem?.errors.map((e) => e.path) ?? [],
+  }));
 
 // The world's schema moves incompatibly (a new required property of Customer): a client made
 // from the same generated module refuses to run, naming what moved.
@@ -130,11 +159,18 @@ console.log(
     invalid,
     writtenAt,
     derived: derived.totalSpent,
+    readModel: {
+      pks: spenders.map((o) => o.pk),
+      totals: spenders.map(spentOf),
+      sum: spent.groups[0]?.metrics.total ?? null,
+    },
     check,
     statusAfterCheck: afterCheck.properties.status,
     refused,
     run: { status: run.status, replayed: run.replayed, id: run.id },
     shipped: { status: shipped.properties.status, version: shipped.version },
+    batch: batchOf(batch),
+    batchAgain: batchOf(batchAgain),
     seen,
     moved,
     query: Order.query()

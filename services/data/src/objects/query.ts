@@ -1,15 +1,26 @@
-import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BadRequest,
   BODY_LIMITS,
   Headers,
-  HttpProblem,
+  indexedAccess,
   type ObjectType,
+  objectSetSchemas,
   ownValue,
+  PageTokens,
+  parseGroupBy,
+  parseMetrics,
+  parseOrderBy,
+  parseSelect,
+  parseWhere,
+  pivot,
   problemResponses,
+  QueryFaults,
+  type SortKey,
   setOwn,
   Unprocessable,
+  type WhereNode,
   WORLD_ID,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
@@ -20,21 +31,6 @@ import { cutCommit } from '../storage/commit.js';
 import { pinCommit } from '../storage/horizon.js';
 import { type ReadPoint, resolveRef } from '../worlds/refs.js';
 import { aggregate, type Chain, queryPage, scanSize } from './sets.js';
-import {
-  INTERVALS,
-  indexedAccess,
-  METRIC_OPS,
-  parseGroupBy,
-  parseMetrics,
-  parseOrderBy,
-  parseSelect,
-  parseWhere,
-  pivot,
-  QUERY_LIMITS,
-  QueryFaults,
-  type SortKey,
-  type WhereNode,
-} from './where.js';
 
 const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const errors = problemResponses(400, 401, 403, 404, 410, 422, 503);
@@ -46,103 +42,7 @@ const ReadHeaders = Type.Object({
   'x-consistency-token': Headers.consistencyToken('control=<schema version>: wait (bounded) until data has applied it'),
 });
 
-const Scalar = Type.Union([Type.String(), Type.Number(), Type.Boolean()]);
-/** `{<$op>: value, …}` on one property; a bare value means $eq. */
-const Condition = Type.Union([
-  Scalar,
-  Type.Object(
-    {
-      $eq: Type.Optional(Scalar),
-      $ne: Type.Optional(Scalar),
-      $in: Type.Optional(Type.Array(Scalar, { minItems: 1, maxItems: QUERY_LIMITS.inValues })),
-      $gt: Type.Optional(Type.Union([Type.String(), Type.Number()])),
-      $gte: Type.Optional(Type.Union([Type.String(), Type.Number()])),
-      $lt: Type.Optional(Type.Union([Type.String(), Type.Number()])),
-      $lte: Type.Optional(Type.Union([Type.String(), Type.Number()])),
-      $isNull: Type.Optional(Type.Boolean()),
-      $startsWith: Type.Optional(Type.String({ minLength: 1, maxLength: QUERY_LIMITS.operand })),
-      $contains: Type.Optional(Scalar),
-      $containsAnyTerm: Type.Optional(Type.String({ minLength: 1, maxLength: QUERY_LIMITS.operand })),
-      $containsAllTerms: Type.Optional(Type.String({ minLength: 1, maxLength: QUERY_LIMITS.operand })),
-    },
-    { additionalProperties: false, minProperties: 1 },
-  ),
-]);
-/**
- * A where-clause. Combinators and property conditions may share one object (all ANDed). The
- * property names are checked against the schema, the values against the properties' types, the
- * nesting (at most 16) and the conditions (at most 200) by the service: faults name their path.
- */
-export const Where = Type.Recursive(
-  (This) =>
-    Type.Object(
-      {
-        $and: Type.Optional(Type.Array(This, { minItems: 1 })),
-        $or: Type.Optional(Type.Array(This, { minItems: 1 })),
-        $not: Type.Optional(This),
-        $link: Type.Optional(
-          Type.Object(
-            {
-              type: Type.String({ pattern: NAME, description: 'a link type with the queried type on one side' }),
-              where: Type.Optional(This),
-            },
-            { additionalProperties: false },
-          ),
-        ),
-      },
-      {
-        // Type.Record would lose the key pattern in the emitted document: property names are
-        // stated with propertyNames.
-        additionalProperties: Condition,
-        propertyNames: { pattern: '^(\\$(and|or|not|link)|[A-Za-z][A-Za-z0-9_]{0,62})$' },
-        description:
-          '{$and: [Where]} | {$or: [Where]} | {$not: Where} | {$link: {type, where?}} | {<property>: <value> | {<$op>: value}}; several keys are ANDed',
-      },
-    ),
-  { $id: 'Where' },
-);
-const AtField = Type.Optional(
-  Type.String({
-    maxLength: 100,
-    description: 'read at a ref (as ?at= of the reads); absent: now, pinned at a commit cut by the first page',
-  }),
-);
-const AllowScan = Type.Optional(
-  Type.Boolean({
-    description: 'read more than QUERY_SCAN_LIMIT objects when no index narrows the where-clause (else 422)',
-  }),
-);
-
-const QueryBody = Type.Object(
-  {
-    where: Type.Optional(Where),
-    orderBy: Type.Optional(
-      Type.Array(
-        Type.Object(
-          {
-            property: Type.String({ pattern: NAME }),
-            direction: Type.Optional(Type.Union([Type.Literal('asc'), Type.Literal('desc')])),
-          },
-          { additionalProperties: false },
-        ),
-        { maxItems: QUERY_LIMITS.orderBy },
-      ),
-    ),
-    select: Type.Optional(Type.Array(Type.String({ pattern: NAME }), { maxItems: 1000 })),
-    pageSize: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
-    pageToken: Type.Optional(Type.String({ maxLength: 8192, description: 'nextPageToken of the previous page' })),
-    at: AtField,
-    pivotTo: Type.Optional(
-      Type.Array(Type.String({ pattern: NAME }), {
-        minItems: 1,
-        maxItems: QUERY_LIMITS.pivotSteps,
-        description: 'link types followed in turn from the set; the answer holds the objects reached (deduplicated)',
-      }),
-    ),
-    allowScan: AllowScan,
-  },
-  { additionalProperties: false },
-);
+const { QueryBody, AggregateBody, AggregateAnswer } = objectSetSchemas();
 const ObjectItem = Type.Object({
   type: Type.String(),
   pk: Type.String(),
@@ -154,127 +54,6 @@ const QueryAnswer = Type.Object({
   nextPageToken: Type.Union([Type.String(), Type.Null()]),
   commit: Type.Integer({ description: 'the data commit every page of the query reads' }),
 });
-
-const Range = Type.Object(
-  { from: Type.Optional(Type.Number()), to: Type.Optional(Type.Number()) },
-  { additionalProperties: false, description: 'from inclusive, to exclusive' },
-);
-const GroupBySchema = Type.Union([
-  Type.Object(
-    {
-      property: Type.String({ pattern: NAME }),
-      type: Type.Literal('exact'),
-      maxGroups: Type.Optional(
-        Type.Integer({
-          minimum: 1,
-          maximum: QUERY_LIMITS.maxGroups,
-          description: `distinct values of this property the answer may hold (default ${QUERY_LIMITS.defaultMaxGroups}); more is a 422`,
-        }),
-      ),
-    },
-    { additionalProperties: false },
-  ),
-  Type.Object(
-    {
-      property: Type.String({ pattern: NAME }),
-      type: Type.Literal('ranges'),
-      ranges: Type.Array(Range, { minItems: 1, maxItems: QUERY_LIMITS.ranges }),
-    },
-    { additionalProperties: false },
-  ),
-  Type.Object(
-    {
-      property: Type.String({ pattern: NAME }),
-      type: Type.Literal('bucket'),
-      interval: Type.Union(INTERVALS.map((i) => Type.Literal(i))),
-    },
-    { additionalProperties: false },
-  ),
-]);
-const AggregateBody = Type.Object(
-  {
-    where: Type.Optional(Where),
-    at: AtField,
-    groupBy: Type.Optional(Type.Array(GroupBySchema, { maxItems: QUERY_LIMITS.groupBy })),
-    // count counts objects and takes no property; every other op needs the property it measures.
-    metrics: Type.Array(
-      Type.Union([
-        Type.Object(
-          { name: Type.String({ minLength: 1, maxLength: 100 }), op: Type.Literal('count') },
-          { additionalProperties: false },
-        ),
-        Type.Object(
-          {
-            name: Type.String({ minLength: 1, maxLength: 100 }),
-            op: Type.Union(METRIC_OPS.filter((o) => o !== 'count').map((o) => Type.Literal(o))),
-            property: Type.String({ pattern: NAME }),
-          },
-          { additionalProperties: false },
-        ),
-      ]),
-      { minItems: 1, maxItems: QUERY_LIMITS.metrics, description: 'metric names are distinct' },
-    ),
-    allowScan: AllowScan,
-  },
-  { additionalProperties: false },
-);
-const AggregateAnswer = Type.Object({
-  groups: Type.Array(
-    Type.Object({
-      key: Type.Record(Type.String(), Type.Unknown(), {
-        description: 'per groupBy property: the value (null: objects without one), {from, to} or the bucket start',
-      }),
-      metrics: Type.Record(Type.String(), Type.Union([Type.Number(), Type.String(), Type.Null()])),
-    }),
-  ),
-  commit: Type.Integer({ description: 'the data commit the answer reflects' }),
-});
-
-/**
- * Page tokens: `<payload>.<HMAC-SHA256>` with the server's secret. The payload binds the token to
- * its world and query (a hash of everything in the body but pageSize and pageToken) and carries
- * the pinned commit and where the page ended.
- */
-export class PageTokens {
-  constructor(
-    private readonly secret: Buffer,
-    /** How long a token reads its commit (QUERY_TOKEN_TTL_SECONDS): retention keeps the commit that long. */
-    readonly ttlMs = 3_600_000,
-  ) {}
-
-  private mac(payload: string) {
-    return createHmac('sha256', this.secret).update(`onto-query-page\u0000${payload}`).digest();
-  }
-
-  sign(position: { q: string; c: number; k: unknown[]; t: number }): string {
-    const payload = Buffer.from(JSON.stringify(position), 'utf8').toString('base64url');
-    return `${payload}.${this.mac(payload).toString('base64url')}`;
-  }
-
-  /** The position of a token issued for query `q`; 400 naming `body/pageToken` otherwise. */
-  open(token: string, q: string, now = Date.now()): { c: number; k: unknown[] } {
-    const fault = (message: string) =>
-      new BadRequest(`the page token ${message}`, [{ path: 'body/pageToken', message }]);
-    const [payload, mac, ...rest] = token.split('.');
-    const given = Buffer.from(mac ?? '', 'base64url');
-    const expected = this.mac(payload ?? '');
-    if (rest.length > 0 || !payload || given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      throw fault('was not issued by this service or was altered');
-    }
-    const position = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as Record<string, unknown>;
-    if (position.q !== q) throw fault('belongs to another query (or world): send the same body with it');
-    if (!Number.isSafeInteger(position.c) || !Array.isArray(position.k) || !Number.isSafeInteger(position.t)) {
-      throw fault('is malformed');
-    }
-    if ((position.t as number) + this.ttlMs <= now) {
-      const message = 'has expired (QUERY_TOKEN_TTL_SECONDS): run the query again';
-      throw new HttpProblem(410, 'gone', 'Gone', `the page token ${message}`, {
-        errors: [{ path: 'body/pageToken', message }],
-      });
-    }
-    return { c: position.c as number, k: position.k };
-  }
-}
 
 export interface QueryOptions {
   /** Objects a query may read without an index narrowing it (QUERY_SCAN_LIMIT). */

@@ -10,7 +10,6 @@
  * the commit just cut, and writers keep writing while its pages are read.
  */
 import type { Queryable } from '@onto/shared';
-import type { Segment } from '../worlds/refs.js';
 import {
   afterSql,
   compileWhere,
@@ -24,7 +23,8 @@ import {
   type SqlContext,
   sortExpr,
   type WhereNode,
-} from './where.js';
+} from '@onto/shared';
+import type { Segment } from '../worlds/refs.js';
 
 /** Parameters of one statement. */
 export class Params {

@@ -15,7 +15,7 @@ interface Claimed {
   attempts: number;
 }
 
-/** The indexed expression and access method of each kind; queries compile to the same expressions (objects/where.ts). */
+/** The indexed expression and access method of each kind; queries compile to the same expressions (packages/shared/src/ontology/where.ts). */
 const KEYS: Record<IndexKind, (property: string) => string> = {
   btree: (property) => `(world_id, (properties -> ${pg.escapeLiteral(property)}), pk)`,
   gin: (property) => `USING gin ((properties -> ${pg.escapeLiteral(property)}) jsonb_path_ops)`,

@@ -137,6 +137,28 @@ const Validation = Type.Object({
   }),
   schemaVersion: Type.Integer({ description: 'the schema version the action was checked against' }),
 });
+/** Actions one batch request may carry (issue 30). */
+export const BATCH_MAX = 20;
+
+/** A batch item's problem as a problem+json body, its paths under `body/items/<index>`. */
+function itemProblem(error: HttpProblem, index: number) {
+  const at = (path: string) =>
+    path === 'header/idempotency-key'
+      ? `body/items/${index}/idempotencyKey`
+      : path.startsWith('body/')
+        ? `body/items/${index}/${path.slice('body/'.length)}`
+        : path.startsWith('/')
+          ? `body/items/${index}${path}`
+          : path;
+  return {
+    type: `https://onto.dev/problems/${error.slug}`,
+    title: error.title,
+    status: error.status,
+    detail: error.detail,
+    errors: (error.extensions.errors ?? []).map((e) => ({ path: at(e.path), message: e.message })),
+  };
+}
+
 const UUID = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
 
 /** `Idempotency-Key`: 1 to 255 printable ASCII characters, bare or as a quoted sf-string. */
@@ -216,6 +238,53 @@ export default fp(
       ]);
     }
 
+    /**
+     * Runs one action request under its Idempotency-Key: a replay of the key's first answer, a
+     * 422 for the key used with other parameters, a 409 while it is in flight, or a new action.
+     */
+    async function execute(
+      world: string,
+      actionType: string,
+      key: string,
+      actor: string,
+      parameters: Record<string, unknown>,
+    ): Promise<{ record: KeyRecord; replayed: boolean }> {
+      const scope = callerScope(actor);
+      const print = fingerprint(world, actionType, parameters);
+      const cached = await redis.cached(world, scope, key);
+      if (cached) return cached.fingerprint === print ? { record: cached, replayed: true } : mismatch(cached);
+      await refuseProtectedWorld(app.pg, world);
+      const lock = await redis.lock(world, scope, key);
+      try {
+        if (lock.state === 'held') {
+          // In flight elsewhere, or done with its lock not yet released: PostgreSQL knows which.
+          const done = await findKey(app.pg, world, scope, key);
+          if (done) return done.fingerprint === print ? { record: done, replayed: true } : mismatch(done);
+          metrics.request('in_progress');
+          throw new HttpProblem(
+            409,
+            'conflict',
+            'Conflict',
+            'a request with this Idempotency-Key is in progress; retry it shortly',
+            { errors: [{ path: 'header/idempotency-key', message: 'is in use by a request in progress' }] },
+            { 'retry-after': '1' },
+          );
+        }
+        const started = await inTransaction(app.pg, (tx) =>
+          sagas.start(tx, { worldId: world, actionType, parameters, idempotencyKey: key, actor, causedBy: null }),
+        ).catch((error: unknown) => {
+          if (error instanceof Unprocessable && error.extensions.errors?.[0]?.path === 'header/idempotency-key') {
+            metrics.request('mismatch');
+          }
+          throw error;
+        });
+        await redis.remember(world, scope, key, started.record);
+        return { record: started.record, replayed: started.replayed };
+      } finally {
+        await redis.release(lock);
+      }
+    }
+
     app.post(
       '/v1/worlds/:world/actions/:actionType',
       {
@@ -269,40 +338,130 @@ export default fp(
             schemaVersion: plan.schema.version,
           } as never);
         }
-        const scope = callerScope(actor);
-        const print = fingerprint(world, actionType, parameters);
-        const cached = await redis.cached(world, scope, key);
-        if (cached) return cached.fingerprint === print ? answer(reply, world, cached, true) : mismatch(cached);
-        await refuseProtectedWorld(app.pg, world);
-        const lock = await redis.lock(world, scope, key);
-        try {
-          if (lock.state === 'held') {
-            // In flight elsewhere, or done with its lock not yet released: PostgreSQL knows which.
-            const done = await findKey(app.pg, world, scope, key);
-            if (done) return done.fingerprint === print ? answer(reply, world, done, true) : mismatch(done);
-            metrics.request('in_progress');
-            throw new HttpProblem(
-              409,
-              'conflict',
-              'Conflict',
-              'a request with this Idempotency-Key is in progress; retry it shortly',
-              { errors: [{ path: 'header/idempotency-key', message: 'is in use by a request in progress' }] },
-              { 'retry-after': '1' },
-            );
+        const { record, replayed } = await execute(world, actionType, key, actor, parameters);
+        return answer(reply, world, record, replayed);
+      },
+    );
+
+    app.post(
+      '/v1/worlds/:world/actions/:actionType/batch',
+      {
+        bodyLimit: BODY_LIMITS.object,
+        preHandler: app.authorize({ role: 'editor' }),
+        schema: {
+          tags: ['actions'],
+          summary: 'Run up to 20 actions of one type in one request, each with its own result',
+          description: `Each item is one action request with its own idempotencyKey (the rules of Idempotency-Key on POST …/actions/{actionType}: remembered 7 days per world and caller; the same key with the same parameters replays its first answer, with other parameters 422, in flight 409). Items run in order, each on its own: one refused does not stop the others. Answers 200 with one result per item, in order: status 202 and the action (replayed: true for a replay), 200 and the validation (validateOnly), or the problem that item met, its paths under body/items/<i>. At most ${BATCH_MAX} items (more: 400 naming body/items); two items with one key: 422 naming the second's idempotencyKey; a body over the size limit: 413.`,
+          params: Type.Object({
+            world: Type.String({ pattern: WORLD_ID }),
+            actionType: Type.String({ pattern: NAME, description: 'the action type (apiName)' }),
+          }),
+          headers: Type.Object({
+            'x-consistency-token': Headers.consistencyToken(
+              'control=<schema version>: wait (bounded) until it is applied here',
+            ),
+          }),
+          body: Type.Object(
+            {
+              items: Type.Array(
+                Type.Object(
+                  {
+                    idempotencyKey: Type.String({
+                      minLength: 1,
+                      maxLength: 255,
+                      pattern: '^[\\x20-\\x7e]+$',
+                      description: 'as Idempotency-Key: 1 to 255 printable ASCII characters, unique per request',
+                    }),
+                    parameters: Type.Optional(Type.Record(Type.String({ pattern: NAME }), Type.Unknown())),
+                  },
+                  { additionalProperties: false },
+                ),
+                { minItems: 1, maxItems: BATCH_MAX },
+              ),
+              validateOnly: Type.Optional(
+                Type.Boolean({
+                  description:
+                    'true: check every item and answer the edits each would make; nothing runs, no key is used up',
+                }),
+              ),
+            },
+            { additionalProperties: false },
+          ),
+          response: {
+            200: Type.Object({
+              results: Type.Array(
+                Type.Object({
+                  index: Type.Integer(),
+                  idempotencyKey: Type.String(),
+                  status: Type.Integer({ description: 'the status the item would have answered alone' }),
+                  replayed: Type.Boolean(),
+                  action: Type.Union([ActionBody, Type.Null()]),
+                  validation: Type.Union([Validation, Type.Null()]),
+                  problem: Type.Union([
+                    Type.Object({
+                      type: Type.String(),
+                      title: Type.String(),
+                      status: Type.Integer(),
+                      detail: Type.String(),
+                      errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
+                    }),
+                    Type.Null(),
+                  ]),
+                }),
+              ),
+            }),
+            ...errors,
+          },
+        },
+      },
+      async (request, reply) => {
+        const { world, actionType } = request.params;
+        const { items, validateOnly } = request.body;
+        const actor = principalOf(request).userId;
+        const seen = new Map<string, number>();
+        for (const [i, item] of items.entries()) {
+          const first = seen.get(item.idempotencyKey);
+          if (first !== undefined) {
+            throw new Unprocessable('two items of the batch carry one idempotencyKey', [
+              {
+                path: `body/items/${i}/idempotencyKey`,
+                message: `is the key of item ${first}: each item needs its own`,
+              },
+            ]);
           }
-          const started = await inTransaction(app.pg, (tx) =>
-            sagas.start(tx, { worldId: world, actionType, parameters, idempotencyKey: key, actor, causedBy: null }),
-          ).catch((error: unknown) => {
-            if (error instanceof Unprocessable && error.extensions.errors?.[0]?.path === 'header/idempotency-key') {
-              metrics.request('mismatch');
-            }
-            throw error;
-          });
-          await redis.remember(world, scope, key, started.record);
-          return answer(reply, world, started.record, started.replayed);
-        } finally {
-          await redis.release(lock);
+          seen.set(item.idempotencyKey, i);
         }
+        await app.awaitConsistency(request, world);
+        const results = [];
+        for (const [index, item] of items.entries()) {
+          const parameters = item.parameters ?? {};
+          const base = { index, idempotencyKey: item.idempotencyKey, action: null, validation: null, problem: null };
+          try {
+            if (validateOnly === true) {
+              const plan = await inTransaction(app.pg, (tx) => sagas.plan(tx, world, actionType, parameters));
+              results.push({
+                ...base,
+                status: 200,
+                replayed: false,
+                validation: {
+                  valid: plan.errors.length === 0,
+                  errors: plan.errors.slice(0, 50),
+                  edits: plan.errors.length === 0 && plan.resolved ? plan.resolved.commands : [],
+                  schemaVersion: plan.schema.version,
+                },
+              });
+              continue;
+            }
+            const { record, replayed } = await execute(world, actionType, item.idempotencyKey, actor, parameters);
+            metrics.request(replayed ? 'replayed' : 'executed');
+            results.push({ ...base, status: record.response.status, replayed, action: record.response.body });
+          } catch (error) {
+            if (!(error instanceof HttpProblem)) throw error;
+            results.push({ ...base, status: error.status, replayed: false, problem: itemProblem(error, index) });
+          }
+        }
+        await app.consistencyHeader(reply, world);
+        return { results } as never;
       },
     );
 

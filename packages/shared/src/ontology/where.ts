@@ -3,20 +3,11 @@
  * `groupBy` and `metrics` of `POST …/objects/{type}/query|aggregate`, checked against a world's
  * schema and compiled to parameterised SQL. Pure: no I/O, no Fastify; the SQL it writes reads the
  * rows of an alias (`r.pk`, `r.properties`) and asks its caller for the one thing that depends on
- * where rows are stored, the links (`SqlContext.linkExists`), so that live subscriptions and row
- * policies can reuse it over other sources.
+ * where rows are stored, the links (`SqlContext.linkExists`), so that other sources reuse it: data's
+ * heads and history, and intelligence's read model with its derived values (docs/adr/0075).
  */
-import {
-  checkValue,
-  type FieldError,
-  isPlainObject,
-  type ObjectType,
-  type PropertyDef,
-  type PropertyType,
-  pointer,
-  type SchemaDocument,
-  stringFault,
-} from '@onto/shared';
+import type { ObjectType, PropertyDef, PropertyType, SchemaDocument } from './schema.js';
+import { checkValue, isPlainObject, pointer, stringFault } from './values.js';
 
 export const QUERY_LIMITS = {
   /** Nesting of $and/$or/$not/$link. */
@@ -85,8 +76,14 @@ export interface LinkNode {
   path: string;
 }
 
+/** A fault of a query: its JSON path and the rule (the shape of an HTTP problem's FieldError; ontology/ lies below http/). */
+export interface QueryFault {
+  path: string;
+  message: string;
+}
+
 export class QueryFaults {
-  readonly list: FieldError[] = [];
+  readonly list: QueryFault[] = [];
   add(path: string, message: string) {
     this.list.push({ path, message });
   }

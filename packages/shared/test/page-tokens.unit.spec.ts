@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { PageTokens } from '../src/objects/query.js';
+import { PageTokens } from '../src/http/object-sets.js';
 
 // Page tokens of object-set queries live QUERY_TOKEN_TTL_SECONDS (docs/adr/0072): retention keeps
 // their commit that long, and a token older than that is refused with 410.
