@@ -110,7 +110,7 @@ async function fill(world: string, n: number) {
   await db.query(
     `INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor)
      SELECT $1, 'Order', 'o-' || i, 1, nextval('data_seq'), false,
-            jsonb_build_object('id', 'o-' || i, 'amount', (i * 7919) % 200 - CASE WHEN i % 50 = 0 THEN 0 ELSE 100 END), $3, 'bench'
+            jsonb_build_object('id', 'o-' || i, 'amount', (i::bigint * 7919) % 200 - CASE WHEN i % 50 = 0 THEN 0 ELSE 100 END), $3, 'bench'
        FROM generate_series(1, $2) AS i`,
     [world, customers * 5, v],
   );
