@@ -64,6 +64,7 @@ export {
 } from './http/platform.js';
 export * from './http/problem.js';
 export { runService } from './http/server.js';
+export { historyMetrics } from './jobs/history-metrics.js';
 export { type JobsPluginOptions, jobsPlugin } from './jobs/plugin.js';
 export {
   type EnqueueOptions,

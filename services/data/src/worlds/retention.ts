@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   enqueueJob,
+  historyMetrics,
   inTransaction,
   newEvent,
   Outbox,
@@ -13,7 +14,6 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
-import { Counter, Gauge } from 'prom-client';
 import { notProvisioned } from '../schema/lookup.js';
 import { keptPoints } from '../storage/horizon.js';
 import { commitAtInstant } from './refs.js';
@@ -76,8 +76,8 @@ interface PassRow {
 }
 
 export class HistoryPruner {
-  private readonly pruned: Counter<'world' | 'service' | 'table'>;
-  private readonly rows: Gauge<'world' | 'service'>;
+  private readonly pruned: ReturnType<typeof historyMetrics>['pruned'];
+  private readonly rows: ReturnType<typeof historyMetrics>['rows'];
 
   constructor(
     private readonly pool: pg.Pool,
@@ -85,18 +85,7 @@ export class HistoryPruner {
     private readonly opts: PrunerOptions,
     private readonly topicPrefix: string,
   ) {
-    this.pruned = new Counter({
-      name: 'onto_history_pruned_total',
-      help: 'history rows removed by retention (docs/adr/0072), by world and table',
-      labelNames: ['world', 'service', 'table'],
-      registers: [registry],
-    });
-    this.rows = new Gauge({
-      name: 'onto_history_rows',
-      help: 'history rows of a world with a retention policy, counted at the end of each pruning pass (the instance that ran it sets it)',
-      labelNames: ['world', 'service'],
-      registers: [registry],
-    });
+    ({ pruned: this.pruned, rows: this.rows } = historyMetrics(registry));
   }
 
   /**

@@ -1,6 +1,6 @@
-import { HttpProblem, type Queryable } from '@onto/shared';
+import { HttpProblem, historyMetrics, type Queryable } from '@onto/shared';
 import type pg from 'pg';
-import { Counter, Gauge, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 
 /*
  * History retention in intelligence (docs/adr/0072, 0073). data decides a world's retained
@@ -75,26 +75,15 @@ const INTERVALS: [string, string][] = [
 ];
 
 export class HistoryPruner {
-  private readonly pruned: Counter<'world' | 'service' | 'table'>;
-  private readonly rows: Gauge<'world' | 'service'>;
+  private readonly pruned: ReturnType<typeof historyMetrics>['pruned'];
+  private readonly rows: ReturnType<typeof historyMetrics>['rows'];
 
   constructor(
     private readonly pool: pg.Pool,
     registry: Registry,
     private readonly opts: PrunerOptions,
   ) {
-    this.pruned = new Counter({
-      name: 'onto_history_pruned_total',
-      help: 'history rows removed by retention (docs/adr/0072), by world and table',
-      labelNames: ['world', 'service', 'table'],
-      registers: [registry],
-    });
-    this.rows = new Gauge({
-      name: 'onto_history_rows',
-      help: 'history rows of a world with a retained horizon, counted at the end of each pruning pass (the instance that ran it sets it)',
-      labelNames: ['world', 'service'],
-      registers: [registry],
-    });
+    ({ pruned: this.pruned, rows: this.rows } = historyMetrics(registry));
   }
 
   /** One batch of one world's pass; answers when to run again (undefined: nothing left until the next horizon). */
