@@ -9,6 +9,7 @@
 const LAYERS = {
   'packages/shared/src': [
     'backoff.ts',
+    'in-process.ts',
     'db',
     'config',
     'kafka',

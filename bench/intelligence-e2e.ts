@@ -23,10 +23,9 @@
 
 import * as http from 'node:http';
 import * as os from 'node:os';
-import { testBroker, testEndpoints } from '@onto/shared/testing';
 import pg from 'pg';
 import { cpuMeter } from './lib/cpu.js';
-import { fmt, kafkaTool, paced, percentile } from './lib/harness.js';
+import { fmt, kafkaEndToEnd, paced, percentile } from './lib/harness.js';
 import { benchStack, call } from './lib/stack.js';
 
 const seconds = Number(process.argv[2] ?? 20);
@@ -246,21 +245,7 @@ try {
   );
   await dataClient.end();
   const recordBytes = sample[0]?.n ?? 400;
-  const { kafkaBrokers } = testEndpoints();
-  const admin = await testBroker(kafkaBrokers).admin();
-  const e2eTopic = `${stack.topics.prefix}bench.e2e`;
-  await admin.ensureTopics([{ name: e2eTopic, partitions: 1 }]);
-  await admin.disconnect();
-  const kafka = await kafkaTool('org.apache.kafka.tools.EndToEndLatency', [
-    kafkaBrokers,
-    e2eTopic,
-    '5000',
-    'all',
-    String(recordBytes),
-  ]);
-  const kafkaP = kafka.match(/Percentiles: 50th = (\d+), 99th = (\d+), 99.9th = (\d+)/);
-  const k50 = Number(kafkaP?.[1]);
-  const k99 = Number(kafkaP?.[2]);
+  const { p50: k50, p99: k99 } = await kafkaEndToEnd(stack.topics.prefix, recordBytes);
 
   // Where the time goes, on the database's clock: data's transaction began → the relay marked the
   // event sent (after the broker's ack) → intelligence's batch transaction began → visible.

@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { bootstrapTokenFault } from '@onto/control/config';
 import { loadConfig } from '@onto/shared';
@@ -256,5 +256,32 @@ describe('docker-compose.cluster.yml', () => {
     const run = spawnSync('bash', [start], { env: { PATH: process.env.PATH, ...env, ONTO_KAFKA_NODE_ID: '2' } });
     expect(run.status).toBe(1);
     expect(run.stderr.toString()).toMatch(/ONTO_KAFKA_QUORUM_VOTERS and ONTO_KAFKA_CLUSTER_ID/);
+  });
+  it('adds a streaming replica of postgres that data and intelligence read from (docs/adr/0080)', () => {
+    const replica = cluster.services['postgres-replica'] as ComposeService & { user?: string; volumes?: string[] };
+    expect(replica.image).toBe(compose.services.postgres?.image);
+    expect(replica.depends_on?.postgres?.condition).toBe('service_healthy');
+    const script = replica.volumes?.find((v) => v.includes('replica-start.sh'))?.split(':')[0] as string;
+    const start = readFileSync(new URL(`../${script.replace(/^\.\//, '')}`, import.meta.url), 'utf8');
+    expect(start).toMatch(/pg_basebackup -h postgres -U postgres -D "\$DATA" -X stream -R/);
+    expect(start).toMatch(/exec postgres -D "\$DATA" -c hot_standby=on/);
+    expect(statSync(new URL(`../${script.replace(/^\.\//, '')}`, import.meta.url)).mode & 0o111).not.toBe(0);
+    // The primary lets it in: a replication line added at initdb.
+    const primary = cluster.services.postgres as { volumes?: string[] };
+    const hba = primary.volumes?.find((v) => v.includes('/docker-entrypoint-initdb.d/'))?.split(':')[0] as string;
+    expect(readFileSync(new URL(`../${hba.replace(/^\.\//, '')}`, import.meta.url), 'utf8')).toContain(
+      'host replication postgres all scram-sha-256',
+    );
+    for (const name of ['data', 'intelligence']) {
+      const service = merged(name);
+      // Its own database on the replica, as DATABASE_URL names it on the primary.
+      const own = /@postgres:5432(\/onto_\w+)$/.exec(String(service.environment?.DATABASE_URL))?.[1];
+      expect(own, name).toBe(`/onto_${name}`);
+      expect(String(service.environment?.DATABASE_REPLICA_URLS), name).toMatch(
+        new RegExp(`@postgres-replica:5432${own}$`),
+      );
+      expect(service.depends_on?.['postgres-replica']?.condition, name).toBe('service_healthy');
+      expect(service.depends_on?.['kafka-3']?.condition, name).toBe('service_healthy');
+    }
   });
 });

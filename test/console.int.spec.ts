@@ -150,6 +150,50 @@ describe('the console in a browser', () => {
     expect((await s.controlCall('GET', '/console/nope.js')).statusCode).toBe(404);
   });
 
+  it("shows a world's retention policy beside the history horizon data announced", async () => {
+    // A world of its own, before the next step stops intelligence (a world needs it to be READY).
+    await s.world('shelf', { objectTypes: { Order: ORDER } });
+    const put = await s.dataCall('PUT', '/v1/worlds/shelf/objects/Order/o-1', {
+      body: { properties: { id: 'o-1', amount: 5 } },
+    });
+    expect(put.statusCode, put.body).toBe(201);
+    await page.goto(`${base}/console/`);
+    await page.getByLabel(/API token/).fill(BOOTSTRAP);
+    await page.getByTestId('sign-in').click();
+    await page.getByTestId('world-shelf').waitFor();
+    await page.goto(`${base}/console/#/w/shelf/tags`);
+    await page.getByTestId('history-horizon').getByText('none (nothing pruned)').waitFor();
+    expect(await page.getByTestId('retention-policy').textContent()).toBe('forever');
+    // A policy: data's next pass moves the horizon (to the world's first commit: nothing is a day old)
+    // and announces it; control learns it from Kafka and answers it with the world.
+    const set = await s.controlCall('PUT', '/v1/worlds/shelf/retention', { body: { keepDays: 1, keepVersions: 3 } });
+    expect(set.statusCode, set.body).toBe(200);
+    const horizon = await s.until(
+      'the horizon in control',
+      async () => (await s.controlCall('GET', '/v1/worlds/shelf')).json().historyHorizon ?? undefined,
+      60_000,
+    );
+    const { rows } = await s.data.app.pg.query<{ h: string }>(
+      'SELECT horizon_seq::text AS h FROM world_retention WHERE world_id = $1',
+      ['shelf'],
+    );
+    expect(horizon.commit).toBe(Number(rows[0]?.h));
+    // Away and back (a reload would sign out: the token lives in memory only).
+    await page.goto(`${base}/console/#/`);
+    await page.getByTestId('world-shelf').waitFor();
+    await page.goto(`${base}/console/#/w/shelf/tags`);
+    await page
+      .getByTestId('history-horizon')
+      .getByText(`commit ${horizon.commit} (moved ${horizon.movedAt})`)
+      .waitFor();
+    expect(await page.getByTestId('retention-policy').textContent()).toBe(
+      '1 day(s), and the newest 3 version(s) of each key',
+    );
+    await check('retention');
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel(/API token/).waitFor();
+  }, 120_000);
+
   it('signs in, forks, edits the fork, shows the diff, merges MANUAL conflict by conflict, approves a decision, and shows the laggard', async () => {
     // Sign in with the bootstrap token.
     await page.goto(`${base}/console/`);

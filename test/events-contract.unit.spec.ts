@@ -89,7 +89,13 @@ describe('the AsyncAPI document', () => {
       'onto.identity',
       'onto.storage.dlq',
       'onto.intelligence.dlq',
+      'onto.audit',
+      'onto.audit.dlq',
     ]);
+    // Every service publishes its audit records; only control consumes them (docs/adr/0084).
+    for (const service of PRODUCERS) {
+      expect(Object.keys(asyncApiDocument(service).channels as object), service).toContain('onto.audit');
+    }
   });
 });
 

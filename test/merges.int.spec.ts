@@ -1,94 +1,21 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type IntelligenceStack, intelligenceStack } from '../services/intelligence/test/stack.js';
+import { type Conflict, Customer, MERGE_STACK, type Merge, mergeCalls } from './merge-helpers.js';
 
 /**
  * Merges end to end (issue 17, docs/adr/0037): control orchestrates, data and intelligence each
  * plan and apply their part over Kafka. Every check reads the services' own APIs.
  */
 
-const Customer = {
-  displayName: 'Customer',
-  primaryKey: 'id',
-  properties: {
-    id: { type: 'string', required: true },
-    name: { type: 'string' },
-    tier: { type: 'string' },
-    creditLimit: { type: 'integer' },
-  },
-};
-
-interface Conflict {
-  id: string;
-  type: string;
-  entity: Record<string, unknown>;
-  base: unknown;
-  source: unknown;
-  target: unknown;
-  resolution: unknown;
-}
-interface Merge {
-  id: string;
-  status: string;
-  source: string;
-  target: string;
-  strategy: string;
-  conflicts: Conflict[];
-  failure?: { status: number; reason: string } | null;
-}
-
 describe('merges across the three services', () => {
   let s: IntelligenceStack;
 
   beforeAll(async () => {
-    s = await intelligenceStack({
-      intelligenceEnv: { CONSISTENCY_WAIT_MS: '20000' },
-      controlEnv: { MERGE_TIMEOUT_MS: '60000' },
-    });
+    s = await intelligenceStack(MERGE_STACK);
   }, 120_000);
   afterAll(async () => s?.close());
 
-  const put = async (world: string, pk: string, properties: Record<string, unknown>) => {
-    const res = await s.dataCall('PUT', `/v1/worlds/${world}/objects/Customer/${pk}`, { body: { properties } });
-    expect(res.statusCode, res.body).toBeLessThan(300);
-  };
-  const patch = async (world: string, pk: string, properties: Record<string, unknown>) => {
-    const res = await s.dataCall('PATCH', `/v1/worlds/${world}/objects/Customer/${pk}`, { body: { properties } });
-    expect(res.statusCode, res.body).toBe(200);
-  };
-  const remove = async (world: string, pk: string) => {
-    const res = await s.dataCall('DELETE', `/v1/worlds/${world}/objects/Customer/${pk}`);
-    expect(res.statusCode, res.body).toBeLessThan(300);
-  };
-  const get = async (world: string, pk: string) => {
-    const res = await s.dataCall('GET', `/v1/worlds/${world}/objects/Customer/${pk}`);
-    return res.statusCode === 200 ? (res.json().properties as Record<string, unknown>) : null;
-  };
-  const ready = (id: string) =>
-    s.until(`${id} READY`, async () =>
-      (await s.controlCall('GET', `/v1/worlds/${id}`)).json().status === 'READY' ? true : undefined,
-    );
-  const fork = async (id: string, from: string) => {
-    await ready(from); // s.world waits for data and intelligence; control says READY a moment later
-    const res = await s.controlCall('POST', '/v1/worlds', { body: { id, from: { world: from } } });
-    expect(res.statusCode, res.body).toBe(202);
-    await s.until(`${id} READY`, async () =>
-      (await s.controlCall('GET', `/v1/worlds/${id}`)).json().status === 'READY' ? true : undefined,
-    );
-  };
-  const merge = async (target: string, body: Record<string, unknown>) => {
-    const res = await s.controlCall('POST', `/v1/worlds/${target}/merges`, { body });
-    expect(res.statusCode, res.body).toBe(202);
-    return res.json().id as string;
-  };
-  const settled = (target: string, id: string, statuses = ['MERGED', 'CONFLICTS', 'FAILED', 'COMPENSATED']) =>
-    s.until(
-      `merge ${id} settled`,
-      async () => {
-        const m = (await s.controlCall('GET', `/v1/worlds/${target}/merges/${id}`)).json() as Merge;
-        return statuses.includes(m.status) ? m : undefined;
-      },
-      60_000,
-    );
+  const { put, patch, remove, get, fork, merge, settled } = mergeCalls(() => s);
   const define = async (world: string, path: string, body: Record<string, unknown>) => {
     const res = await s.intelCall('PUT', `/v1/worlds/${world}/${path}`, { body });
     expect(res.statusCode, res.body).toBeLessThan(300);

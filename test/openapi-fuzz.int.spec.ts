@@ -76,6 +76,7 @@ const CROSS_PARAMETER: Record<string, (query: Record<string, string>) => boolean
   'GET /v1/worlds/{world}/diff': (q) =>
     q.against === undefined ? q.from !== undefined : q.from === undefined && q.to === undefined,
   'GET /v1/worlds/{world}/series/{type}/{pk}/{series}': (q) => (q.bucket === undefined) === (q.agg === undefined),
+  'GET /v1/audit': (q) => q.from === undefined || q.to === undefined || Date.parse(q.from) < Date.parse(q.to),
 };
 /** Opaque tokens a listing issued (`next`): the document says so, and no generator can make one. */
 const OPAQUE = new Set(['cursor', 'pageToken']);

@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { Ajv } from 'ajv';
+import addFormats from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BOOTSTRAP } from '../services/control/test/control-service.js';
 import { type IntelligenceStack, intelligenceStack } from '../services/intelligence/test/stack.js';
@@ -132,4 +134,82 @@ describe('the README examples', () => {
     const alerts = await s.intelCall('GET', '/v1/worlds/demo/alerts?rule=bigOrder&status=OPEN');
     expect(alerts.json().alerts.map((a: { pk: string }) => a.pk)).toContain('o-5');
   }, 600_000);
+
+  /**
+   * The OpenAPI documents' examples (issue 30), after the tour, on the same demo world: every
+   * request example answers 2xx when sent as written to the path it names, and every example, of
+   * a request or an answer, is valid against the schema beside it and has the fields the
+   * service's real answer has.
+   */
+  it('every OpenAPI example of data and intelligence is valid and runs against the demo world', async () => {
+    type Media = {
+      schema?: object;
+      examples?: Record<string, { value: unknown; 'x-path-parameters'?: Record<string, string> }>;
+    };
+    type Operation = {
+      parameters?: { in: string; name: string }[];
+      requestBody?: { content?: Record<string, Media> };
+      responses?: Record<string, { content?: Record<string, Media> }>;
+    };
+    const ran: string[] = [];
+    for (const service of ['data', 'intelligence'] as const) {
+      const call = service === 'data' ? s.dataCall : s.intelCall;
+      const doc = (await call('GET', '/docs/json')).json() as {
+        paths: Record<string, Record<string, Operation>>;
+        components?: { schemas?: Record<string, object> };
+      };
+      const ajv = addFormats.default(new Ajv({ strict: false, allErrors: true }));
+      for (const [id, schema] of Object.entries(doc.components?.schemas ?? {}))
+        ajv.addSchema(schema, `#/components/schemas/${id}`);
+      const invalid = (schema: object | undefined, value: unknown) => {
+        const validate = ajv.compile(schema ?? {});
+        return validate(value) ? null : ajv.errorsText(validate.errors);
+      };
+      for (const [path, item] of Object.entries(doc.paths)) {
+        for (const [method, op] of Object.entries(item)) {
+          const where = `${service} ${method.toUpperCase()} ${path}`;
+          const request = op.requestBody?.content?.['application/json'];
+          let answer: Record<string, unknown> | undefined;
+          for (const [name, example] of Object.entries(request?.examples ?? {})) {
+            expect(invalid(request?.schema, example.value), `${where} example ${name}`).toBeNull();
+            const url = path.replace(/\{(\w+)\}/g, (_, p: string) => {
+              const value = example['x-path-parameters']?.[p] ?? (p === 'world' ? 'demo' : undefined);
+              expect(value, `${where} example ${name} names no value for {${p}}`).toBeDefined();
+              return encodeURIComponent(value as string);
+            });
+            const headers: Record<string, string> = {};
+            if (op.parameters?.some((p) => p.in === 'header' && p.name === 'idempotency-key'))
+              headers['idempotency-key'] = `example-${name}-${Date.now()}`;
+            const res = await call(method.toUpperCase() as 'POST', url, { body: example.value, headers });
+            expect(res.statusCode, `${where} example ${name}: ${res.body}`).toBeLessThan(300);
+            answer ??= res.statusCode === 200 ? res.json() : undefined;
+            ran.push(`${service} ${method.toUpperCase()} ${path} ${name}`);
+          }
+          for (const [status, response] of Object.entries(op.responses ?? {})) {
+            const media = response.content?.['application/json'];
+            for (const [name, example] of Object.entries(media?.examples ?? {})) {
+              expect(invalid(media?.schema, example.value), `${where} ${status} example ${name}`).toBeNull();
+              if (status === '200' && answer)
+                expect(Object.keys(example.value as object).sort(), `${where} ${status} example ${name}`).toEqual(
+                  Object.keys(answer).sort(),
+                );
+            }
+          }
+        }
+      }
+    }
+    // The object-set and action endpoints of issue 30 have request examples that ran.
+    for (const operation of [
+      'data POST /v1/worlds/{world}/objects/{type}/query',
+      'data POST /v1/worlds/{world}/objects/{type}/aggregate',
+      'intelligence POST /v1/worlds/{world}/objects/{type}/query',
+      'intelligence POST /v1/worlds/{world}/objects/{type}/aggregate',
+      'intelligence POST /v1/worlds/{world}/actions/{actionType}',
+      'intelligence POST /v1/worlds/{world}/actions/{actionType}/batch',
+    ])
+      expect(
+        ran.some((r) => r.startsWith(`${operation} `)),
+        `${operation} has no request example`,
+      ).toBe(true);
+  }, 120_000);
 });

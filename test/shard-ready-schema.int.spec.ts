@@ -37,6 +37,7 @@ const NOT_PER_WORLD: Record<string, string> = {
   // data
   storage_indexes: 'reference: indexes of the storage schema, one set for every world',
   worlds: 'reference: the fork tree; read to route a world to its shard (docs/adr/0054)',
+  replica_cut: "local: the newest commit cut of the node's data_seq for its read replicas (docs/adr/0083)",
 };
 
 /**

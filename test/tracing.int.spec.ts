@@ -170,7 +170,14 @@ describe('tracing: one trace from a PUT in data to the action it causes, across 
       expect(parent, `the parent of ${describeSpan(span)}\n${trail}`).toBeDefined();
       expect(startNs(parent as ReadableSpan) <= startNs(span), describeSpan(span)).toBe(true);
     }
-    expect(new Set(spans.map(scope))).toEqual(new Set(['onto-data', 'onto-intelligence', PG_SCOPE]));
+    // control too: the PUT's audit record (docs/adr/0084) carries its trace into control's trail.
+    expect(new Set(spans.map(scope))).toEqual(new Set(['onto-data', 'onto-intelligence', 'onto-control', PG_SCOPE]));
+    one(
+      'control',
+      SpanKind.CONSUMER,
+      'apply audit.recorded',
+      sentByData.find((x) => x.name.endsWith('onto.audit')),
+    );
     // Below onto's spans, one per SQL statement (pg): data's request ran its write's statements,
     // intelligence's apply its own.
     const sqlUnder = (parent: ReadableSpan) =>

@@ -20,13 +20,13 @@ const tracks = (name: string): MigrationTrack[] => {
 };
 
 /** Migrates `db` with the service's track cut before `first` (its own files only). */
-async function migrateBefore(url: string, all: MigrationTrack[], first: number): Promise<void> {
+async function migrateBefore(url: string, all: MigrationTrack[], first: number) {
   const own = all.at(-1) as MigrationTrack;
   const before = await mkdtemp(join(tmpdir(), 'onto-world-keys-'));
   for (const f of await readdir(own.directory)) {
     if (Number.parseInt(f, 10) < first) await copyFile(join(own.directory, f), join(before, f));
   }
-  await migrate(url, [...all.slice(0, -1), { ...own, directory: before }]);
+  return migrate(url, [...all.slice(0, -1), { ...own, directory: before }]);
 }
 
 async function withClient<T>(url: string, work: (c: pg.Client) => Promise<T>): Promise<T> {
@@ -74,7 +74,8 @@ describe('world keys: the migrations over existing rows', () => {
       `);
     });
 
-    const results = await migrate(db.url, all);
+    // Up to 024: the migrations under test, not the later ones.
+    const results = await migrateBefore(db.url, all, 25);
     expect(results.at(-1)?.applied.map((f) => f.split('/').pop())).toEqual([
       '022.do.world-keys.sql',
       '023.do.merge-keys.sql',
@@ -184,7 +185,7 @@ describe('world keys: the migrations over existing rows', () => {
       );
     });
 
-    const results = await migrate(db.url, all);
+    const results = await migrateBefore(db.url, all, 25);
     expect(results.at(-1)?.applied.map((f) => f.split('/').pop())).toEqual(['024.do.world-keys.sql']);
 
     await withClient(db.url, async (c) => {

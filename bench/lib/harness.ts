@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { appendFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { testBroker, testEndpoints } from '@onto/shared/testing';
 
 export const repo = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -62,4 +63,26 @@ export function percentile(sorted: number[], p: number): number {
 export function report(bench: string, figures: Record<string, number>): void {
   const file = process.env.BENCH_RESULT_FILE;
   if (file) appendFileSync(file, `${JSON.stringify({ bench, figures })}\n`);
+}
+
+/**
+ * Kafka's own EndToEndLatency tool (5,000 records, acks=all, `recordBytes` each) on a topic of one
+ * partition under `prefix` on the test broker: its p50 and p99 in ms, the reference latency
+ * benchmarks set their own beside.
+ */
+export async function kafkaEndToEnd(prefix: string, recordBytes: number): Promise<{ p50: number; p99: number }> {
+  const { kafkaBrokers } = testEndpoints();
+  const admin = await testBroker(kafkaBrokers).admin();
+  const topic = `${prefix}bench.e2e`;
+  await admin.ensureTopics([{ name: topic, partitions: 1 }]);
+  await admin.disconnect();
+  const out = await kafkaTool('org.apache.kafka.tools.EndToEndLatency', [
+    kafkaBrokers,
+    topic,
+    '5000',
+    'all',
+    String(recordBytes),
+  ]);
+  const m = out.match(/Percentiles: 50th = (\d+), 99th = (\d+)/);
+  return { p50: Number(m?.[1]), p99: Number(m?.[2]) };
 }

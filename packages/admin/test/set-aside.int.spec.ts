@@ -1,5 +1,5 @@
 import { canonicalJson, laneOf } from '@onto/shared';
-import { eventually, testBroker, testEndpoints } from '@onto/shared/testing';
+import { eventually, outboxAudit, testBroker, testEndpoints } from '@onto/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dataStack, expectProblem, type Stack } from '../../../services/data/test/stack.js';
 import { orderEvent } from '../../shared/test/kernel.js';
@@ -151,10 +151,13 @@ describe('onto-admin outbox set-aside against the running stack', () => {
     expect(again.code).toBe(EXIT.nothingToDo);
     expect(again.err).toMatch(/no set-aside event waiting/);
 
-    const audit = await s.data.app.pg.query<{ detail: { redriven: number } }>(
-      `SELECT detail FROM audit_log_global WHERE action = 'admin.outbox.redriven' ORDER BY id`,
-    );
-    expect(audit.rows.map((r) => r.detail.redriven)).toEqual([0, 0, 1, 0]);
+    const audit = (await outboxAudit(s.data.app.pg)).filter((a) => a.action === 'admin.outbox.redrive');
+    expect(audit.map((a) => [a.detail.redriven, a.result])).toEqual([
+      [0, 'unchanged'],
+      [0, 'unchanged'],
+      [1, 'updated'],
+      [0, 'unchanged'],
+    ]);
   }, 120_000);
 
   it('refuses bad input: a usage exit from the CLI, a problem naming the field from the service', async () => {

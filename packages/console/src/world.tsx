@@ -1194,14 +1194,49 @@ function Consistency({ world }: { world: string }) {
   );
 }
 
+interface HistoryHorizon {
+  commit: number;
+  movedAt: string;
+}
+
+/** The world's retention policy (control's) beside the horizon data reached with it (docs/adr/0072, 0077). */
+function Retention({ world, horizon }: { world: string; horizon: HistoryHorizon | null | undefined }) {
+  const policy = useLoad(
+    () =>
+      get<{ keepDays: number | null; keepVersions: number | null }>('control', `/v1/worlds/${enc(world)}/retention`),
+    [world],
+  );
+  if (!policy.data) return <ProblemView error={policy.error} />;
+  const { keepDays, keepVersions } = policy.data;
+  return (
+    <p class="retention" data-testid="retention">
+      History kept:{' '}
+      <span data-testid="retention-policy">
+        {keepDays === null ? 'forever' : `${keepDays} day(s)`}
+        {keepVersions === null ? '' : `, and the newest ${keepVersions} version(s) of each key`}
+      </span>
+      {' · '}horizon:{' '}
+      <span data-testid="history-horizon">
+        {horizon
+          ? `commit ${horizon.commit} (moved ${horizon.movedAt}); older reads answer 410`
+          : 'none (nothing pruned)'}
+      </span>
+    </p>
+  );
+}
+
 export function WorldPage({ world, tab, rest }: { world: string; tab: string; rest: string[] }) {
-  const info = useLoad(() => get<{ status: string }>('control', `/v1/worlds/${enc(world)}`), [world]);
+  const info = useLoad(
+    () => get<{ status: string; historyHorizon: HistoryHorizon | null }>('control', `/v1/worlds/${enc(world)}`),
+    [world],
+  );
   return (
     <main>
       <h1>
         {world} {info.data ? <span class={statusClass(info.data.status)}>{info.data.status}</span> : null}
       </h1>
       <ProblemView error={info.error} />
+      {info.data ? <Retention world={world} horizon={info.data.historyHorizon} /> : null}
       <nav class="tabs" aria-label="World">
         {TABS.map((t) => (
           <a key={t} href={`#/w/${enc(world)}/${t}`} aria-current={t === tab ? 'page' : undefined}>

@@ -1,4 +1,3 @@
-export { type AuditEntry, recordAudit } from './auth/audit.js';
 export * from './auth/events.js';
 export * from './auth/identity-signature.js';
 export {
@@ -23,11 +22,13 @@ export {
   kafkaSaslConfigSchema,
   kafkaSaslOf,
   loadConfig,
+  readReplicaConfigSchema,
   replicaConfigSchema,
   serviceConfigSchema,
 } from './config/load.js';
 export { advisoryLockKey, fnv1a32, lockSpace } from './db/advisory-lock.js';
 export { copyField, copyLines } from './db/copy.js';
+export { type Listening, listenWithReconnect } from './db/listen.js';
 export { appliedVersion, type MigrationTrack, migrate } from './db/migrate.js';
 export { inTransactionTogether, queryTogether, type Statement, type TransactionOutcome } from './db/pipeline.js';
 export { postgresPlugin } from './db/postgres.js';
@@ -35,6 +36,7 @@ export { type Isolation, inTransaction } from './db/transaction.js';
 export { BODY_LIMITS } from './http/body-limits.js';
 export { AT_PATTERN, awaitApplied, consistencyToken, instantTime } from './http/consistency.js';
 export { decodeCursor, encodeCursor } from './http/cursor.js';
+export { type Example, withExamples } from './http/examples.js';
 export {
   CAUSED_BY_PATTERN,
   CONSISTENCY_TOKEN_PATTERN,
@@ -59,12 +61,23 @@ export {
   type BaseServiceConfig,
   documentedJsonBody,
   fastifyOptions,
+  OPTIONAL_BODY,
   type PlatformOptions,
   platformPlugin,
 } from './http/platform.js';
 export * from './http/problem.js';
+export {
+  lsnBytes,
+  type ReadOptions,
+  type ReplicaOptions,
+  replicaOptions,
+  replicasPlugin,
+  walPositionOf,
+} from './http/read-replicas.js';
 export { runService } from './http/server.js';
+export { everyInProcess, type InProcessTask } from './in-process.js';
 export { historyMetrics } from './jobs/history-metrics.js';
+export { pinCommit } from './jobs/history-pins.js';
 export { type JobsPluginOptions, jobsPlugin } from './jobs/plugin.js';
 export {
   type EnqueueOptions,
@@ -83,6 +96,13 @@ export { createKafkaBroker, type KafkaBrokerOptions, type KafkaSasl } from './ka
 export { kafkaPlugin } from './kafka/plugin.js';
 export * from './kafka/topics.js';
 export { identityReplicaMigrations, kernelMigrations } from './kernel-migrations.js';
+export {
+  type AuditEntry,
+  type AuditedRequest,
+  type AuditResult,
+  auditMessage,
+  recordAudit,
+} from './messaging/audit.js';
 export { canonicalJson } from './messaging/canonical-json.js';
 export {
   type ApplyEffects,

@@ -25,7 +25,8 @@ describe('verified-token cache', () => {
   it('answers a token it verified again without a signature check, until it expires', async () => {
     const { key, keys } = await ring();
     const now = Math.floor(Date.now() / 1000);
-    const { token } = await signAccessToken(key, { ...grant, ttlSeconds: 2, issuedAt: now - 1 });
+    // Expiry whole seconds away (JWT times are seconds): a busy machine's first verify still comes before it.
+    const { token } = await signAccessToken(key, { ...grant, ttlSeconds: 3, issuedAt: now });
     const first = await verifyAccessToken(token, keys);
     expect(await verifyAccessToken(token, keys)).toBe(first); // the remembered claims
     // A wait for time itself: what is tested is that the clock passing the expiry ends the reuse.

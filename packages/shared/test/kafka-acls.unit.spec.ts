@@ -16,13 +16,20 @@ describe('ACLs generated from the topic catalogue', () => {
         r.patternType === 'Literal',
     );
 
-  it('lets each topic be written by its owner, and data answer the action saga', () => {
+  it('lets each topic be written by its owner, data answer the action saga, and every service audit', () => {
     for (const topic of TOPIC_NAMES) {
       const writers = PRODUCERS.filter((s) => allowed(s, 'Write', 'Topic', topic));
-      const expected = topic === 'domain.actions' ? ['data', 'intelligence'] : [TOPICS[topic].producer];
+      const expected =
+        topic === 'domain.actions'
+          ? ['data', 'intelligence']
+          : topic === 'onto.audit'
+            ? [...PRODUCERS]
+            : [TOPICS[topic].producer];
       expect(writers, topic).toEqual(expected);
     }
-    expect(producedTopics('control')).toEqual(['onto.schema', 'onto.worlds', 'onto.identity']);
+    expect(producedTopics('control')).toEqual(['onto.schema', 'onto.worlds', 'onto.identity', 'onto.audit']);
+    // Only control reads the audit trail (docs/adr/0084).
+    expect(PRODUCERS.filter((s) => allowed(s, 'Read', 'Topic', 'onto.audit'))).toEqual(['control']);
   });
 
   const LIVE_READS: string[] = [

@@ -4,6 +4,7 @@ import { kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/sha
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import adminRoutes from './admin/routes.js';
+import audit from './audit/plugin.js';
 import checker from './checker/plugin.js';
 import type { Config } from './config.js';
 import consoleFiles from './console/plugin.js';
@@ -53,6 +54,7 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
   await fastify.register(worldConsistency, { keepSeconds: config.CONSISTENCY_HISTORY_KEEP_SECONDS });
   await fastify.register(merges, { timeoutMs: config.MERGE_TIMEOUT_MS });
   await fastify.register(adminRoutes);
+  await fastify.register(audit);
   await fastify.register(consoleFiles, {
     dir: config.ONTO_CONSOLE_DIR,
     dataUrl: config.ONTO_DATA_URL,

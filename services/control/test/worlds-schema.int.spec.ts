@@ -4,6 +4,7 @@ import {
   committedToEnd,
   createTestTopics,
   eventually,
+  outboxAudit,
   type TestService,
   testBroker,
   testEndpoints,
@@ -154,13 +155,42 @@ describe('worlds and their schema', () => {
       linkTypes: {},
       actionTypes: {},
     });
-    const { rows: audit } = await s.control.app.pg.query(
-      `SELECT actor, action, subject, request_id IS NOT NULL AS has_request FROM audit_log
-        WHERE world_id = 'prod' AND action LIKE 'schema.%' ORDER BY id`,
-    );
+    const audit = (await outboxAudit(s.control.app.pg))
+      .filter((a) => a.world === 'prod' && a.action.startsWith('schema.'))
+      .map(({ actor, action, target, result, beforeVersion, afterVersion }) => ({
+        actor,
+        action,
+        target,
+        result,
+        beforeVersion,
+        afterVersion,
+      }));
     expect(audit).toEqual([
-      { actor: 'admin', action: 'schema.object-types.put', subject: 'Order', has_request: true },
-      { actor: 'admin', action: 'schema.object-types.put', subject: 'Order', has_request: true },
+      {
+        actor: 'admin',
+        action: 'schema.object-types.put',
+        target: 'Order',
+        result: 'updated',
+        beforeVersion: 0,
+        afterVersion: 1,
+      },
+      // The identical PUT changed nothing, and is recorded as such.
+      {
+        actor: 'admin',
+        action: 'schema.object-types.put',
+        target: 'Order',
+        result: 'unchanged',
+        beforeVersion: 1,
+        afterVersion: 1,
+      },
+      {
+        actor: 'admin',
+        action: 'schema.object-types.put',
+        target: 'Order',
+        result: 'updated',
+        beforeVersion: 1,
+        afterVersion: 2,
+      },
     ]);
     const history = await s.call('GET', '/v1/worlds/prod/schema/history');
     expect(history.json().versions.map((v: { version: number; author: string }) => [v.version, v.author])).toEqual([

@@ -1,6 +1,13 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { identityReplicaMigrations, kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
+import {
+  identityReplicaMigrations,
+  kernelMigrations,
+  type MigrationTrack,
+  platformPlugin,
+  replicaOptions,
+  replicasPlugin,
+} from '@onto/shared';
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import actions from './actions/plugin.js';
@@ -17,6 +24,7 @@ import objects from './objects/routes.js';
 import positions from './positions/plugin.js';
 import schema from './schema/plugin.js';
 import series from './series/plugin.js';
+import { startReplicaCuts } from './storage/replica-cut.js';
 import webhooks from './webhooks/plugin.js';
 import diff from './worlds/diff.js';
 import worlds from './worlds/plugin.js';
@@ -39,6 +47,12 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     config,
     migrations,
   });
+  await fastify.register(replicasPlugin, replicaOptions('data', config));
+  if (config.DATABASE_REPLICA_URLS) {
+    // Commit points the replicas serve lists and queries at (docs/adr/0083).
+    const cuts = startReplicaCuts(fastify, config.REPLICA_CUT_MS);
+    fastify.addHook('onClose', async () => cuts.stop());
+  }
   await fastify.register(identity, { config });
   await fastify.register(worlds);
   await fastify.register(retention, {

@@ -1,10 +1,11 @@
-import { replicaConfigSchema, serviceConfigSchema } from '@onto/shared';
+import { readReplicaConfigSchema, replicaConfigSchema, serviceConfigSchema } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 
 /** The data service's configuration: the names are environment variables. */
 export const ConfigSchema = Type.Composite([
   serviceConfigSchema(4002),
   replicaConfigSchema(),
+  readReplicaConfigSchema(),
   Type.Object({
     WRITE_GROUPS_IN_FLIGHT: Type.Integer({
       minimum: 1,
@@ -18,6 +19,13 @@ export const ConfigSchema = Type.Composite([
       maximum: 1000,
       default: 64,
       description: 'single-object writes in one group transaction at most (1: no grouping)',
+    }),
+    REPLICA_CUT_MS: Type.Integer({
+      minimum: 10,
+      maximum: 60_000,
+      default: 200,
+      description:
+        'with DATABASE_REPLICA_URLS: how often each instance cuts a commit point for the replicas while writes go on; lists and queries without a consistency token read a replica at the newest one it has, at most this much older than its replay (docs/adr/0083)',
     }),
     QUERY_SCAN_LIMIT: Type.Integer({
       minimum: 1,

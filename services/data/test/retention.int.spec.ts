@@ -141,26 +141,39 @@ describe('history retention', () => {
       .sort((a, b) => a.table.localeCompare(b.table) || a.key.localeCompare(b.key) || a.seq - b.seq);
   }
 
-  /** intelligence's versioned read-model rows of a world: each with the data commits its interval covers. */
+  /**
+   * intelligence's versioned read-model rows of a world: each with the data commits its interval
+   * covers and its rank (2: the newest of its key here, the current version being 1).
+   */
   async function intelligenceHistoryOf(world: string): Promise<HistoryRow[]> {
     const { rows } = await intel().query<{
       table: string;
       key: string;
       seq: string;
       superseded: string;
+      rank: string;
     }>(
-      `SELECT 'objects' AS table, type || '/' || pk AS key, seq::text, superseded_seq::text AS superseded
+      `SELECT 'objects' AS table, type || '/' || pk AS key, seq::text, superseded_seq::text AS superseded,
+              (1 + row_number() OVER (PARTITION BY type, pk ORDER BY superseded_seq DESC))::text AS rank
          FROM rm_objects_history WHERE world_id = $1
        UNION ALL
-       SELECT 'links', link_type || '/' || from_pk || '/' || to_pk, seq::text, superseded_seq::text
+       SELECT 'links', link_type || '/' || from_pk || '/' || to_pk, seq::text, superseded_seq::text,
+              (1 + row_number() OVER (PARTITION BY link_type, from_pk, to_pk ORDER BY superseded_seq DESC))::text
          FROM rm_links_history WHERE world_id = $1
        UNION ALL
-       SELECT 'derived values', object_type || '/' || pk || '/' || name, valid_seq::text, superseded_seq::text
+       SELECT 'derived values', object_type || '/' || pk || '/' || name, valid_seq::text, superseded_seq::text,
+              (1 + row_number() OVER (PARTITION BY object_type, pk, name ORDER BY superseded_seq DESC))::text
          FROM derived_values_history WHERE world_id = $1`,
       [world],
     );
     return rows
-      .map((r) => ({ table: r.table, key: r.key, seq: Number(r.seq), superseded: Number(r.superseded), rank: 0 }))
+      .map((r) => ({
+        table: r.table,
+        key: r.key,
+        seq: Number(r.seq),
+        superseded: Number(r.superseded),
+        rank: Number(r.rank),
+      }))
       .sort((a, b) => a.table.localeCompare(b.table) || a.key.localeCompare(b.key) || a.seq - b.seq);
   }
   async function definitionHistoryOf(world: string): Promise<DefinitionRow[]> {
@@ -189,10 +202,20 @@ describe('history retention', () => {
 
   it('prunes exactly what no kept ref reads; kept refs read as before, older ones answer 410', async () => {
     await s.world(W, { objectTypes: { Order, Customer }, linkTypes: { placed } });
-    await ok(
+    const c1 = await ok(
       'customer',
       s.dataCall('PUT', `/v1/worlds/${W}/objects/Customer/c1`, { body: { properties: { id: 'c1' } } }),
     );
+    // Intelligence has applied c1 first: the definitions' changes below then stand at a data commit
+    // after the world's creation. Made at its creation, they would sit at or below the first
+    // horizon (the creation commit, while nothing is older than keepDays), and the pruner could
+    // rightly drop the first before this test counts it.
+    await s.until('intelligence applied c1', async () => {
+      const res = await s.intelCall('GET', `/v1/worlds/${W}/objects/Customer/c1`, {
+        headers: { 'x-consistency-token': `data=${commitOf(c1)}` },
+      });
+      return res.statusCode === 200 ? true : undefined;
+    });
     // A derived property changed twice before any fork or tag, and once more later: definition history.
     await derived('self.amount * 2');
     await derived('self.amount * 3');
@@ -264,6 +287,14 @@ describe('history retention', () => {
       });
     const first = (await ok('query', query())).json() as { nextPageToken: string };
     expect(first.nextPageToken).toEqual(expect.any(String));
+    // A live page token of intelligence's object sets, at another old commit: intelligence's own.
+    const intelTokenAt = commits[4] as number;
+    const intelQuery = (pageToken?: string) =>
+      s.intelCall('POST', `/v1/worlds/${W}/objects/Order/query`, {
+        body: { at: String(intelTokenAt), pageSize: 2, orderBy: [{ property: 'id' }], ...(pageToken && { pageToken }) },
+      });
+    const intelFirst = (await ok('intelligence query', intelQuery())).json() as { nextPageToken: string };
+    expect(intelFirst.nextPageToken).toEqual(expect.any(String));
 
     // Everything up to now becomes ten days old; then a few recent writes.
     const old = await head();
@@ -339,15 +370,27 @@ describe('history retention', () => {
       [...kept].some((p) => r.seq <= p && p < (r.superseded as number)) ||
       (r.table !== 'series points' && r.rank <= keepVersions);
     const before = await historyOf(W);
-    // intelligence keeps what its own reads make: the tag, the children's fork points.
-    const intelKept = new Set<number>([tagCommit, ...children]);
+    // intelligence keeps the points data keeps (the tag, the children's fork points, the merges'
+    // points, learnt from data's replies), but its own page tokens' commits for data's, and
+    // keepVersions alike (docs/adr/0077).
+    const intelKept = new Set<number>([...kept].filter((p) => p !== tokenAt));
+    intelKept.add(intelTokenAt);
+    const holds = (points: Iterable<number>, r: HistoryRow) =>
+      [...points].some((p) => r.seq <= p && p < (r.superseded as number));
     const intelNeeded = (r: HistoryRow) =>
-      (r.superseded as number) > horizon || [...intelKept].some((p) => r.seq <= p && p < (r.superseded as number));
+      (r.superseded as number) > horizon || holds(intelKept, r) || r.rank <= keepVersions;
     const intelBefore = await intelligenceHistoryOf(W);
     const intelExpected = intelBefore.filter(intelNeeded);
     for (const table of ['objects', 'links', 'derived values']) {
       expect(intelBefore.filter((r) => r.table === table && !intelNeeded(r)).length, table).toBeGreaterThan(0);
     }
+    // Rows that only the new rules keep: a merge's point, intelligence's page token, keepVersions.
+    const mergePoints = [...kept].filter((p) => p !== tokenAt && p !== tagCommit && !children.includes(p));
+    const before077 = (r: HistoryRow) => (r.superseded as number) > horizon || holds([tagCommit, ...children], r);
+    const only = (rule: (r: HistoryRow) => boolean) => intelBefore.filter((r) => !before077(r) && rule(r)).length;
+    expect(mergePoints.length).toBeGreaterThan(0);
+    expect(only((r) => holds([intelTokenAt], r))).toBeGreaterThan(0);
+    expect(only((r) => r.rank <= keepVersions)).toBeGreaterThan(0);
     const defsBefore = await definitionHistoryOf(W);
     const defHorizon = Math.max(...defsBefore.filter((d) => d.dataSeq <= horizon).map((d) => d.seq));
     const { rows: defPoints } = await intel().query<{ p: string }>(
@@ -359,8 +402,13 @@ describe('history retention', () => {
       [W],
     );
     const defKept = defPoints.map((r) => Number(r.p));
+    const newer = (d: DefinitionRow) => defsBefore.filter((e) => e.key === d.key && e.seq > d.seq).length;
     const defsExpected = defsBefore.filter(
-      (d) => d.next === null || d.next > defHorizon || defKept.some((p) => d.seq <= p && p < (d.next as number)),
+      (d) =>
+        d.next === null ||
+        d.next > defHorizon ||
+        defKept.some((p) => d.seq <= p && p < (d.next as number)) ||
+        newer(d) < keepVersions,
     );
     expect(defsExpected.length).toBeLessThan(defsBefore.length);
     const expected = before.filter(needed);
@@ -391,7 +439,15 @@ describe('history retention', () => {
       return answers;
     };
     const readsBefore = await reads();
-    const intelRefs = [String(tagCommit), 't1', ...children.map(String), String(horizon), String(old)];
+    const intelRefs = [
+      String(tagCommit),
+      't1',
+      ...children.map(String),
+      ...mergePoints.map(String),
+      String(intelTokenAt),
+      String(horizon),
+      String(old),
+    ];
     const intelReads = async () => {
       const answers: Record<string, unknown> = {};
       for (const ref of intelRefs) {
@@ -517,6 +573,18 @@ describe('history retention', () => {
     const defsAfter = await definitionHistoryOf(W);
     expect(defsAfter.map((d) => `${d.key} ${d.seq}`)).toEqual(defsExpected.map((d) => `${d.key} ${d.seq}`));
     expect(await intelReads()).toEqual(intelReadsBefore);
+    const intelSecond = await intelQuery(intelFirst.nextPageToken);
+    expect(intelSecond.statusCode, intelSecond.body).toBe(200);
+    expect(intelSecond.json().commit).toBe(intelTokenAt);
+    // control answers the horizon data announced (docs/adr/0077).
+    expect(
+      (
+        await s.until('the horizon in control', async () => {
+          const h = (await s.controlCall('GET', `/v1/worlds/${W}`)).json().historyHorizon;
+          return h?.commit === horizon ? h : undefined;
+        })
+      ).commit,
+    ).toBe(horizon);
     const intelGone = expectProblem(await s.intelCall('GET', `/v1/worlds/${W}/objects/Order/o1?at=${unkept}`), 410) as {
       horizon: number;
       errors: { path: string }[];

@@ -1,6 +1,13 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { identityReplicaMigrations, kernelMigrations, type MigrationTrack, platformPlugin } from '@onto/shared';
+import {
+  identityReplicaMigrations,
+  kernelMigrations,
+  type MigrationTrack,
+  platformPlugin,
+  replicaOptions,
+  replicasPlugin,
+} from '@onto/shared';
 import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
 import actions from './actions/plugin.js';
@@ -32,6 +39,8 @@ const app: FastifyPluginAsync<{ config: Config }> = async (fastify, { config }) 
     config,
     migrations,
   });
+  // Its writes answer `data=<watermark>`, not a version of its own: they carry its position too.
+  await fastify.register(replicasPlugin, replicaOptions('intelligence', config, { positionOnEveryToken: true }));
   fastify.decorate('definitionQuota', config.MAX_DEFINITIONS_PER_WORLD);
   await fastify.register(identity, { config });
   await fastify.register(worlds);

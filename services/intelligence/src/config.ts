@@ -1,10 +1,11 @@
-import { replicaConfigSchema, serviceConfigSchema } from '@onto/shared';
+import { readReplicaConfigSchema, replicaConfigSchema, serviceConfigSchema } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 
 /** The intelligence service's configuration: the names are environment variables. */
 export const ConfigSchema = Type.Composite([
   serviceConfigSchema(4003),
   replicaConfigSchema(),
+  readReplicaConfigSchema(),
   Type.Object({
     IDEMPOTENCY_KEY_TTL_MS: Type.Integer({
       minimum: 1000,

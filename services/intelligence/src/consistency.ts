@@ -6,6 +6,7 @@ import {
   NotFound,
   problemResponses,
   type Queryable,
+  type ReadOptions,
   replicaVersion,
   type Statement,
   Unprocessable,
@@ -47,6 +48,18 @@ declare module 'fastify' {
      * wait), and the definition position and moment a fork at it would start from (worlds/fork.ts stateAt).
      */
     readPoint(worldId: string, raw: string | undefined): Promise<ReadPoint | undefined>;
+    /**
+     * Where a read goes once its token is met and its ref resolved, both on the primary
+     * (docs/adr/0080): `app.readDb` (a ref or commit resolved: `primaryNow`), and the watermark
+     * its answer names — on a replica its own, read before the read: the primary's may be ahead
+     * of what a read without a token finds there.
+     */
+    readModelDb(
+      request: FastifyRequest,
+      worldId: string,
+      watermark: number,
+      options?: ReadOptions,
+    ): Promise<{ db: pg.Pool; watermark: number }>;
   }
 }
 
@@ -137,6 +150,10 @@ export default fp(
       await awaitData(worldId, at.needs);
       return { commit: at.commit, ...(await stateAt(pool, worldId, at.commit)) };
     });
+    app.decorate('readModelDb', async (request: FastifyRequest, worldId: string, watermark: number, options = {}) => {
+      const db = await app.readDb(request, options);
+      return { db, watermark: db === pool ? watermark : await dataWatermark(db, worldId) };
+    });
     app.decorate('consistencyHeader', async (reply: FastifyReply, worldId: string, watermark?: number) => {
       reply.header('x-consistency-token', `data=${watermark ?? (await dataWatermark(pool, worldId))}`);
     });
@@ -180,5 +197,8 @@ export default fp(
       },
     );
   },
-  { name: 'onto-intelligence-consistency', dependencies: ['onto-auth', 'onto-intelligence-schema'] },
+  {
+    name: 'onto-intelligence-consistency',
+    dependencies: ['onto-auth', 'onto-intelligence-schema', 'onto-postgres-replicas'],
+  },
 );

@@ -10,6 +10,7 @@ import {
   type FieldError,
   ifMatch,
   NotFound,
+  recordAudit,
   type SchemaDocument,
   Unprocessable,
   WORLD_ID,
@@ -156,7 +157,7 @@ export interface DefinitionWriter {
     body: DefinitionBody,
     opts?: { expected?: number | 'any'; document?: SchemaDocument },
   ) => Promise<number>;
-  remove: (tx: pg.PoolClient, world: string, name: string, expected?: number | 'any') => Promise<void>;
+  remove: (tx: pg.PoolClient, world: string, name: string, expected?: number | 'any') => Promise<number>;
   /** What the route does once its transaction committed (wake the recompute worker, forget metrics). */
   committed: (world: string, name: string, deleted: boolean) => void;
 }
@@ -183,7 +184,7 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     input: Input,
     expected: number | 'any' | undefined,
     against?: SchemaDocument,
-  ): Promise<{ status: 200 | 201; def: D }> => {
+  ): Promise<{ status: 200 | 201; def: D; before: number | null }> => {
     const all = await r.table.list(tx, world);
     const existing = all.find((d) => d.name === name);
     checkIfMatch(expected, existing?.version, `${r.what} ${name}`);
@@ -192,7 +193,9 @@ export function definitionResource<D extends Definition, Body extends TObject, I
         { path: '/', message: `a world may have at most ${app.definitionQuota} (MAX_DEFINITIONS_PER_WORLD)` },
       ]);
     }
-    if (existing?.state === 'valid' && r.put.same(existing, input)) return { status: 200, def: existing };
+    if (existing?.state === 'valid' && r.put.same(existing, input)) {
+      return { status: 200, def: existing, before: existing.version };
+    }
     const replica = await app.schemaReplica.current(tx, world);
     const { version: schemaVersion } = replica;
     const document = against ?? replica.document;
@@ -206,7 +209,7 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     await recordChange(tx, world, r.kind, name, def.version, bodyOf(r.put.stored(def)));
     if (r.kind === 'rule' && !existing) await announceRules(tx, app.topicPrefix, world);
     await bumpRevision(tx, world);
-    return { status: existing ? 200 : 201, def };
+    return { status: existing ? 200 : 201, def, before: existing?.version ?? null };
   };
   /** A DELETE in the caller's transaction (the world's lock held). */
   const remove = async (tx: pg.PoolClient, world: string, name: string, expected: number | 'any' | undefined) => {
@@ -219,6 +222,7 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     await recordChange(tx, world, r.kind, name, existing.version, null);
     if (r.kind === 'rule') await announceRules(tx, app.topicPrefix, world);
     await bumpRevision(tx, world);
+    return existing.version;
   };
   const committed = (world: string, name: string, deleted: boolean) => {
     if (deleted) r.delete.afterCommit?.(world, name);
@@ -244,9 +248,19 @@ export function definitionResource<D extends Definition, Body extends TObject, I
       const { world, name } = request.params;
       const expected = ifMatch(request, DEFINITION_IF_MATCH);
       await app.awaitConsistency(request, world);
-      const result = await inWorld(app.pg, world, (tx) =>
-        write(tx, world, name, r.put.input(request.body as Static<Body>), expected),
-      );
+      const result = await inWorld(app.pg, world, async (tx) => {
+        const done = await write(tx, world, name, r.put.input(request.body as Static<Body>), expected);
+        const changed = done.status === 201 || done.before !== done.def.version;
+        await recordAudit(tx, request, {
+          action: `${r.kind}.put`,
+          result: done.status === 201 ? 'created' : changed ? 'updated' : 'unchanged',
+          worldId: world,
+          subject: name,
+          beforeVersion: done.status === 201 ? null : done.before,
+          afterVersion: done.def.version,
+        });
+        return done;
+      });
       committed(world, name, false);
       await app.consistencyHeader(reply, world);
       reply.code(result.status).header('etag', `"${result.def.version}"`);
@@ -266,13 +280,12 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     }),
     async (request, reply) => {
       const { world, name } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
+      const waited = await app.awaitConsistency(request, world);
       const point = await app.readPoint(world, request.query.at);
-      const def = point
-        ? await r.table.getAt(app.pg, world, point.definitions, name)
-        : await r.table.get(app.pg, world, name);
+      const { db, watermark } = await app.readModelDb(request, world, waited, { primaryNow: point !== undefined });
+      const def = point ? await r.table.getAt(db, world, point.definitions, name) : await r.table.get(db, world, name);
       if (!def) {
-        if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+        if (!(await provisioned(db, world))) throw notProvisioned(world);
         throw new NotFound(`${r.what} ${name} is not defined in ${world}`);
       }
       reply.header('etag', `"${def.version}"`);
@@ -293,10 +306,11 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     }),
     async (request, reply) => {
       const { world } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
+      const waited = await app.awaitConsistency(request, world);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
       const point = await app.readPoint(world, (request.query as { at?: string }).at);
-      const all = point ? await r.table.listAt(app.pg, world, point.definitions) : await r.table.list(app.pg, world);
+      const { db, watermark } = await app.readModelDb(request, world, waited, { primaryNow: point !== undefined });
+      const all = point ? await r.table.listAt(db, world, point.definitions) : await r.table.list(db, world);
       await app.consistencyHeader(reply, world, watermark);
       const wanted = r.list.filter(request.query as Static<TObject<Query>>);
       return { [r.list.key]: all.filter(wanted).map((d) => r.view(d)) };
@@ -315,7 +329,16 @@ export function definitionResource<D extends Definition, Body extends TObject, I
     async (request, reply) => {
       const { world, name } = request.params;
       const expected = ifMatch(request, DEFINITION_IF_MATCH);
-      await inWorld(app.pg, world, (tx) => remove(tx, world, name, expected));
+      await inWorld(app.pg, world, async (tx) => {
+        const before = await remove(tx, world, name, expected);
+        await recordAudit(tx, request, {
+          action: `${r.kind}.delete`,
+          result: 'deleted',
+          worldId: world,
+          subject: name,
+          beforeVersion: before,
+        });
+      });
       committed(world, name, true);
       await app.consistencyHeader(reply, world);
       reply.code(204);

@@ -71,12 +71,12 @@ export const AtObject = Type.String({
     "read at a ref: a data commit (the n of X-Consistency-Token: data=<n>, or a version's seq in data's history), an RFC 3339 instant with an offset (the last commit of the world's chain data wrote at or before it, among the writes intelligence has applied: the commit data resolves it to) or a tag of the world (its data commit: the same answer as ?at=<that commit>, here and in data). The object and its derived values as intelligence held them once it had applied the world's data up to that commit; waits, bounded, until it has (503). A tag data has not positioned yet (PENDING) waits, bounded, then 409; a name that is no tag of the world 404; an instant in the future or before the world existed, or a commit before a fork's fork point, 422; anything else 400 — each naming querystring/at.",
 });
 
-/** `?at=` on a list or a read of intelligence's own state (alerts, decisions, definitions). */
+/** `?at=` on a list or a read of intelligence's own state (alerts, decisions, actions, definitions). */
 export const AtState = Type.String({
   maxLength: 100,
   pattern: AT_PATTERN,
   description:
-    "read as of a ref: a data commit, an RFC 3339 instant with an offset (the last commit of the world's chain data wrote at or before it, among the writes intelligence has applied) or a tag of the world (its data commit: the same answer as ?at=<that commit>). Answers what a fork of the world at that ref starts from (docs/adr/0045): the definitions of that point (from the definition history), and alerts and decisions made by then, alerts in the state they had then. Waits, bounded, until intelligence has applied the world's data up to the commit (503). A tag data has not positioned yet (PENDING) waits, bounded, then 409; a name that is no tag of the world 404; an instant in the future or before the world existed, or a commit before a fork's fork point, 422; anything else 400 — each naming querystring/at.",
+    "read as of a ref: a data commit, an RFC 3339 instant with an offset (the last commit of the world's chain data wrote at or before it, among the writes intelligence has applied) or a tag of the world (its data commit: the same answer as ?at=<that commit>). Answers what a fork of the world at that ref starts from (docs/adr/0045): the definitions of that point (from the definition history), and alerts, decisions and actions made by then, each in the state it had then. Waits, bounded, until intelligence has applied the world's data up to the commit (503). A tag data has not positioned yet (PENDING) waits, bounded, then 409; a name that is no tag of the world 404; an instant in the future or before the world existed, or a commit before a fork's fork point, 422; anything else 400 — each naming querystring/at.",
 });
 
 export const UUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';

@@ -2,18 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { type EventEnvelope, inTransaction } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { expectProblem, type IntelligenceStack, intelligenceStack } from './stack.js';
+import { expectProblem, type IntelligenceStack, intelligenceStack, Order, reprice } from './stack.js';
 
 const W = 'shop';
-const Order = {
-  displayName: 'Order',
-  primaryKey: 'id',
-  properties: {
-    id: { type: 'string', required: true },
-    amount: { type: 'integer', required: true },
-    status: { type: { type: 'enum', values: ['open', 'closed'] } },
-  },
-};
 const Customer = {
   displayName: 'Customer',
   primaryKey: 'id',
@@ -50,13 +41,7 @@ const actionTypes = {
     ],
   },
   // The second value does not fit the property: data refuses it (422).
-  reprice: {
-    parameters: { orderId: str, price: str },
-    edits: [
-      { op: 'modifyObject', objectType: 'Order', pk: { param: 'orderId' }, values: { status: { value: 'closed' } } },
-      { op: 'modifyObject', objectType: 'Order', pk: { param: 'orderId' }, values: { amount: { param: 'price' } } },
-    ],
-  },
+  reprice,
   // A delete (which takes the order's links with it), then a create refused when the customer exists.
   retire: {
     parameters: { orderId: str, customerId: str },

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type IntelligenceStack, intelligenceStack } from './stack.js';
+import { forkWorld, type IntelligenceStack, intelligenceStack } from './stack.js';
 
 /**
  * A fork's inherited objects in intelligence (issue 16, docs/adr/0033 decision 2): the fork reads
@@ -64,16 +64,7 @@ describe('inherited objects in a fork', () => {
     expect(res.statusCode, res.body).toBeLessThan(300);
     return res.json() as { version: number };
   }
-  /** Forks through control and waits until control says READY (data and intelligence provisioned it). */
-  const fork = async (id: string, from: string, ref?: string) => {
-    const res = await s.controlCall('POST', '/v1/worlds', {
-      body: { id, from: { world: from, ...(ref ? { ref } : {}) } },
-    });
-    expect(res.statusCode, res.body).toBe(202);
-    await s.until(`${id} READY`, async () =>
-      (await s.controlCall('GET', `/v1/worlds/${id}`)).json().status === 'READY' ? true : undefined,
-    );
-  };
+  const fork = (id: string, from: string, ref?: string) => forkWorld(s, id, from, ref);
   const write = async (method: 'PUT' | 'DELETE', path: string, body?: Record<string, unknown>) => {
     const res = await s.dataCall(method, path, body ? { body } : {});
     expect(res.statusCode, res.body).toBeLessThan(300);

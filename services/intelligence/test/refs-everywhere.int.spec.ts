@@ -150,6 +150,7 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
     // t1 after the second (double changed, big raised on m1), then v1; after it big is cleared.
     await write('PUT', `${W}/objects/Site/s1`, { properties: { id: 's1' } });
     await machine(W, 'm1', 1);
+    await machine(W, 'm2', 2);
     const c0 = await write('PUT', `${W}/links/hosts/s1/m1`);
     await define('derived-properties/double', { objectType: 'Machine', expression: 'self.load * 2' });
     await define('rules/big', {
@@ -170,6 +171,17 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
       points: [{ time: '2026-01-01T00:00:00Z', value: 20 }],
     });
     await define('derived-properties/double', { objectType: 'Machine', expression: 'self.load * 3' });
+    // An action between t0 and t1: none at t0, COMPLETED from t1 on.
+    const started = await s.intelCall('POST', `/v1/worlds/${W}/actions/mark`, {
+      body: { parameters: { machine: 'm2' } },
+      headers: { 'idempotency-key': 'refs-mark-m2' },
+    });
+    expect(started.statusCode, started.body).toBe(202);
+    ids.actions = started.json().id;
+    await s.until('the action on m2 COMPLETED', async () => {
+      const res = await s.intelCall('GET', `/v1/worlds/${W}/actions/${ids.actions}`);
+      return res.json().status === 'COMPLETED' ? true : undefined;
+    });
     const c1 = await write('DELETE', `${W}/links/hosts/s1/m1`);
     const raised = await alertsNow('OPEN', 1);
     ids.alerts = raised[0]?.id ?? '';
@@ -205,6 +217,8 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
         'intelligence GET /v1/worlds/{world}/decision-definitions/{name}',
         'intelligence GET /v1/worlds/{world}/decisions',
         'intelligence GET /v1/worlds/{world}/decisions/{id}',
+        'intelligence GET /v1/worlds/{world}/actions',
+        'intelligence GET /v1/worlds/{world}/actions/{id}',
       ]),
     );
     for (const { route, url } of routes) {
@@ -243,6 +257,9 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
         made: ((await get('decisions?')).decisions as { definition: string; pk: string; status: string }[]).map(
           (d) => `${d.definition}/${d.pk}:${d.status}`,
         ),
+        actions: ((await get('actions?')).actions as { actionType: string; status: string }[]).map(
+          (a) => `${a.actionType}:${a.status}`,
+        ),
       };
     };
     expect(await state(t0)).toEqual({
@@ -251,6 +268,7 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
       decisions: ['review'],
       alerts: [],
       made: [],
+      actions: [],
     });
     const atT1 = {
       derived: ['double@2:self.load * 3'],
@@ -258,6 +276,7 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
       decisions: ['review'],
       alerts: ['big/m1:OPEN'],
       made: ['review/m1:PENDING_APPROVAL'],
+      actions: ['mark:COMPLETED'],
     };
     expect(await state(t1)).toEqual(atT1);
     expect(await state('v1')).toEqual(atT1);
@@ -267,6 +286,9 @@ describe('?at= takes a commit, an instant or a tag on every read of data and int
     expect((await s.intelCall('GET', `/v1/worlds/${W}/decisions/${ids.decisions}`)).json().status).toBe('REJECTED');
     const then = (await s.intelCall('GET', `/v1/worlds/${W}/decisions/${ids.decisions}?at=v1`)).json();
     expect([then.status, then.reason]).toEqual(['PENDING_APPROVAL', null]);
+    expect((await s.intelCall('GET', `/v1/worlds/${W}/actions/${ids.actions}?at=${t0}`)).statusCode).toBe(404);
+    const acted = (await s.intelCall('GET', `/v1/worlds/${W}/actions/${ids.actions}?at=v1`)).json();
+    expect([acted.status, acted.steps.map((st: { state: string }) => st.state)]).toEqual(['COMPLETED', ['COMPLETED']]);
 
     // The same object at the same instant in both services, as the test wrote it.
     for (const [at, load] of [

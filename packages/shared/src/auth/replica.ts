@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { CheckFailed } from '../http/health.js';
 import { Unauthorized, Unavailable } from '../http/problem.js';
+import { everyInProcess, type InProcessTask } from '../in-process.js';
 import type { IncomingMessage } from '../kafka/broker.js';
 import type { ApplyEffects, InboxConsumer } from '../messaging/consumer.js';
 import type { ConsumerStatus, ServiceConsumerOptions } from '../messaging/consumers-plugin.js';
@@ -74,7 +75,7 @@ export class IdentityReplica implements KeyRing, RevocationView {
   private readonly minGenerations = new Map<string, number>();
   private loading: Promise<void> | undefined;
   private reloadAgain = false;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: InProcessTask | undefined;
   private stopped = false;
   private loads = 0;
   private readonly log: Logger;
@@ -111,13 +112,12 @@ export class IdentityReplica implements KeyRing, RevocationView {
     await this.reload().catch((err) => this.log.warn({ err }, 'could not load the identity replica'));
     // The replica is this process's memory of control's keys and revocations: each instance polls
     // its own tables, a per-process timer rather than a job (docs/adr/0051).
-    this.timer = setInterval(() => this.kick(), this.opts.pollIntervalMs ?? 200);
-    this.timer.unref();
+    this.timer = everyInProcess('polling the identity replica', this.opts.pollIntervalMs ?? 200, () => this.kick());
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    clearInterval(this.timer);
+    this.timer?.stop();
     await this.loading;
   }
 

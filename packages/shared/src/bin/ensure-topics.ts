@@ -5,7 +5,7 @@ import { retryWithBackoff } from '../backoff.js';
 import { BrokerList, ConfigError, kafkaSaslConfigSchema, kafkaSaslOf, loadConfig } from '../config/load.js';
 import { kafkaAclsCommands, serviceAcls } from '../kafka/acls.js';
 import { createKafkaBroker } from '../kafka/kafkajs-broker.js';
-import { platformTopics } from '../kafka/topics.js';
+import { AUDIT_RETENTION_DAYS, platformTopics } from '../kafka/topics.js';
 
 // Used by ./onto up and compose: waits until the broker answers a metadata request, then creates
 // the platform's topics (and their .dlq twins) that are missing and, with ONTO_KAFKA_ACLS=on,
@@ -17,6 +17,11 @@ const Schema = Type.Composite([
     KAFKA_BROKERS: BrokerList,
     ONTO_KAFKA_PARTITIONS: Type.Integer({ minimum: 1, maximum: 1000, default: 6 }),
     ONTO_TOPIC_PREFIX: Type.String({ default: '', pattern: '^[a-zA-Z0-9._-]*$' }),
+    ONTO_AUDIT_RETENTION_DAYS: Type.Integer({
+      minimum: 1,
+      default: AUDIT_RETENTION_DAYS,
+      description: "onto.audit's retention.ms in days, set when the topic is created (docs/adr/0084)",
+    }),
     ONTO_KAFKA_WAIT_MS: Type.Integer({ minimum: 0, default: 60_000 }),
     ONTO_KAFKA_ACLS: Type.Union([Type.Literal('on'), Type.Literal('off')], { default: 'off' }),
     ONTO_KAFKA_CDC_SOURCES: Type.String({
@@ -60,7 +65,7 @@ async function main() {
       try {
         await admin.ping();
         const created = await admin.ensureTopics(
-          platformTopics(config.ONTO_TOPIC_PREFIX, config.ONTO_KAFKA_PARTITIONS),
+          platformTopics(config.ONTO_TOPIC_PREFIX, config.ONTO_KAFKA_PARTITIONS, config.ONTO_AUDIT_RETENTION_DAYS),
         );
         log.info({ created, partitions: config.ONTO_KAFKA_PARTITIONS }, 'kafka topics ready');
         await admin.createAcls(acls);

@@ -157,6 +157,33 @@ export function serviceConfigSchema(defaultPort: number) {
  * the revocation replica may lag, and how long a read or write waits for a version named by its
  * X-Consistency-Token.
  */
+/** Read replicas of the service's database (issue 33, docs/adr/0080): data and intelligence. */
+export function readReplicaConfigSchema() {
+  return Type.Object({
+    DATABASE_REPLICA_URLS: Type.Optional(
+      Type.String({
+        pattern: '^postgres(ql)?://[^,]+(,postgres(ql)?://[^,]+)*$',
+        description:
+          'Comma-separated URLs of streaming replicas of DATABASE_URL: reads without a WAL position in their consistency token go there, reads with one once a replica has replayed it (else the primary). A URL that is not a replica of this primary stops the service at start-up (docs/adr/0080)',
+      }),
+    ),
+    REPLICA_MAX_LAG_MS: Type.Integer({
+      minimum: 0,
+      maximum: 3_600_000,
+      default: 2000,
+      description:
+        'a replica further behind its primary than this, or not answering, is not read from until it catches up',
+    }),
+    REPLICA_WAIT_MS: Type.Integer({
+      minimum: 0,
+      maximum: 10_000,
+      default: 250,
+      description:
+        'how long a read waits for a replica to replay the WAL position its consistency token names before the primary serves it',
+    }),
+  });
+}
+
 export function replicaConfigSchema() {
   return Type.Object({
     ONTO_IDENTITY_PUBLIC_KEY: Type.String({

@@ -10,6 +10,8 @@ export function consistencyToken(request: FastifyRequest): Partial<Record<string
   // Service names are the caller's text (`constructor=4` parses): a null-prototype record holds them as data.
   const token: Record<string, number> = Object.create(null);
   for (const part of raw.split(/[,;]/)) {
+    // `<service>lsn=<bytes>`: a WAL position (docs/adr/0080), read by walPositionOf, not here.
+    if (/^\s*[a-z]+lsn=[0-9]{1,20}\s*$/.test(part)) continue;
     const m = /^\s*([a-z]+)=([0-9]{1,15})\s*$/.exec(part);
     if (!m?.[1] || !m[2]) {
       throw new BadRequest('X-Consistency-Token must be service=version pairs, such as control=4', [

@@ -52,7 +52,8 @@ export function ifMatch(request: FastifyRequest, rule: IfMatchRule): number | 'a
 }
 
 /** `X-Consistency-Token`: service=version pairs separated by `,` or `;` (empty: none). */
-export const CONSISTENCY_TOKEN_PATTERN = '^(?:\\s*[a-z]+=[0-9]{1,15}\\s*(?:[,;]\\s*[a-z]+=[0-9]{1,15}\\s*)*)?$';
+const TOKEN_PAIR = '\\s*(?:[a-z]+lsn=[0-9]{1,20}|[a-z]+=[0-9]{1,15})\\s*';
+export const CONSISTENCY_TOKEN_PATTERN = `^(?:${TOKEN_PAIR}(?:[,;]${TOKEN_PAIR})*)?$`;
 /** `X-Caused-By`: an event id, a UUIDv7 in either case (empty: none). */
 export const CAUSED_BY_PATTERN =
   '^(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-7[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12})?$';

@@ -85,6 +85,17 @@ export function documentedJsonBody(schema: unknown): { 'x-document-body': unknow
 }
 
 /**
+ * A JSON body that may be left out, to spread into a route's schema: a request without one is
+ * validated and handled as `{}` (the defaults), and the document says the body is not required.
+ */
+export const OPTIONAL_BODY = { 'x-body-optional': true } as const;
+
+/** A request without a body reaches validation as `{}` (OPTIONAL_BODY). */
+async function emptyBody(request: FastifyRequest) {
+  request.body ??= {};
+}
+
+/**
  * `patternProperties` (TypeBox's Record with a key pattern) as OpenAPI 3.1 tools read it:
  * `propertyNames` with the pattern and `additionalProperties` with the value's schema, the same
  * constraint in words @fastify/swagger keeps (it turns `patternProperties` into
@@ -125,7 +136,8 @@ interface OpenApiDocument {
 }
 interface OpenApiOperation {
   parameters?: { in: string; required?: boolean; schema?: { default?: unknown } }[];
-  requestBody?: unknown;
+  requestBody?: { required?: boolean };
+  'x-body-optional'?: boolean;
   responses?: Record<string, { description?: string; content?: Record<string, unknown> }>;
 }
 
@@ -166,6 +178,9 @@ function problemResponses(doc: OpenApiDocument) {
         if (parameter.in === 'query' && typeof parameter.schema === 'object' && 'default' in parameter.schema)
           parameter.required = false;
       }
+      // swagger marks every body required; OPTIONAL_BODY's routes take a request without one.
+      if (op['x-body-optional'] && op.requestBody) op.requestBody.required = false;
+      delete op['x-body-optional'];
       const added = { ...ANY_REQUEST, ...(op.requestBody ? WITH_BODY : {}) };
       for (const [status, description] of Object.entries(added)) {
         if (Object.hasOwn(responses, status)) continue;
@@ -228,6 +243,7 @@ export function fastifyOptions(config: { LOG_LEVEL: string }): FastifyServerOpti
  */
 export const platformPlugin = fp(
   async (app: FastifyInstance, opts: PlatformOptions) => {
+    app.decorate('serviceName', opts.service);
     app.setValidatorCompiler(validatorCompiler);
     installProblemHandlers(app);
     // JSON nested deeper than JSON_MAX_DEPTH is a 400 before any handler runs (docs/adr/0036).
@@ -250,6 +266,9 @@ export const platformPlugin = fp(
         } else if (query.type === 'object' && query.additionalProperties === undefined) {
           route.schema = { ...route.schema, querystring: { ...query, additionalProperties: false } };
         }
+      }
+      if ((route.schema as Record<string, unknown> | undefined)?.['x-body-optional']) {
+        route.preValidation = [...[route.preValidation ?? []].flat(), emptyBody] as typeof route.preValidation;
       }
       const methods = [route.method].flat();
       if (methods.some((m) => m === 'POST' || m === 'PUT' || m === 'PATCH') && route.bodyLimit === undefined) {

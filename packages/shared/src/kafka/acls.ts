@@ -1,5 +1,5 @@
 import { EVENT_TYPES, type EventType, PRODUCERS, type ProducerName } from '../messaging/envelope.js';
-import { producerOf, TOPIC_CONSUMERS } from './events/contract.js';
+import { producersOf, TOPIC_CONSUMERS } from './events/contract.js';
 import { dlqOf, physicalTopic, TOPIC_NAMES, type TopicName } from './topics.js';
 
 /**
@@ -47,7 +47,7 @@ const CDC_TOPIC_PREFIX = 'cdc.raw.';
 export function producedTopics(service: ProducerName): TopicName[] {
   const topics = new Set<TopicName>();
   for (const [type, topic] of Object.entries(EVENT_TYPES) as [EventType, TopicName][]) {
-    if (producerOf(type, topic) === service) topics.add(topic);
+    if (producersOf(type, topic).includes(service)) topics.add(topic);
   }
   return TOPIC_NAMES.filter((t) => topics.has(t));
 }

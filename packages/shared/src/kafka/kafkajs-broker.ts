@@ -45,6 +45,10 @@ export interface KafkaSasl {
   password: string;
 }
 
+/** First wait before a consumer that crashed for good in kafkajs is started again; then doubling. */
+const REVIVAL_FIRST_MS = 500;
+const REVIVAL_MAX_MS = 10_000;
+
 function pinoLogCreator(logger: Logger): logCreator {
   const child = logger.child({ component: 'kafkajs' });
   return () =>
@@ -128,46 +132,55 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
       let current: Promise<KafkaProducer> | undefined = make();
       await current;
       let closed = false;
-      return {
-        async send(batches) {
-          if (closed) throw new Error('the producer is disconnected');
-          current ??= make();
-          const producer = current;
-          try {
-            const results = await (await producer).sendBatch({
-              acks: -1,
-              compression: CompressionTypes.None,
-              topicMessages: batches.map((b) => ({
-                topic: b.topic,
-                messages: b.messages,
-              })),
-            });
-            return results.map((r) => ({
-              topic: r.topicName,
-              partition: r.partition,
-              baseOffset: r.baseOffset ?? r.offset ?? '-1',
-            }));
-          } catch (error) {
-            // kafkajs takes back the sequence numbers of a whole request when any part of it failed,
-            // also of partitions the broker did write: the next send of those is out of order, or
-            // taken by the broker for a duplicate and dropped. After a failed send, and after the
-            // broker lost this producer's state (restart: out of order, unknown producer id, fenced
-            // epoch), a new producer id starts every sequence afresh; resending duplicates nothing
-            // the inbox does not skip.
-            if (current === producer) {
-              current = undefined;
-              void producer.then((p) => p.disconnect()).catch(() => {});
-              options.logger.warn(
-                { err: error, reason: protocolErrorType(error) },
-                'send failed: the producer is made again for the next one',
-              );
-            }
-            const reason = protocolErrorType(error);
-            if (reason !== undefined && REFUSED_FOR_GOOD.has(reason)) {
-              throw new RecordsRefusedError(reason, (error as Error).message);
-            }
-            throw error;
+      // One send at a time: an idempotent producer's sequence numbers are only right when no send
+      // of it starts while another may still take its numbers back (docs/adr/0063). The relay
+      // gives each of its loops a producer of its own, so this never waits there.
+      let turn: Promise<unknown> = Promise.resolve();
+      const send: Producer['send'] = async (batches) => {
+        if (closed) throw new Error('the producer is disconnected');
+        current ??= make();
+        const producer = current;
+        try {
+          const results = await (await producer).sendBatch({
+            acks: -1,
+            compression: CompressionTypes.None,
+            topicMessages: batches.map((b) => ({
+              topic: b.topic,
+              messages: b.messages,
+            })),
+          });
+          return results.map((r) => ({
+            topic: r.topicName,
+            partition: r.partition,
+            baseOffset: r.baseOffset ?? r.offset ?? '-1',
+          }));
+        } catch (error) {
+          // kafkajs takes back the sequence numbers of a whole request when any part of it failed,
+          // also of partitions the broker did write: the next send of those is out of order, or
+          // taken by the broker for a duplicate and dropped. After a failed send, and after the
+          // broker lost this producer's state (restart: out of order, unknown producer id, fenced
+          // epoch), a new producer id starts every sequence afresh; resending duplicates nothing
+          // the inbox does not skip.
+          if (current === producer) {
+            current = undefined;
+            void producer.then((p) => p.disconnect()).catch(() => {});
+            options.logger.warn(
+              { err: error, reason: protocolErrorType(error) },
+              'send failed: the producer is made again for the next one',
+            );
           }
+          const reason = protocolErrorType(error);
+          if (reason !== undefined && REFUSED_FOR_GOOD.has(reason)) {
+            throw new RecordsRefusedError(reason, (error as Error).message);
+          }
+          throw error;
+        }
+      };
+      return {
+        send(batches) {
+          const mine = turn.then(() => send(batches));
+          turn = mine.catch(() => {});
+          return mine;
         },
         async disconnect() {
           closed = true;
@@ -234,9 +247,47 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
       const seekToStart = () => {
         for (const { topic, partition, offset } of opts.startAt ?? []) consumer.seek({ topic, partition, offset });
       };
+      // kafkajs starts a crashed consumer again only when the crash was retriable. One that met a
+      // non-retriable error while the broker came back (GroupCoordinatorNotFound while the
+      // coordinator is being elected) left its group for good, silently, while the service ran
+      // on: issue 31's chaos-run stall, where data-webhooks stopped queueing deliveries after a
+      // broker fault (ADR 79). Such a consumer is started again here, with backoff, until it
+      // joins; stopping ends the attempts.
+      let runConfig: Parameters<typeof consumer.run>[0] | undefined;
+      let revivals = 0;
+      let reviving: NodeJS.Timeout | undefined;
+      const revive = async () => {
+        reviving = undefined;
+        if (closing || !runConfig) return;
+        try {
+          await consumer.connect();
+          if (closing) return; // stopped meanwhile: stop or disconnect ends what connect made
+          await consumer.run(runConfig);
+        } catch (err) {
+          options.logger.error({ err, groupId: opts.groupId }, 'consumer could not be started again; retrying');
+          scheduleRevival();
+        }
+      };
+      const scheduleRevival = () => {
+        if (closing || reviving) return;
+        const delayMs = Math.min(REVIVAL_MAX_MS, REVIVAL_FIRST_MS * 2 ** Math.min(revivals++, 10));
+        reviving = setTimeout(() => void revive(), delayMs);
+        reviving.unref();
+      };
+      consumer.on(consumer.events.GROUP_JOIN, () => {
+        revivals = 0;
+      });
+      consumer.on(consumer.events.CRASH, ({ payload }) => {
+        if (payload.restart || closing) return;
+        options.logger.error(
+          { err: payload.error, groupId: opts.groupId },
+          'consumer crashed and kafkajs will not restart it; starting it again',
+        );
+        scheduleRevival();
+      });
       return {
         async run(handle) {
-          await consumer.run({
+          runConfig = {
             autoCommit: false,
             eachBatchAutoResolve: false,
             partitionsConsumedConcurrently: opts.partitionsConsumedConcurrently ?? 1,
@@ -300,14 +351,17 @@ export function createKafkaBroker(options: KafkaBrokerOptions): Broker {
               });
               resolveOffset(last.offset);
             },
-          });
+          };
+          await consumer.run(runConfig);
           seekToStart();
         },
         async stop() {
+          clearTimeout(reviving);
           await drain();
           await consumer.stop();
         },
         async disconnect() {
+          clearTimeout(reviving);
           await drain();
           await consumer.disconnect();
           if (adminConnected) await admin.disconnect();

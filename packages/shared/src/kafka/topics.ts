@@ -48,6 +48,9 @@ export const TOPICS = {
     producer: 'intelligence',
     key: (p: { worldId: string; actionId: string }) => make<'domain.actions'>([p.worldId, p.actionId]),
   },
+  // Not in the original topic table: who changed what, from all three services, for control's
+  // audit read model (docs/adr/0084); `*` keys the actions of no world.
+  'onto.audit': { producer: 'control', key: (p: { worldId: string }) => make<'onto.audit'>([p.worldId]) },
 } as const;
 
 export type TopicName = keyof typeof TOPICS;
@@ -70,9 +73,24 @@ export function physicalTopic(prefix: string, topic: string): string {
  */
 export const FIXED_PARTITIONS: Partial<Record<TopicName, number>> = { 'onto.identity': 1 };
 
+/** How long onto.audit keeps its records unless told (ONTO_AUDIT_RETENTION_DAYS): a year. */
+export const AUDIT_RETENTION_DAYS = 365;
+
+/** Topic configs of the platform beyond the broker's defaults: onto.audit's retention (docs/adr/0084). */
+function topicConfig(topic: TopicName, auditRetentionDays: number): Record<string, string> | undefined {
+  return topic === 'onto.audit' ? { 'retention.ms': String(auditRetentionDays * 86_400_000) } : undefined;
+}
+
 /** Every topic the platform needs, with its dead-letter twin. */
-export function platformTopics(prefix: string, partitions: number) {
+export function platformTopics(prefix: string, partitions: number, auditRetentionDays = AUDIT_RETENTION_DAYS) {
   return TOPIC_NAMES.flatMap((t) =>
-    [t, dlqOf(t)].map((name) => ({ name: physicalTopic(prefix, name), partitions: FIXED_PARTITIONS[t] ?? partitions })),
+    [t, dlqOf(t)].map((name) => {
+      const config = name === t ? topicConfig(t, auditRetentionDays) : undefined;
+      return {
+        name: physicalTopic(prefix, name),
+        partitions: FIXED_PARTITIONS[t] ?? partitions,
+        ...(config ? { config } : {}),
+      };
+    }),
   );
 }

@@ -73,6 +73,7 @@ export const EVENT_TYPES = {
   'action.completed': 'domain.actions',
   'action.compensated': 'domain.actions',
   'action.failed': 'domain.actions',
+  'audit.recorded': 'onto.audit',
 } as const satisfies Record<string, TopicName>;
 
 export type EventType = keyof typeof EVENT_TYPES;

@@ -2,6 +2,7 @@ import type { Tracer } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { withTimeout } from '../http/health.js';
+import { everyInProcess, type InProcessTask } from '../in-process.js';
 import type { Admin, Producer } from '../kafka/broker.js';
 import { physicalTopic, TOPIC_NAMES } from '../kafka/topics.js';
 import { learnRecordLimits } from './record-limits.js';
@@ -32,20 +33,42 @@ export interface OutboxPluginOptions {
  */
 export const outboxPlugin = fp(
   async (app: FastifyInstance, { recordLimitsRefreshMs, ...opts }: OutboxPluginOptions) => {
-    let producer: Producer | undefined;
     let stopped = false;
-    const lazy: Producer = {
-      async send(batches) {
-        producer ??= await app.broker.producer();
-        return producer.send(batches);
-      },
-      async disconnect() {
-        await producer?.disconnect();
-      },
+    // A producer per relay loop, made when first used: two loops never share an idempotent
+    // producer's sequence numbers (docs/adr/0063).
+    const lazy = (): Producer => {
+      let made: Producer | undefined;
+      let making: Promise<Producer> | undefined;
+      return {
+        async send(batches) {
+          making ??= app.broker.producer().then(
+            (p) => {
+              made = p;
+              return p;
+            },
+            (error) => {
+              making = undefined;
+              throw error;
+            },
+          );
+          return (await making).send(batches);
+        },
+        // Closes the producer made; one still being made (a broker that does not answer) is not
+        // waited for: shutting down must not hang on the broker.
+        async disconnect() {
+          const producer = made;
+          made = undefined;
+          making = undefined;
+          await producer?.disconnect();
+        },
+      };
     };
+    // As many as the relay's loops (two: OutboxRelay's default).
+    const producers = Array.from({ length: 2 }, lazy);
     const relay = new OutboxRelay({
       pool: app.pg,
-      producer: lazy,
+      producer: producers,
+      concurrency: producers.length,
       logger: app.log.child({ component: 'outbox-relay' }) as never,
       registry: app.metrics,
       ...opts,
@@ -70,24 +93,21 @@ export const outboxPlugin = fp(
       }
     };
     app.decorate('learnRecordLimits', learn);
-    let refresh: NodeJS.Timeout | undefined;
+    let refresh: InProcessTask | undefined;
     app.addHook('onReady', async () => {
       if (stopped) return;
       await withTimeout(learn(), 3000, 'the broker did not say its record limits').catch((err) =>
         app.log.warn({ err }, "record limits not known: Kafka's default limit holds until the broker answers"),
       );
       // Each instance keeps its own copy of the limits in memory: a per-process timer, not a job.
-      refresh = setInterval(() => {
-        learn().catch((err) => app.log.warn({ err }, 'record limits not refreshed'));
-      }, recordLimitsRefreshMs ?? 300_000);
-      refresh.unref();
+      refresh = everyInProcess('refreshing record limits', recordLimitsRefreshMs ?? 300_000, learn, app.log);
       await relay.start();
     });
     app.addHook('onClose', async () => {
       stopped = true;
-      clearInterval(refresh);
+      refresh?.stop();
       await relay.stop();
-      await lazy.disconnect().catch(() => {});
+      await Promise.all(producers.map((p) => p.disconnect().catch(() => {})));
       await admin?.disconnect().catch(() => {});
     });
   },

@@ -3,8 +3,10 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
+import { inTransaction } from '../db/transaction.js';
 import { BODY_LIMITS } from '../http/body-limits.js';
 import { problemResponses } from '../http/problem.js';
+import { recordAudit } from './audit.js';
 
 /**
  * Forgets that a consumer dead-lettered these events (its inbox rows and Redis `done` markers),
@@ -12,7 +14,7 @@ import { problemResponses } from '../http/problem.js';
  * Only dead-lettered events: an applied one stays applied. Returns the ids released.
  */
 export async function releaseDeadLettered(
-  pool: pg.Pool,
+  pool: pg.Pool | pg.PoolClient,
   redis: Redis | undefined,
   consumer: string,
   eventIds: string[],
@@ -53,8 +55,19 @@ export async function inboxReleaseRoute(fastify: FastifyInstance): Promise<void>
         response: { 200: Type.Object({ released: Type.Array(Type.String()) }), ...problemResponses(400, 401, 403) },
       },
     },
-    async (request) => ({
-      released: await releaseDeadLettered(app.pg, app.redis, request.body.consumer, request.body.eventIds),
-    }),
+    async (request) => {
+      const { consumer, eventIds } = request.body;
+      const released = await inTransaction(app.pg, async (tx) => {
+        const ids = await releaseDeadLettered(tx, app.redis, consumer, eventIds);
+        await recordAudit(tx, request, {
+          action: 'admin.inbox.release',
+          result: ids.length > 0 ? 'deleted' : 'unchanged',
+          subject: consumer,
+          detail: { released: ids.length },
+        });
+        return ids;
+      });
+      return { released };
+    },
   );
 }

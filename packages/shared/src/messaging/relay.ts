@@ -3,6 +3,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { backoffDelay } from '../backoff.js';
+import { type Listening, listenWithReconnect } from '../db/listen.js';
 import { queryTogether, type Statement } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
 import { withTimeout } from '../http/health.js';
@@ -192,7 +193,12 @@ async function markSentAndCommit(client: pg.PoolClient, rows: ClaimedRow[], setA
  * now: its consumers take it as a late copy (upserts keep the newest version). A malformed bundle
  * is not put back: its body is no event, only what is left to diagnose the bug that wrote it.
  */
-export async function redriveSetAside(pool: pg.Pool, ids?: number[]): Promise<number> {
+export async function redriveSetAside(
+  pool: pg.Pool,
+  ids?: number[],
+  /** Runs in the redrive's transaction with how many it put back: the request's audit record. */
+  also?: (tx: pg.PoolClient, redriven: number) => Promise<void>,
+): Promise<number> {
   return inTransaction(pool, async (tx) => {
     const { rows } = await tx.query<{
       id: string;
@@ -208,6 +214,7 @@ export async function redriveSetAside(pool: pg.Pool, ids?: number[]): Promise<nu
         ORDER BY id FOR UPDATE`,
       [ids ?? null, `${MALFORMED_BUNDLE}%`],
     );
+    await also?.(tx, rows.length);
     if (rows.length === 0) return 0;
     await tx.query(
       `WITH added AS (
@@ -281,7 +288,7 @@ export class OutboxRelay {
   private stopped: Promise<never> = new Promise(() => {});
   private signalStop: (error: Error) => void = () => {};
   private loops: Promise<void>[] = [];
-  private listener: pg.PoolClient | undefined;
+  private listening: Listening | undefined;
   private wakers = new Set<() => void>();
   /** Loops backing off after a failed publish: new rows do not cut their wait short, stop() does. */
   private backingOff = new Set<() => void>();
@@ -477,12 +484,8 @@ export class OutboxRelay {
       this.opts.logger.warn({ err }, 'stopping the relay without waiting for its batch'),
     );
     this.loops = [];
-    const listener = this.listener;
-    this.listener = undefined;
-    if (listener) {
-      await listener.query(`UNLISTEN ${OUTBOX_CHANNEL}`).catch(() => {});
-      listener.release();
-    }
+    await this.listening?.stop();
+    this.listening = undefined;
   }
 
   /** Deletes rows sent longer ago than the retention, with their sent marks, 50 batches at a time. */
@@ -562,30 +565,16 @@ export class OutboxRelay {
   }
 
   private async listen(): Promise<void> {
-    try {
-      const client = await this.opts.pool.connect();
-      // A notification this process sent is one its relays were already woken for, locally.
-      client.on('notification', (n) => {
+    // A notification this process sent is one its relays were already woken for, locally.
+    this.listening = listenWithReconnect(
+      this.opts.pool,
+      OUTBOX_CHANNEL,
+      (n) => {
         if (n.payload !== OUTBOX_SIGNAL_SENDER) this.wakeOne();
-      });
-      client.on('error', (err) => {
-        // The poll keeps the relay going; listen again once PostgreSQL answers.
-        this.opts.logger.warn({ err }, 'outbox listener lost; polling until it is back');
-        const lost = this.listener;
-        this.listener = undefined;
-        lost?.release(err);
-        setTimeout(() => {
-          if (this.running) void this.listen();
-        }, this.opts.backoffMaxMs).unref();
-      });
-      await client.query(`LISTEN ${OUTBOX_CHANNEL}`);
-      this.listener = client;
-    } catch (err) {
-      this.opts.logger.warn({ err }, 'outbox listener unavailable; polling');
-      setTimeout(() => {
-        if (this.running) void this.listen();
-      }, this.opts.backoffMaxMs).unref();
-    }
+      },
+      { retryMs: this.opts.backoffMaxMs, logger: this.opts.logger, what: 'outbox' },
+    );
+    await this.listening.ready;
   }
 }
 

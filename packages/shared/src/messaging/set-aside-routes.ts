@@ -1,9 +1,9 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { recordAudit } from '../auth/audit.js';
 import { BODY_LIMITS } from '../http/body-limits.js';
 import { problemResponses } from '../http/problem.js';
+import { recordAudit } from './audit.js';
 import { redriveSetAside } from './relay.js';
 
 /** Set-aside events listed per page: a broker that refuses a whole topic never makes one giant answer. */
@@ -115,11 +115,13 @@ export async function outboxSetAsideRoutes(fastify: FastifyInstance): Promise<vo
       },
     },
     async (request) => {
-      const redriven = await redriveSetAside(app.pg, request.body.ids);
-      await recordAudit(app.pg, request, {
-        action: 'admin.outbox.redriven',
-        detail: { ids: request.body.ids ?? 'all', redriven },
-      });
+      const redriven = await redriveSetAside(app.pg, request.body.ids, (tx, count) =>
+        recordAudit(tx, request, {
+          action: 'admin.outbox.redrive',
+          result: count > 0 ? 'updated' : 'unchanged',
+          detail: { ids: request.body.ids ?? 'all', redriven: count },
+        }),
+      );
       return { redriven };
     },
   );

@@ -320,6 +320,31 @@ export interface SqlContext {
 
 const SQL_CMP: Record<string, string> = { $gt: '>', $gte: '>=', $lt: '<', $lte: '<=' };
 
+let linkAliases = 0;
+
+/**
+ * A link predicate as SQL over a service's storage: `outer.pk IN (…)` the keys on `link.side` of
+ * the live links (`links`: the SELECTs of from_pk, to_pk that read them through a chain), whose
+ * other end is among `ends` (the SELECTs of the linked objects matching the predicate's
+ * where-clause, each with `pk`), or of any live link when `ends` is null (a link never outlives
+ * its ends, docs/adr/0008). Uncorrelated, so that the planner starts from the narrower side; and
+ * each branch of the links is joined with the ends on its own, so that a branch over a table is
+ * probed by the linked key's index from the few matching objects, where a join with the union of
+ * the branches would read every link of the type.
+ */
+export function linkPredicateSql(link: LinkNode, outer: string, links: string[], ends: string[] | null): string {
+  const n = ++linkAliases % 1_000_000;
+  const l = `l${n}`;
+  if (ends === null) return `${outer}.pk IN (SELECT ${l}.${link.side}_pk FROM (${links.join(' UNION ALL ')}) ${l})`;
+  const other = link.side === 'from' ? 'to' : 'from';
+  const joined = links.map(
+    (branch) => `SELECT ${l}.${link.side}_pk FROM (${branch}) ${l} JOIN o${n} ON o${n}.pk = ${l}.${other}_pk`,
+  );
+  // The ends once, as a CTE the branches share: copied into each branch, a predicate nested in the
+  // ends' where-clause would be planned once per branch, and its own ends once per its branches.
+  return `${outer}.pk IN (WITH o${n} AS (${ends.join(' UNION ALL ')}) ${joined.join(' UNION ALL ')})`;
+}
+
 /** The stored JSON value of a property of alias `a`. */
 export const valueExpr = (ctx: SqlContext, a: string, property: string) =>
   `(${a}.properties -> ${ctx.param(property)}::text)`;

@@ -31,7 +31,10 @@ export async function buildTestService<S extends TObject>(
     KAFKA_BROKERS: endpoints.kafkaBrokers,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     ...testIdentityEnv(),
-    ...env,
+    // `{database}` in a value names the service's test database (a replica's URL, say).
+    ...Object.fromEntries(
+      Object.entries(env).map(([k, v]) => [k, v.replaceAll('{database}', new URL(db.url).pathname.slice(1))]),
+    ),
   };
   const config = loadConfig(service.schema, fullEnv);
   const app = Fastify(fastifyOptions(config as { LOG_LEVEL: string }));

@@ -1,4 +1,5 @@
 export { buildTestService, type TestService } from './app.js';
+export { type AuditPayload, outboxAudit } from './audit.js';
 export { builtForProcesses } from './built.js';
 export { createEmptyTestDatabase, createTestDatabase, type TestDatabase } from './databases.js';
 export { dockerAvailable, ENV, endpointsFromEnv, type TestEndpoints, testEndpoints } from './env.js';
@@ -7,4 +8,5 @@ export { testIdentityEnv, testIdentityKeys, testKeyEncryptionKey } from './ident
 export { createTestTopics, testBroker, testLogger } from './kafka.js';
 export { blockedOnLock } from './locks.js';
 export { type PrivateKafka, startPrivateKafka } from './private-kafka.js';
+export { metricSample, primaryAsReplicaEnv, replicaTestEnv, testReplica, testReplicaUrl } from './replicas.js';
 export { committedToEnd, consumedPastSentinel } from './sentinel.js';

@@ -92,9 +92,10 @@ export default fp(
         const result = await inTransaction(app.pg, async (tx) => {
           const head = await republishSchema(tx, world, app.topicPrefix, request.id);
           await recordAudit(tx, request, {
-            action: 'admin.schema.republished',
+            action: 'admin.schema.republish',
+            result: 'accepted',
             worldId: world,
-            detail: { version: head.version },
+            afterVersion: head.version,
           });
           return { world, ...head };
         });

@@ -80,7 +80,8 @@ export default async function keyRoutes(fastify: FastifyInstance, opts: KeyRoute
         graceSeconds,
         also: (tx, r) =>
           recordAudit(tx, request, {
-            action: 'admin.signing-key.rotated',
+            action: 'admin.signing-key.rotate',
+            result: 'created',
             subject: r.kid,
             detail: { retiredKid: r.retiredKid, graceSeconds },
           }),

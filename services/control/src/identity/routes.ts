@@ -1,4 +1,4 @@
-import { timingSafeEqual } from 'node:crypto';
+import { randomUUID, timingSafeEqual } from 'node:crypto';
 import rateLimit from '@fastify/rate-limit';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
@@ -151,16 +151,20 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
     },
     async (request) => {
       const hash = hashApiToken(request.body.apiToken);
+      // The access token's id is chosen first, so that the exchange's audit record names it.
+      const tokenId = randomUUID();
       const redeemed = await transaction(pool, async (tx) => {
-        if (bootstrapHash && timingSafeEqual(hash, bootstrapHash) && (await ensureBootstrapAdmin(tx, hash))) {
-          await recordAudit(tx, request, { action: 'identity.bootstrap', subject: 'admin', actor: 'admin' });
-        }
+        const bootstrap =
+          bootstrapHash !== undefined && timingSafeEqual(hash, bootstrapHash) && (await ensureBootstrapAdmin(tx, hash));
         const found = await redeemApiToken(tx, hash);
         if (found) {
           await recordAudit(tx, request, {
-            action: 'identity.token.exchanged',
+            action: 'identity.token.exchange',
+            result: 'created',
             subject: found.apiTokenId,
             actor: found.userId,
+            tokenId,
+            detail: bootstrap ? { bootstrap: true } : {},
           });
         }
         return found;
@@ -168,6 +172,7 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
       if (!redeemed) throw new Unauthorized('the API token is unknown or revoked');
       const signed = await signAccessToken(await opts.signingKeys.active(), {
         ...redeemed,
+        tokenId,
         ttlSeconds: opts.accessTokenTtlSeconds,
       });
       return {
@@ -208,7 +213,11 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
             { requestId: request.id },
           ),
         );
-        await recordAudit(tx, request, { action: 'identity.access-token.revoked', subject: principal.tokenId });
+        await recordAudit(tx, request, {
+          action: 'identity.access-token.revoke',
+          result: 'deleted',
+          subject: principal.tokenId,
+        });
       });
       return reply.code(204).send(null);
     },
@@ -238,7 +247,12 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
       const user = await transaction(pool, async (tx) => {
         const created = await insertUser(tx, { id, displayName, admin, createdBy: principalOf(request).userId });
         if (!created) throw new Conflict(`user ${id} exists`);
-        await recordAudit(tx, request, { action: 'identity.user.created', subject: id, detail: { admin } });
+        await recordAudit(tx, request, {
+          action: 'identity.user.create',
+          result: 'created',
+          subject: id,
+          detail: { admin },
+        });
         const user = await findUser(tx, id);
         if (!user) throw new Error(`user ${id} vanished in its own transaction`);
         return user;
@@ -313,7 +327,12 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
       const created = await transaction(pool, async (tx) => {
         if (!(await findUser(tx, userId))) throw new NotFound(`user ${userId} does not exist`);
         const token = await insertApiToken(tx, userId, request.body.name);
-        await recordAudit(tx, request, { action: 'identity.token.created', subject: token.id, detail: { userId } });
+        await recordAudit(tx, request, {
+          action: 'identity.token.create',
+          result: 'created',
+          subject: token.id,
+          detail: { userId },
+        });
         return token;
       });
       return reply.code(201).send(created);
@@ -344,7 +363,12 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         await new Outbox(tx, app.topicPrefix).add(
           identityMessage('identity.token.revoked', userId, { userId, apiTokenId: tokenId }, { requestId: request.id }),
         );
-        await recordAudit(tx, request, { action: 'identity.token.revoked', subject: tokenId, detail: { userId } });
+        await recordAudit(tx, request, {
+          action: 'identity.token.revoke',
+          result: 'deleted',
+          subject: tokenId,
+          detail: { userId },
+        });
       });
       return reply.code(204).send(null);
     },
@@ -402,14 +426,13 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
           grantedBy: principalOf(request).userId,
           requestId: request.id,
         });
-        if (change.changed) {
-          await recordAudit(tx, request, {
-            action: 'identity.member.put',
-            worldId: world,
-            subject: userId,
-            detail: { role, previousRole: change.previousRole },
-          });
-        }
+        await recordAudit(tx, request, {
+          action: 'identity.member.put',
+          result: !change.changed ? 'unchanged' : change.previousRole === null ? 'created' : 'updated',
+          worldId: world,
+          subject: userId,
+          detail: { role, previousRole: change.previousRole },
+        });
         return change;
       });
       return { world, userId, role, changed: result.changed };
@@ -439,7 +462,8 @@ export default async function identityRoutes(fastify: FastifyInstance, opts: Ide
         });
         if (previousRole === null) throw new NotFound(`user ${userId} holds no role in world ${world}`);
         await recordAudit(tx, request, {
-          action: 'identity.member.removed',
+          action: 'identity.member.delete',
+          result: 'deleted',
           worldId: world,
           subject: userId,
           detail: { previousRole },

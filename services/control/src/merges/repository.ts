@@ -27,6 +27,8 @@ export interface MergeRow {
   status: MergeStatus;
   phase: MergePhase;
   base: Point | null;
+  /** A revert: the merge it undoes (docs/adr/0081). */
+  reverts: string | null;
   source_schema_version: number;
   target_schema_version: number;
   source_data_seq: string | null;

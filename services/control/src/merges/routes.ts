@@ -10,6 +10,7 @@ import {
   inTransaction,
   MERGE_STRATEGIES,
   NotFound,
+  OPTIONAL_BODY,
   problemResponses,
   recordAudit,
   Unprocessable,
@@ -42,6 +43,22 @@ const CreateMerge = Type.Object(
     strategy: Type.Union(
       MERGE_STRATEGIES.map((s) => Type.Literal(s)),
       { description: 'how conflicts are settled: SOURCE_WINS, TARGET_WINS, TIMESTAMP_WINS or MANUAL' },
+    ),
+    dryRun: Type.Optional(Type.Boolean({ description: 'compute everything, apply nothing', default: false })),
+  },
+  { additionalProperties: false },
+);
+const Revert = Type.Object(
+  {
+    strategy: Type.Optional(
+      Type.Union(
+        MERGE_STRATEGIES.map((s) => Type.Literal(s)),
+        {
+          description:
+            'how conflicts with later changes are settled (source: the state before the merge; target: the world now); default MANUAL',
+          default: 'MANUAL',
+        },
+      ),
     ),
     dryRun: Type.Optional(Type.Boolean({ description: 'compute everything, apply nothing', default: false })),
   },
@@ -133,7 +150,8 @@ async function loadMerge(db: pg.Pool, world: string, id: string, cursor: string 
 
 /**
  * Merges of worlds (issue 17, docs/adr/0037): `POST` starts the saga, `GET` follows it, `PUT` of a
- * conflict resolves it, `apply` finishes a MANUAL merge.
+ * conflict resolves it, `apply` finishes a MANUAL merge, `revert` starts the merge that undoes one
+ * (docs/adr/0081).
  */
 export default fp(
   async (fastify: FastifyInstance, ctx: SagaContext) => {
@@ -168,6 +186,7 @@ export default fp(
           });
           await recordAudit(tx, request, {
             action: 'merge.start',
+            result: 'accepted',
             worldId: target,
             subject: id,
             detail: { source, strategy, dryRun },
@@ -175,6 +194,51 @@ export default fp(
           return id;
         });
         reply.code(202).header('location', `/v1/worlds/${target}/merges/${id}`);
+        return { id, status: 'RUNNING' };
+      },
+    );
+
+    app.post(
+      '/v1/worlds/:world/merges/:id/revert',
+      {
+        bodyLimit: BODY_LIMITS.small,
+        preHandler: app.authorize({ role: 'owner' }),
+        schema: {
+          tags: ['merges'],
+          summary: 'Revert a MERGED merge: a merge of the inverse of its changes into the same world',
+          description:
+            'Starts a new merge (202, its id) whose source is this world before the merge and whose base is this world right after it (docs/adr/0081): what the merge changed is set back, and a property changed again since is a conflict settled by the strategy (MANUAL: stops at CONFLICTS, resolved as any merge). 404: no such merge of this world; 409: the merge is not MERGED (or is a dry run), the world is not READY, or a merge is running against it. Nothing is written on a refusal.',
+          params: MergeParams,
+          body: Revert,
+          ...OPTIONAL_BODY,
+          response: { 202: Type.Object({ id: Type.String(), status: Type.String() }), ...errors },
+        },
+      },
+      async (request, reply) => {
+        const { world, id: reverted } = request.params;
+        const { strategy = 'MANUAL', dryRun = false } = request.body;
+        const id = await inTransaction(app.pg, async (tx) => {
+          await checkTarget(tx, world);
+          const merge = await mergeOf(tx, world, reverted);
+          const id = await startMerge(tx, ctx, {
+            target: world,
+            source: world,
+            strategy,
+            dryRun,
+            actor: actorOf(request),
+            requestId: request.id,
+            reverts: merge,
+          });
+          await recordAudit(tx, request, {
+            action: 'merge.revert',
+            result: 'accepted',
+            worldId: world,
+            subject: id,
+            detail: { reverts: reverted, strategy, dryRun },
+          });
+          return id;
+        });
+        reply.code(202).header('location', `/v1/worlds/${world}/merges/${id}`);
         return { id, status: 'RUNNING' };
       },
     );
@@ -271,6 +335,7 @@ export default fp(
           await resolveConflict(tx, app.topicPrefix, merge, conflictId, request.body, actorOf(request));
           await recordAudit(tx, request, {
             action: 'merge.conflict.resolve',
+            result: 'updated',
             worldId: world,
             subject: `${id}/${conflictId}`,
             detail: { take: request.body.take },
@@ -301,7 +366,7 @@ export default fp(
         const status = await inTransaction(app.pg, async (tx) => {
           const merge = await mergeOf(tx, world, id);
           await applyNow(tx, ctx, merge);
-          await recordAudit(tx, request, { action: 'merge.apply', worldId: world, subject: id });
+          await recordAudit(tx, request, { action: 'merge.apply', result: 'accepted', worldId: world, subject: id });
           return (await lockMerge(tx, id))?.status ?? 'RUNNING';
         });
         reply.code(202);

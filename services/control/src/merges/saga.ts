@@ -36,6 +36,11 @@ export interface StartMerge {
   dryRun: boolean;
   actor: string;
   requestId: string;
+  /**
+   * A revert (docs/adr/0081): the MERGED merge of the target it undoes. The source is the target
+   * before it (its schema: the version that merge read), the base the target's point after it.
+   */
+  reverts?: MergeRow;
 }
 
 const requestIdOf = (id: string) => `merge:${id}`;
@@ -70,20 +75,16 @@ async function guarded<T>(target: string, work: () => Promise<T>): Promise<T> {
  */
 export async function startMerge(tx: pg.ClientBase, ctx: SagaContext, req: StartMerge): Promise<string> {
   await refuseRunning(tx, req.target);
-  const base = mergeBase(await readLineage(tx), req.source, req.target);
-  const [sourceHead, targetHead] = [await currentSchema(tx, req.source), await currentSchema(tx, req.target)];
-  const merged = await computeSchemaPart(tx, {
-    ...req,
-    base,
-    sourceVersion: sourceHead.version,
-    targetVersion: targetHead.version,
-  });
+  const base = req.reverts ? revertBase(req.reverts) : mergeBase(await readLineage(tx), req.source, req.target);
+  const targetHead = await currentSchema(tx, req.target);
+  const sourceVersion = req.reverts ? req.reverts.target_schema_version : (await currentSchema(tx, req.source)).version;
+  const merged = await computeSchemaPart(tx, { ...req, base, sourceVersion, targetVersion: targetHead.version });
   const id = uuidv7();
   await guarded(req.target, () =>
     tx.query(
       `INSERT INTO merges (id, target, source, strategy, dry_run, status, phase, base, source_schema_version,
-                           target_schema_version, merged_schema, actor, deadline_at)
-       VALUES ($1, $2, $3, $4, $5, 'RUNNING', 'planning', $6, $7, $8, $9, $10, $11)`,
+                           target_schema_version, merged_schema, actor, deadline_at, reverts)
+       VALUES ($1, $2, $3, $4, $5, 'RUNNING', 'planning', $6, $7, $8, $9, $10, $11, $12)`,
       [
         id,
         req.target,
@@ -91,11 +92,12 @@ export async function startMerge(tx: pg.ClientBase, ctx: SagaContext, req: Start
         req.strategy,
         req.dryRun,
         base ? JSON.stringify(base) : null,
-        sourceHead.version,
+        sourceVersion,
         targetHead.version,
         merged.document,
         req.actor,
         deadline(ctx.timeoutMs),
+        req.reverts?.id ?? null,
       ],
     ),
   );
@@ -136,10 +138,30 @@ export async function startMerge(tx: pg.ClientBase, ctx: SagaContext, req: Start
       base: base ? toWire(base) : null,
       schema: merged.document,
       actor: req.actor,
+      ...(req.reverts ? { reverts: req.reverts.id } : {}),
     },
     req.requestId,
   );
   return id;
+}
+
+/**
+ * The base of a revert: the target right after the merge it undoes (its recorded result), so
+ * that the three-way merge with the target before it as the source yields the inverse.
+ */
+function revertBase(merge: MergeRow): Point {
+  if (merge.status !== 'MERGED' || merge.dry_run || !merge.result) {
+    throw new Conflict(
+      `merge ${merge.id} is ${merge.dry_run ? 'a dry run' : merge.status}, not MERGED: only a merge that applied can be reverted`,
+      { mergeStatus: merge.status, errors: [{ path: '/id', message: `must be MERGED, not ${merge.status}` }] },
+    );
+  }
+  return {
+    world: merge.target,
+    schemaVersion: merge.result.schemaVersion,
+    dataSeq: merge.result.dataSeq ?? 0,
+    definitions: merge.result.definitions ?? 0,
+  };
 }
 
 /**

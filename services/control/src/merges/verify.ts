@@ -157,6 +157,7 @@ export default fp(
           );
           await recordAudit(tx, request, {
             action: 'admin.merge.verify',
+            result: 'accepted',
             worldId: world,
             subject: id,
             detail: { verification },

@@ -48,6 +48,9 @@ const summaryFields = {
   status: Type.String({ description: 'RUNNING, CONFLICTS, MERGED, FAILED or COMPENSATED' }),
   phase: Type.String({ description: 'planning, conflicts, applying, compensating or done' }),
   base: Nullable(Point),
+  reverts: Nullable(
+    Type.String({ description: 'a revert (POST …/merges/{id}/revert): the merge it undoes; null for a merge' }),
+  ),
   result: Nullable(
     Type.Object(
       { schemaVersion: Type.Integer(), dataSeq: Nullable(Type.Integer()), definitions: Nullable(Type.Integer()) },
@@ -153,6 +156,7 @@ export function summaryView(
     status: m.status,
     phase: m.phase,
     base: m.base,
+    reverts: m.reverts,
     result: m.result,
     failure: m.failure,
     counts: {

@@ -233,13 +233,15 @@ export default fp(
               after,
               topicPrefix: app.topicPrefix,
             });
-            if (!written) return { version: before.version, changed: false, breaking: false, changes: [] };
             await recordAudit(tx, request, {
               action: `schema.${action}`,
+              result: !written ? 'unchanged' : action.endsWith('.delete') ? 'deleted' : 'updated',
               worldId: world,
               subject: apiName,
-              detail: { version: written.version },
+              beforeVersion: before.version,
+              afterVersion: written?.version ?? before.version,
             });
+            if (!written) return { version: before.version, changed: false, breaking: false, changes: [] };
             return {
               version: written.version,
               changed: true,

@@ -3,6 +3,7 @@ import {
   actorOf,
   BODY_LIMITS,
   inTransaction,
+  isEvent,
   newEvent,
   Outbox,
   problemResponses,
@@ -69,8 +70,8 @@ const SELECT = `SELECT world_id AS world, require_merge AS "requireMerge", requi
  */
 export async function applyRuleReports(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
   for (const { event } of events) {
-    if (event.type !== 'intelligence.rules.changed') continue;
-    const p = event.payload as { rules: string[]; definitions: number };
+    if (!isEvent(event, 'intelligence.rules.changed')) continue;
+    const p = event.payload;
     await tx.query(
       `INSERT INTO world_rules AS r (world_id, rules, definitions)
        SELECT id, $2, $3 FROM worlds WHERE id = $1
@@ -200,6 +201,7 @@ export default fp(
           const revision = rows[0]?.revision ?? 1;
           await recordAudit(tx, request, {
             action: 'world.protection.set',
+            result: 'updated',
             worldId: world,
             subject: world,
             detail: { ...body, revision },

@@ -4,9 +4,11 @@ import {
   BODY_LIMITS,
   Conflict,
   inTransaction,
+  isEvent,
   newEvent,
   Outbox,
   problemResponses,
+  type ReceivedEvent,
   recordAudit,
   TOPICS,
   Unprocessable,
@@ -22,23 +24,24 @@ import { lockWorld, lockWritableWorld } from './repository.js';
 export const MAX_KEEP_DAYS = 36_500;
 export const MAX_KEEP_VERSIONS = 1_000_000;
 
+const KeepDays = Type.Union([Type.Integer({ minimum: 0, maximum: MAX_KEEP_DAYS }), Type.Null()], {
+  default: null,
+  description:
+    'history is kept at least this many days, and reads at a ref older than what is kept answer 410; at least RETENTION_MIN_DAYS; null: forever (nothing is pruned)',
+});
+const KeepVersions = Type.Union([Type.Integer({ minimum: 1, maximum: MAX_KEEP_VERSIONS }), Type.Null()], {
+  default: null,
+  description:
+    'and the newest keepVersions versions of each object and link (the current one counted) are kept whatever their age; needs keepDays',
+});
+// Either may be left out: it is null (its default), as the service has always taken it.
 const Settings = Type.Object(
-  {
-    keepDays: Type.Union([Type.Integer({ minimum: 0, maximum: MAX_KEEP_DAYS }), Type.Null()], {
-      default: null,
-      description:
-        'history is kept at least this many days, and reads at a ref older than what is kept answer 410; at least RETENTION_MIN_DAYS; null: forever (nothing is pruned)',
-    }),
-    keepVersions: Type.Union([Type.Integer({ minimum: 1, maximum: MAX_KEEP_VERSIONS }), Type.Null()], {
-      default: null,
-      description:
-        'and the newest keepVersions versions of each object and link (the current one counted) are kept whatever their age; needs keepDays',
-    }),
-  },
+  { keepDays: Type.Optional(KeepDays), keepVersions: Type.Optional(KeepVersions) },
   { additionalProperties: false },
 );
 const Retention = Type.Object({
-  ...Settings.properties,
+  keepDays: KeepDays,
+  keepVersions: KeepVersions,
   world: Type.String(),
   revision: Type.Integer({ description: '0: never set (history is kept forever)' }),
   updatedBy: Type.Union([Type.String(), Type.Null()]),
@@ -98,6 +101,42 @@ export async function setRetention(
   return revision;
 }
 
+/** A world's retained horizon as data announced it, as `GET /v1/worlds/{world}` answers it (docs/adr/0077). */
+export const HistoryHorizon = Type.Union(
+  [
+    Type.Object({
+      commit: Type.Integer({
+        minimum: 0,
+        description:
+          "data's commit below which the world's history is pruned: reads at an older commit answer 410, unless it is a kept point (a tag, a child world's fork point, a merge's point, a live page token)",
+      }),
+      movedAt: Type.String({
+        format: 'date-time',
+        description: 'when data moved the horizon there (its storage.history.horizon announcement)',
+      }),
+    }),
+    Type.Null(),
+  ],
+  {
+    description:
+      "the world's retained history horizon as data last announced it (storage.history.horizon); null: data has pruned nothing of the world (no policy, or no pass yet). Learnt from Kafka, so it may lag data's GET /v1/worlds/{world}/history by the consumer's delay",
+  },
+);
+
+/** `storage.history.horizon` from data: only a greater horizon replaces the one recorded (redeliveries and late ones change nothing). */
+export async function applyHorizons(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
+  for (const { event } of events) {
+    if (!isEvent(event, 'storage.history.horizon')) continue;
+    await tx.query(
+      `INSERT INTO world_horizons AS h (world_id, horizon_seq, moved_at)
+       SELECT id, $2, $3 FROM worlds WHERE id = $1
+       ON CONFLICT (world_id) DO UPDATE SET horizon_seq = EXCLUDED.horizon_seq, moved_at = EXCLUDED.moved_at
+        WHERE h.horizon_seq < EXCLUDED.horizon_seq`,
+      [event.world_id, event.payload.horizon, event.occurred_at],
+    );
+  }
+}
+
 /** The configured default for a world being created (nothing when history is kept forever by default). */
 export async function applyDefaultRetention(
   tx: pg.ClientBase,
@@ -134,7 +173,7 @@ export default fp(
           tags: ['worlds'],
           summary: "The world's history retention",
           description:
-            "The horizon it has reached (reads at an older ref answer 410) is data's: GET /v1/worlds/{world}/history on data.",
+            "The horizon it has reached (reads at an older ref answer 410) is data's: GET /v1/worlds/{world} answers it as data announced it (historyHorizon), and GET /v1/worlds/{world}/history on data with the kept points.",
           params: Params,
           response: { 200: Retention, ...errors },
         },
@@ -164,7 +203,7 @@ export default fp(
       },
       async (request) => {
         const { world } = request.params;
-        const { keepDays, keepVersions } = request.body;
+        const { keepDays = null, keepVersions = null } = request.body;
         if (keepDays !== null && keepDays < opts.minDays) {
           throw new Unprocessable(`history must be kept at least ${opts.minDays} day(s) (RETENTION_MIN_DAYS)`, [
             { path: '/keepDays', message: `must be at least ${opts.minDays} (RETENTION_MIN_DAYS), or null (forever)` },
@@ -192,6 +231,7 @@ export default fp(
           const revision = await setRetention(tx, app.topicPrefix, world, { keepDays, keepVersions }, actorOf(request));
           await recordAudit(tx, request, {
             action: 'world.retention.set',
+            result: 'updated',
             worldId: world,
             subject: world,
             detail: { keepDays, keepVersions, revision },

@@ -24,7 +24,7 @@ import { emptySchema } from '../schema/model.js';
 import { writeVersion } from '../schema/repository.js';
 import { type ForkPoint, forkPoint } from './refs.js';
 import { WORLD_STATUSES } from './repository.js';
-import { applyDefaultRetention, type RetentionDefaults } from './retention.js';
+import { applyDefaultRetention, HistoryHorizon, type RetentionDefaults } from './retention.js';
 
 const errors = problemResponses(400, 401, 403, 404, 409, 422, 503);
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
@@ -53,6 +53,7 @@ const World = Type.Object({
     }),
     Type.Null(),
   ]),
+  historyHorizon: HistoryHorizon,
 });
 const CreateWorld = Type.Object(
   {
@@ -87,7 +88,9 @@ const SELECT_WORLD = `SELECT id, status,
     'commit', parent_commit, 'schemaVersion', parent_schema_version) END AS "from",
   created_by AS "createdBy", to_json(created_at)#>>'{}' AS "createdAt", to_json(updated_at)#>>'{}' AS "updatedAt",
   confirmed_by AS "confirmedBy",
-  CASE WHEN failure IS NULL THEN NULL ELSE json_build_object('field', failure_field, 'reason', failure) END AS failure
+  CASE WHEN failure IS NULL THEN NULL ELSE json_build_object('field', failure_field, 'reason', failure) END AS failure,
+  (SELECT json_build_object('commit', h.horizon_seq, 'movedAt', to_json(h.moved_at)#>>'{}')
+     FROM world_horizons h WHERE h.world_id = worlds.id) AS "historyHorizon"
   FROM worlds`;
 
 function worldEvent(
@@ -159,7 +162,12 @@ export default fp(
           });
           // After world.created on the world's partition: data knows the world when the policy arrives.
           await applyDefaultRetention(tx, app.topicPrefix, id, opts.retention, actorOf(request));
-          await recordAudit(tx, request, { action: 'world.create', worldId: id, detail: { from: from ?? null } });
+          await recordAudit(tx, request, {
+            action: 'world.create',
+            result: 'accepted',
+            worldId: id,
+            detail: { from: from ?? null },
+          });
           return (await tx.query(`${SELECT_WORLD} WHERE id = $1`, [id])).rows[0];
         });
         reply.code(202).header('location', `/v1/worlds/${id}`);
@@ -237,7 +245,7 @@ export default fp(
             ...worldEvent('world.deleted', world, {}),
             headers: { 'x-request-id': request.id },
           });
-          await recordAudit(tx, request, { action: 'world.delete', worldId: world });
+          await recordAudit(tx, request, { action: 'world.delete', result: 'accepted', worldId: world });
           return (await tx.query(`${SELECT_WORLD} WHERE id = $1`, [world])).rows[0];
         });
         reply.code(202);

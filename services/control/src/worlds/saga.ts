@@ -5,6 +5,7 @@ import type pg from 'pg';
 import { recordingCheckReports } from '../checker/checker.js';
 import { recordingPositions } from './consistency.js';
 import { applyRuleReports } from './protection.js';
+import { applyHorizons } from './retention.js';
 import { PROVISIONERS } from './routes.js';
 import { applyTagPositions } from './tags.js';
 
@@ -128,6 +129,7 @@ export default fp(
         await applyReports(tx, events, app.topicPrefix);
         await applyTagPositions(tx, events);
         await applyRuleReports(tx, events);
+        await applyHorizons(tx, events);
         // The same reports carry data's and intelligence's positions for the version vector.
         const positions = recordingPositions(events);
         if (positions) await tx.query(positions.text, [...(positions.values ?? [])]);

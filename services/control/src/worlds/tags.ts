@@ -140,20 +140,19 @@ export default fp(
             [world, name, ref, actorOf(request), requestId],
           );
           const tag = (await tx.query(`${SELECT_TAG} WHERE world_id = $1 AND name = $2`, [world, name])).rows[0];
-          if (inserted.rowCount === 0) {
-            if (tag.ref.control !== ref.control) {
-              throw new Conflict(`tag ${name} of ${world} already names schema version ${tag.ref.control}`, {
-                ref: tag.ref,
-              });
-            }
-            return { status: 200, tag };
+          if (inserted.rowCount === 0 && tag.ref.control !== ref.control) {
+            throw new Conflict(`tag ${name} of ${world} already names schema version ${tag.ref.control}`, {
+              ref: tag.ref,
+            });
           }
           await recordAudit(tx, request, {
             action: 'world.tag.create',
+            result: inserted.rowCount === 0 ? 'unchanged' : 'created',
             worldId: world,
             subject: name,
             detail: { ref },
           });
+          if (inserted.rowCount === 0) return { status: 200, tag };
           // data and intelligence read the request after every event of the world before it (one partition).
           const event = newEvent({
             type: 'world.tag.requested',
@@ -220,7 +219,12 @@ export default fp(
             [world, name],
           );
           if (!rows[0]) throw new NotFound(`world ${world} has no tag ${name}`);
-          await recordAudit(tx, request, { action: 'world.tag.delete', worldId: world, subject: name });
+          await recordAudit(tx, request, {
+            action: 'world.tag.delete',
+            result: 'deleted',
+            worldId: world,
+            subject: name,
+          });
           // data and intelligence resolve the tag's name in ?at= (docs/adr/0046): they forget it.
           // A tag made before vectors was never asked of them, and has no request.
           const made = rows[0].request;

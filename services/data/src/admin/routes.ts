@@ -43,6 +43,9 @@ interface HeadRow {
   schema_version: number;
 }
 
+/** The request's audit record, in the last page's transaction (see announcePages). */
+type Last = (tx: pg.PoolClient, announced: number) => Promise<void>;
+
 /**
  * The loop both announcers share: a transaction per page of ANNOUNCE_BATCH rows in keyset order,
  * each checking the world (and the type, by `checkType`) at the schema version it holds, reading
@@ -58,6 +61,7 @@ async function announcePages<Row, Cursor>(
     event: (row: Row) => OutboxMessage;
     next: (row: Row) => Cursor;
   },
+  onLast?: Last,
 ): Promise<number> {
   let after = first;
   let announced = 0;
@@ -72,6 +76,7 @@ async function announcePages<Row, Cursor>(
       await page.checkType(tx, ctx[0].schema_version);
       const rows = await page.read(tx, after);
       if (rows.length > 0) await new Outbox(tx, app.topicPrefix).add(rows.map(page.event));
+      if (rows.length < ANNOUNCE_BATCH) await onLast?.(tx, announced + rows.length);
       return rows;
     });
     announced += batch.length;
@@ -86,36 +91,42 @@ async function announcePages<Row, Cursor>(
  * transactions of ANNOUNCE_BATCH objects; answers how many. The admin recount's and the checker's
  * repair (objects.recount.requested).
  */
-export function announceObjects(app: FastifyInstance, world: string, type: string, origin: Origin) {
-  return announcePages<HeadRow, string>(app, world, '', {
-    checkType: (tx, schemaVersion) => objectTypeOf(app, tx, world, type, schemaVersion),
-    read: async (tx, after) =>
-      (
-        await tx.query<HeadRow>(
-          `SELECT pk, version::text, seq::text, properties, schema_version FROM object_heads
+export function announceObjects(app: FastifyInstance, world: string, type: string, origin: Origin, last?: Last) {
+  return announcePages<HeadRow, string>(
+    app,
+    world,
+    '',
+    {
+      checkType: (tx, schemaVersion) => objectTypeOf(app, tx, world, type, schemaVersion),
+      read: async (tx, after) =>
+        (
+          await tx.query<HeadRow>(
+            `SELECT pk, version::text, seq::text, properties, schema_version FROM object_heads
             WHERE world_id = $1 AND type = $2 AND NOT deleted AND pk > $3
             ORDER BY pk LIMIT $4`,
-          [world, type, after, ANNOUNCE_BATCH],
-        )
-      ).rows,
-    event: (row) =>
-      changeMessage(
-        TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk }),
-        'object.announced',
-        { worldId: world, version: Number(row.version), seq: Number(row.seq) },
-        {
-          type,
-          pk: row.pk,
-          version: Number(row.version),
-          after: row.properties,
-          actor: origin.actor,
-          requestId: origin.requestId,
-          schemaVersion: row.schema_version,
-        },
-        origin,
-      ),
-    next: (row) => row.pk,
-  });
+            [world, type, after, ANNOUNCE_BATCH],
+          )
+        ).rows,
+      event: (row) =>
+        changeMessage(
+          TOPICS['onto.changes.objects'].key({ worldId: world, objectType: type, pk: row.pk }),
+          'object.announced',
+          { worldId: world, version: Number(row.version), seq: Number(row.seq) },
+          {
+            type,
+            pk: row.pk,
+            version: Number(row.version),
+            after: row.properties,
+            actor: origin.actor,
+            requestId: origin.requestId,
+            schemaVersion: row.schema_version,
+          },
+          origin,
+        ),
+      next: (row) => row.pk,
+    },
+    last,
+  );
 }
 
 interface LinkHeadRow {
@@ -132,7 +143,7 @@ interface LinkHeadRow {
  * transactions of ANNOUNCE_BATCH links; answers how many. The admin link recount's and the
  * checker's repair (links.recount.requested). Only the world's own link heads, as for objects.
  */
-export function announceLinks(app: FastifyInstance, world: string, linkType: string, origin: Origin) {
+export function announceLinks(app: FastifyInstance, world: string, linkType: string, origin: Origin, last?: Last) {
   return announcePages<LinkHeadRow, { from: string; to: string }>(
     app,
     world,
@@ -168,6 +179,7 @@ export function announceLinks(app: FastifyInstance, world: string, linkType: str
       },
       next: (row) => ({ from: row.from_pk, to: row.to_pk }),
     },
+    last,
   );
 }
 
@@ -206,13 +218,15 @@ export default fp(
         },
         async (request) => {
           const { world, type } = request.params;
-          const announced = await announce(app, world, type, originOf(request));
-          await recordAudit(app.pg, request, {
-            action: `admin.${what}.announced`,
-            worldId: world,
-            subject: type,
-            detail: { announced },
-          });
+          const announced = await announce(app, world, type, originOf(request), (tx, count) =>
+            recordAudit(tx, request, {
+              action: `admin.${what}.recount`,
+              result: 'accepted',
+              worldId: world,
+              subject: type,
+              detail: { announced: count },
+            }),
+          );
           return { world, type, count: announced, announced };
         },
       );

@@ -9,6 +9,7 @@ import {
   PayloadTooLarge,
   parseBoundedJson,
   problemResponses,
+  recordAudit,
   WORLD_ID,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
@@ -279,6 +280,13 @@ export default async function bulk(fastify: FastifyInstance) {
         };
         const written = await writeBulk(tx, w, rows, duplicateChecker(type, faults));
         if (written === null || faults.length > 0) throw refuse(faults);
+        await recordAudit(tx, request, {
+          action: 'object.bulk',
+          result: written.created + written.updated === 0 ? 'unchanged' : written.created > 0 ? 'created' : 'updated',
+          worldId: world,
+          subject: typeName,
+          detail: { created: written.created, updated: written.updated, unchanged: written.unchanged },
+        });
         return written;
       });
       if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);

@@ -7,6 +7,7 @@ import {
   Headers,
   NotFound,
   problemResponses,
+  recordAudit,
   WORLD_ID,
 } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
@@ -27,7 +28,7 @@ import {
 import { objectAt } from '../objects/repository.js';
 import { At, LIST_COMMIT, NAME } from '../objects/routes.js';
 import { linkTypeOf, objectTypeOf } from '../schema/lookup.js';
-import { pinnedRef } from '../worlds/refs.js';
+import { pinnedRead } from '../worlds/refs.js';
 import { type LinkChange, putLink, removeLink } from './change.js';
 import { traverse } from './repository.js';
 
@@ -63,9 +64,12 @@ export default fp(
      * A write of one link (PUT or DELETE): its keys checked, its preconditions and causal parent
      * read, the world's schema awaited, then `write` in the world's transaction.
      */
-    async function writeLink<R>(
+    async function writeLink<
+      R extends { version: number; before: { version: number } | null; status?: number; changed?: boolean },
+    >(
       request: FastifyRequest,
       params: Static<typeof LinkParams>,
+      action: 'link.put' | 'link.delete',
       write: (app: FastifyInstance, tx: pg.PoolClient, change: LinkChange) => Promise<R>,
     ): Promise<R> {
       const { world, linkType: name, fromPk, toPk } = params;
@@ -75,8 +79,8 @@ export default fp(
       const conditions = preconditionsOf(request);
       await app.awaitSchemaConsistency(request, world);
       const what = `link ${name} ${fromPk} → ${toPk}`;
-      return inWorldTransaction(app.pg, world, (tx) =>
-        write(app, tx, {
+      return inWorldTransaction(app.pg, world, async (tx) => {
+        const done = await write(app, tx, {
           worldId: world,
           linkType: name,
           fromPk,
@@ -84,8 +88,24 @@ export default fp(
           origin,
           topicPrefix: app.topicPrefix,
           check: (head) => checkPreconditions(conditions, head, what),
-        }),
-      );
+        });
+        await recordAudit(tx, request, {
+          action,
+          result:
+            action === 'link.delete'
+              ? 'deleted'
+              : done.changed === false
+                ? 'unchanged'
+                : done.status === 201
+                  ? 'created'
+                  : 'updated',
+          worldId: world,
+          subject: `${name}/${fromPk}/${toPk}`,
+          beforeVersion: done.before?.version ?? null,
+          afterVersion: done.version,
+        });
+        return done;
+      });
     }
 
     app.put(
@@ -97,14 +117,14 @@ export default fp(
           tags: ['links'],
           summary: 'Link two existing objects',
           description:
-            "201 when created, 200 when the link already exists (nothing written, no event). 409 when the link type's cardinality allows no other link on a side.",
+            "201 when created, 200 when the link already exists (nothing written, no change event; its audit record only, ADR 84). 409 when the link type's cardinality allows no other link on a side.",
           params: LinkParams,
           headers: WriteHeaders,
           response: { 200: LinkBody, 201: LinkBody, ...errors },
         },
       },
       async (request, reply) => {
-        const result = await writeLink(request, request.params, putLink);
+        const result = await writeLink(request, request.params, 'link.put', putLink);
         written(reply, result.version, result.seq);
         reply.code(result.status);
         return { linkType: request.params.linkType, from: result.from, to: result.to, version: result.version };
@@ -124,7 +144,7 @@ export default fp(
         },
       },
       async (request, reply) => {
-        const result = await writeLink(request, request.params, removeLink);
+        const result = await writeLink(request, request.params, 'link.delete', removeLink);
         written(reply, result.version, result.seq);
         reply.code(204);
         return null;
@@ -194,13 +214,16 @@ export default fp(
             ? { pk: c.p, commit: c.c as number | null }
             : undefined,
         );
-        const point =
-          cursor && cursor.commit !== null
-            ? await pinnedRef(app.pg, world, String(cursor.commit), 'querystring/cursor')
-            : await pinnedRef(app.pg, world, at);
-        await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
-        const { type } = await linkTypeOf(app, app.pg, world, name, point.schemaVersion);
-        const self = await objectAt(app.pg, world, point.commit, typeName, pk);
+        // A replica's own cut, else cut (or resolved) on the primary and read where that commit has
+        // been replayed (docs/adr/0080, 0083).
+        const { db, point } = await pinnedRead(app, request, world, {
+          at,
+          commit: cursor?.commit,
+          commitField: 'querystring/cursor',
+        });
+        await objectTypeOf(app, db, world, typeName, point.schemaVersion);
+        const { type } = await linkTypeOf(app, db, world, name, point.schemaVersion);
+        const self = await objectAt(db, world, point.commit, typeName, pk);
         const direction = request.query.direction ?? (type.from === typeName ? 'outgoing' : 'incoming');
         if ((direction === 'outgoing' ? type.from : type.to) !== typeName) {
           throw new BadRequest(`${typeName} is not the ${direction === 'outgoing' ? 'from' : 'to'} of ${name}`, [
@@ -213,7 +236,7 @@ export default fp(
         if (!self || self.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
         const after = cursor?.pk ?? null;
         const otherType = direction === 'outgoing' ? type.to : type.from;
-        const rows = await traverse(app.pg, {
+        const rows = await traverse(db, {
           worldId: world,
           linkType: name,
           direction,

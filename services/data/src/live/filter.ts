@@ -5,12 +5,12 @@ import type { FieldError } from '@onto/shared';
  * deletion), else the event's payload itself (an alert's fields, say).
  */
 export function filterSubject(payload: unknown): Record<string, unknown> {
-  if (payload === null || typeof payload !== 'object') return {};
-  const p = payload as Record<string, unknown>;
-  const props = (p.after ?? p.before) as unknown;
-  if (props !== null && typeof props === 'object' && !Array.isArray(props)) return props as Record<string, unknown>;
-  return p;
+  if (!isRecord(payload)) return {};
+  const props = payload.after ?? payload.before;
+  return isRecord(props) ? props : payload;
 }
+
+const isRecord = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 export type EventFilter = (subject: Record<string, unknown>) => boolean;
 

@@ -1,6 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
-import { type Broker, type Consumer, type IncomingMessage, physicalTopic } from '@onto/shared';
+import {
+  type Broker,
+  type Consumer,
+  everyInProcess,
+  type IncomingMessage,
+  type InProcessTask,
+  physicalTopic,
+} from '@onto/shared';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { type EventFilter, filterSubject } from './filter.js';
@@ -123,7 +130,7 @@ export class LiveHub {
   /** Data commits at or below this may have left the ring (undefined: none seen yet). */
   private dataSeqFloor: number | undefined;
   private readonly subscriptions = new Set<LiveSubscription>();
-  private timers: NodeJS.Timeout[] = [];
+  private timers: InProcessTask[] = [];
   private readonly metrics;
   private startedAt: Promise<void> | undefined;
 
@@ -212,16 +219,21 @@ export class LiveHub {
       partitionsConsumedConcurrently: 1,
     });
     await this.consumer.run(async (batch) => this.append(batch.messages));
+    // This instance's own subscribers: per-process loops, not jobs.
     this.timers.push(
-      setInterval(() => this.heartbeat(), this.opts.heartbeatMs),
-      setInterval(() => void this.checkAuthorisations(), this.opts.authCheckMs),
-      setInterval(() => this.recheck(), 1000),
+      everyInProcess('live heartbeats', this.opts.heartbeatMs, () => this.heartbeat()),
+      everyInProcess(
+        'live authorisation checks',
+        this.opts.authCheckMs,
+        () => this.checkAuthorisations(),
+        this.opts.logger,
+      ),
+      everyInProcess('live rechecks', 1000, () => this.recheck()),
     );
-    for (const t of this.timers) t.unref();
   }
 
   async stop(): Promise<void> {
-    for (const t of this.timers) clearInterval(t);
+    for (const t of this.timers) t.stop();
     this.timers = [];
     for (const s of this.subscriptions) s.close('the service is shutting down');
     await this.consumer?.disconnect();

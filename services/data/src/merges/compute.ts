@@ -43,6 +43,8 @@ export interface MergeSpec {
   sourceSeq: number;
   targetSeq: number;
   schema: SchemaDocument;
+  /** A revert (docs/adr/0081): only the keys this merge of the target wrote are candidates. */
+  reverts?: string | null;
 }
 
 export interface MergeConflictBody {
@@ -128,6 +130,40 @@ function schemaFault(schema: SchemaDocument, type: string, pk: string, state: St
 const live = (s: { live: boolean } | undefined) => s?.live ?? false;
 
 /**
+ * The keys a merge of the target wrote (docs/adr/0081): a revert considers these only, so a
+ * write of another key whose seq fell between the reverted merge's seqs is not taken for its.
+ */
+async function writtenKeys(db: Queryable, world: string, merge: string): Promise<Set<string>> {
+  const { rows } = await db.query<{ kind: string; type: string; pk: string; to_pk: string }>(
+    'SELECT kind, type, pk, to_pk FROM merge_items WHERE world_id = $1 AND merge_id = $2 AND written_seq IS NOT NULL',
+    [world, merge],
+  );
+  return new Set(rows.map((r) => (r.kind === 'link' ? keyOf(r.type, r.pk, r.to_pk) : keyOf(r.type, r.pk))));
+}
+
+/**
+ * The point a revert reads its source at (docs/adr/0081): just before the first write of the
+ * merge it undoes (its keys held the states the plan read until then), or null when that merge
+ * is not applied in data.
+ */
+export async function beforeMerge(
+  db: Queryable,
+  world: string,
+  merge: string,
+): Promise<{ seq: number } | { status: string } | null> {
+  const { rows } = await db.query<{ status: string; commit_seq: string | null; first: string | null }>(
+    `SELECT m.status, m.commit_seq,
+            (SELECT min(written_seq) FROM merge_items i WHERE i.world_id = m.world_id AND i.merge_id = m.id) AS first
+       FROM merges m WHERE m.world_id = $1 AND m.id = $2`,
+    [world, merge],
+  );
+  const m = rows[0];
+  if (!m) return null;
+  if (m.status !== 'applied') return { status: m.status };
+  return { seq: m.first === null ? Number(m.commit_seq ?? 0) : Number(m.first) - 1 };
+}
+
+/**
  * Computes the merge. `recorded` (merge-verify, and the apply's re-check) gives the choices made
  * for conflict ids; otherwise the strategy settles what it can.
  */
@@ -140,8 +176,11 @@ export async function computeMerge(
   const source = await pointOf(db, spec.source, spec.sourceSeq);
   const target = await pointOf(db, spec.target, spec.targetSeq);
   const iv = changedSince(base, source, target);
-  const objectKeys = await objectCandidates(db, iv);
-  const linkKeys = await linkCandidates(db, iv);
+  const written = spec.reverts ? await writtenKeys(db, spec.target, spec.reverts) : null;
+  const objectKeys = (await objectCandidates(db, iv)).filter((k) => !written || written.has(keyOf(k.type, k.pk)));
+  const linkKeys = (await linkCandidates(db, iv)).filter(
+    (k) => !written || written.has(keyOf(k.linkType, k.fromPk, k.toPk)),
+  );
   const [b, s, t] = [
     await objectsAt(db, base, objectKeys),
     await objectsAt(db, source, objectKeys),

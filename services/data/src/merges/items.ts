@@ -17,6 +17,8 @@ export type MergeRow = {
   schema: Record<string, unknown>;
   commit_seq: string | null;
   schema_version: number | null;
+  /** A revert: the merge it undoes (docs/adr/0081). */
+  reverts: string | null;
 };
 
 /** A merge of target world `world` (every event about a merge is keyed by its target). */

@@ -1,7 +1,7 @@
 import { copyField, copyLines, emptySchema, type SchemaDocument } from '@onto/shared';
 import type pg from 'pg';
 import type { Strategy } from './classify.js';
-import { type Computed, computeMerge, type MergeSpec } from './compute.js';
+import { beforeMerge, type Computed, computeMerge, type MergeSpec } from './compute.js';
 import { failed, reply } from './reply.js';
 
 /*
@@ -20,6 +20,8 @@ export interface MergeRequested {
   base: { world: string; schemaVersion: number; dataSeq: number; definitions: number } | null;
   schema: Record<string, unknown>;
   actor: string;
+  /** A revert (docs/adr/0081): the merge of the target it undoes. */
+  reverts?: string;
 }
 
 export const schemaDocument = (raw: Record<string, unknown>): SchemaDocument => ({
@@ -96,24 +98,48 @@ export async function planMerge(
       );
     }
   }
+  // A revert reads its source, the target, just before the merge it undoes (docs/adr/0081).
+  let sourceSeq = seq;
+  if (r.reverts !== undefined) {
+    const before = await beforeMerge(tx, r.target, r.reverts);
+    if (before === null) return refuse(404, '/reverts', `merge ${r.reverts} of ${r.target} is not known in data`);
+    if (!('seq' in before)) {
+      return refuse(409, '/reverts', `merge ${r.reverts} is ${before.status} in data, not applied: nothing to revert`);
+    }
+    sourceSeq = before.seq;
+  }
   const spec: MergeSpec = {
     target: r.target,
     source: r.source,
     strategy: r.strategy,
     baseWorld: r.base?.world ?? null,
     baseSeq: r.base?.dataSeq ?? null,
-    sourceSeq: seq,
+    sourceSeq,
     targetSeq: seq,
     schema: schemaDocument(r.schema),
+    reverts: r.reverts ?? null,
   };
   // The states of every candidate are sorted and hashed in memory, not spilled (for this transaction).
   await tx.query(`SET LOCAL work_mem = '64MB'`);
   const computed = await computeMerge(tx, spec);
   await tx.query(
     `INSERT INTO merges (world_id, id, target, source, strategy, dry_run, actor, base_world, base_seq, source_seq,
-                         target_seq, status, schema)
-     VALUES ($2, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'planned', $11)`,
-    [r.merge, r.target, r.source, r.strategy, r.dryRun, r.actor, spec.baseWorld, spec.baseSeq, seq, seq, r.schema],
+                         target_seq, status, schema, reverts)
+     VALUES ($2, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'planned', $11, $12)`,
+    [
+      r.merge,
+      r.target,
+      r.source,
+      r.strategy,
+      r.dryRun,
+      r.actor,
+      spec.baseWorld,
+      spec.baseSeq,
+      sourceSeq,
+      seq,
+      r.schema,
+      r.reverts ?? null,
+    ],
   );
   await storePlan(tx, r.target, r.merge, computed);
   const bodies = computed.items.flatMap((i) => i.conflicts.map((c) => c.body));
@@ -125,7 +151,7 @@ export async function planMerge(
   }
   await reply(tx, topicPrefix, r.target, causedBy, 'merge.planned', {
     merge: r.merge,
-    source: seq,
+    source: sourceSeq,
     target: seq,
     changes: computed.changes,
     conflicts: bodies.length,

@@ -46,6 +46,7 @@ export async function verifyMerge(
       sourceSeq: Number(m.source_seq),
       targetSeq: Number(m.target_seq),
       schema: schemaDocument(m.schema),
+      reverts: m.reverts,
     },
     recorded,
   );

@@ -1,4 +1,6 @@
 import {
+  type AuditedRequest,
+  auditMessage,
   canonicalJson,
   checkOutboxMessage,
   HttpProblem,
@@ -58,6 +60,23 @@ export interface ObjectWrite {
   via?: WriteVia;
   /** The new properties from the locked head; errors in the result are a 422. */
   decide: (type: ObjectType, head: Head | null) => Checked;
+  /** The request to record the write of, as `action` (docs/adr/0084): REST writes, not CDC's or actions'. */
+  audit?: { request: AuditedRequest; action: string };
+}
+
+/** The audit record of a REST write, sent in the write's own outbox statement: none for other writers. */
+function auditOfWrite(w: ObjectWrite, result: ObjectWritten): OutboxMessage[] {
+  if (!w.audit) return [];
+  return [
+    auditMessage(w.audit.request, {
+      action: w.audit.action,
+      result: !result.changed ? 'unchanged' : result.status === 201 ? 'created' : 'updated',
+      worldId: w.worldId,
+      subject: `${w.typeName}/${w.pk}`,
+      beforeVersion: result.before?.version ?? null,
+      afterVersion: result.version,
+    }),
+  ];
 }
 
 export interface ObjectWritten {
@@ -488,11 +507,14 @@ export class ObjectWrites {
           event: OutboxMessage;
         }[] = [];
         const free = (seqs?.rows ?? []).map((r) => Number(r.seq));
+        // The audit records of the writes that succeed, unchanged ones included (docs/adr/0084).
+        const audits: OutboxMessage[] = [];
         for (const [i, w] of writes.entries()) {
           try {
             const plan = await planObjectWrite(this.app, tx, w, contextOf(contexts?.rows[i] as ContextRow | undefined));
             if (plan.kind === 'unchanged') {
               outcomes.set(w, { ok: plan.result });
+              audits.push(...auditOfWrite(w, plan.result));
               continue;
             }
             const seq = free[plans.length] as number;
@@ -506,11 +528,18 @@ export class ObjectWrites {
             outcomes.set(w, { error });
           }
         }
-        if (plans.length === 0) return { value: undefined };
+        if (plans.length === 0) {
+          const outbox = new Outbox(tx, this.app.topicPrefix);
+          return { value: undefined, ...(audits.length > 0 ? { last: [outbox.addStatement(audits)] } : {}) };
+        }
         const created = plans.filter((p) => !ownHead(p.plan.head));
         const updated = plans.filter((p) => ownHead(p.plan.head));
-        const events: OutboxMessage[] = plans.map((p) => p.event);
-        for (const p of plans) outcomes.set(p.w, { ok: p.plan.result(p.seq) });
+        for (const p of plans) {
+          const result = p.plan.result(p.seq);
+          outcomes.set(p.w, { ok: result });
+          audits.push(...auditOfWrite(p.w, result));
+        }
+        const events: OutboxMessage[] = [...plans.map((p) => p.event), ...audits];
         const last: Statement[] = [];
         if (created.length > 0) {
           last.push({

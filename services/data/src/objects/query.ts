@@ -14,6 +14,7 @@ import {
   parseOrderBy,
   parseSelect,
   parseWhere,
+  pinCommit,
   pivot,
   problemResponses,
   QueryFaults,
@@ -22,14 +23,15 @@ import {
   Unprocessable,
   type WhereNode,
   WORLD_ID,
+  withExamples,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import type pg from 'pg';
 import { objectTypeOf } from '../schema/lookup.js';
-import { cutCommit } from '../storage/commit.js';
-import { pinCommit } from '../storage/horizon.js';
-import { type ReadPoint, resolveRef } from '../worlds/refs.js';
+import { pinnedRead } from '../worlds/refs.js';
+import { aggregateAnswerExamples, aggregateExamples, queryAnswerExamples, queryExamples } from './examples.js';
 import { aggregate, type Chain, queryPage, scanSize } from './sets.js';
 
 const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
@@ -52,7 +54,10 @@ const ObjectItem = Type.Object({
 const QueryAnswer = Type.Object({
   objects: Type.Array(ObjectItem),
   nextPageToken: Type.Union([Type.String(), Type.Null()]),
-  commit: Type.Integer({ description: 'the data commit every page of the query reads' }),
+  commit: Type.Integer({
+    description:
+      'the data commit every page of the query reads: `at`, or cut when the first page is read; with read replicas, a request without X-Consistency-Token may read the newest commit a replica has, up to REPLICA_CUT_MS plus its lag older',
+  }),
 });
 
 export interface QueryOptions {
@@ -77,23 +82,24 @@ export default fp(
     );
     if (!opts.tokenSecret) app.log.info('QUERY_TOKEN_SECRET unset: page tokens are signed with a per-process key');
 
-    /** The world at the ref asked (a commit; now: a commit cut for the purpose) with its chain and schema. */
-    async function pinned(world: string, at: string | undefined, commit: number | null, field = 'body/at') {
-      let point: ReadPoint;
-      if (commit !== null) point = await resolveRef(app.pg, world, String(commit), 'body/pageToken');
-      else if (at !== undefined) point = await resolveRef(app.pg, world, at, field);
-      else {
-        // Resolve first (404 for an unknown world), then cut: every write up to it has committed.
-        await resolveRef(app.pg, world, undefined, field);
-        const cut = await cutCommit(app.pg);
-        point = await resolveRef(app.pg, world, String(cut), field);
-      }
-      if (point.commit === null) throw new Error('a pinned read has a commit');
-      return { point, commit: point.commit, chain: point.chain as Chain };
+    /**
+     * The world at the ref asked (a commit; now: a commit cut for the purpose) with its chain and
+     * schema, and where to read it: a replica's own cut for a request without a consistency token,
+     * else cut or resolved on the primary and read where it has been replayed (docs/adr/0080, 0083).
+     */
+    async function pinned(request: FastifyRequest, world: string, at: string | undefined, commit: number | null) {
+      const { db, point } = await pinnedRead(app, request, world, {
+        at,
+        commit,
+        atField: 'body/at',
+        commitField: 'body/pageToken',
+      });
+      return { db, point, commit: point.commit, chain: point.chain as Chain };
     }
 
     /** 422 when the where-clause reads more than the scan limit without an index narrowing it. */
     async function checkScan(
+      db: pg.Pool,
       chain: Chain,
       typeName: string,
       where: WhereNode | null,
@@ -110,7 +116,7 @@ export default fp(
         culprit = { property: sortFirst.property, path: 'body/orderBy/0/property' };
       }
       if (!culprit) return;
-      const size = await scanSize(app.pg, chain, typeName, opts.scanLimit);
+      const size = await scanSize(db, chain, typeName, opts.scanLimit);
       if (size <= opts.scanLimit) return;
       const what = culprit.property
         ? `index ${culprit.property} (indexed: true in the schema) or set allowScan`
@@ -143,8 +149,8 @@ export default fp(
             'The live objects of the type matching `where`, in `orderBy` order (then the primary key, as text), a page at a time. Every page of one query reads the data commit the first page pinned (`commit`): an object is returned exactly once while writers run. `pivotTo` follows link types from the set and answers the objects reached. Unknown properties, operators, link types, values of the wrong type, a where-clause deeper than 16 or with more than 200 conditions: 400 naming the JSON path. More than QUERY_SCAN_LIMIT objects to read with no index narrowing the where-clause: 422 naming the property to index, unless allowScan. A page token is signed and bound to its query and world: altered or reused for another query, 400; older than QUERY_TOKEN_TTL_SECONDS, 410. A ref before the retained horizon (GET /v1/worlds/{world}/history): 410.',
           params: Params,
           headers: ReadHeaders,
-          body: QueryBody,
-          response: { 200: QueryAnswer, ...errors },
+          body: withExamples(QueryBody, queryExamples),
+          response: { 200: withExamples(QueryAnswer, queryAnswerExamples), ...errors },
         },
       },
       async (request) => {
@@ -158,8 +164,8 @@ export default fp(
           .digest('base64url')
           .slice(0, 22);
         const position = pageToken === undefined ? null : tokens.open(pageToken, q);
-        const { commit, chain, point } = await pinned(world, body.at, position?.c ?? null);
-        const { type, doc } = await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
+        const { db, commit, chain, point } = await pinned(request, world, body.at, position?.c ?? null);
+        const { type, doc } = await objectTypeOf(app, db, world, typeName, point.schemaVersion);
         const faults = new QueryFaults();
         const where = parseWhere(doc, type, body.where, 'body/where', faults);
         let target: ObjectType = type;
@@ -174,8 +180,8 @@ export default fp(
         const keys = parseOrderBy(target, body.orderBy, faults);
         const select = parseSelect(target, body.select, faults);
         faultsOr(faults, 'the query cannot be made as asked');
-        if (!position) await checkScan(chain, typeName, condition, keys[0], body.allowScan, false);
-        const rows = await queryPage(app.pg, {
+        if (!position) await checkScan(db, chain, typeName, condition, keys[0], body.allowScan, false);
+        const rows = await queryPage(db, {
           chain,
           type: target.apiName,
           where: condition,
@@ -211,27 +217,27 @@ export default fp(
           tags: ['objects'],
           summary: 'Aggregate an object set',
           description:
-            "Metrics of the live objects matching `where`, grouped by up to 3 properties: exact values (`maxGroups` distinct values at most, else 422), numeric ranges (from inclusive, to exclusive; an object counts in every range holding it, and in none outside them) or time buckets of timestamps and dates (UTC; weeks start on Monday). Exact, approximateDistinct included; read at `at` or at a commit cut now, through a fork's chain. sum and avg of numbers, min and max of ordered values (numbers as numbers, others as their stored text). A where-clause no index narrows over more than QUERY_SCAN_LIMIT objects: 422 unless allowScan.",
+            "Metrics of the live objects matching `where`, grouped by up to 3 properties: exact values (`maxGroups` distinct values at most, else 422), numeric ranges (from inclusive, to exclusive; an object counts in every range holding it, and in none outside them) or time buckets of timestamps and dates (UTC; weeks start on Monday). Exact, approximateDistinct included; read at `at` or at a commit cut now (with read replicas, a request without X-Consistency-Token may be answered at the newest commit a replica has, up to REPLICA_CUT_MS plus its lag older; `commit` says which), through a fork's chain. sum and avg of numbers, min and max of ordered values (numbers as numbers, others as their stored text). A where-clause no index narrows over more than QUERY_SCAN_LIMIT objects: 422 unless allowScan.",
           params: Params,
           headers: ReadHeaders,
-          body: AggregateBody,
-          response: { 200: AggregateAnswer, ...errors },
+          body: withExamples(AggregateBody, aggregateExamples),
+          response: { 200: withExamples(AggregateAnswer, aggregateAnswerExamples), ...errors },
         },
       },
       async (request) => {
         const { world, type: typeName } = request.params;
         const body = request.body;
         await app.awaitSchemaConsistency(request, world);
-        const { commit, chain, point } = await pinned(world, body.at, null);
-        const { type, doc } = await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
+        const { db, commit, chain, point } = await pinned(request, world, body.at, null);
+        const { type, doc } = await objectTypeOf(app, db, world, typeName, point.schemaVersion);
         const faults = new QueryFaults();
         const where = parseWhere(doc, type, body.where, 'body/where', faults);
         const groupBy = parseGroupBy(type, body.groupBy, faults);
         const metrics = parseMetrics(type, body.metrics, faults);
         faultsOr(faults, 'the aggregation cannot be made as asked');
-        await checkScan(chain, typeName, where, undefined, body.allowScan, true);
+        await checkScan(db, chain, typeName, where, undefined, body.allowScan, true);
         const cap = groupBy.reduce((n, g) => Math.min(n * (g.type === 'exact' ? g.maxGroups : 1_000), 1_000_000), 1);
-        const groups = await aggregate(app.pg, { chain, type: typeName, where, groupBy, metrics, cap });
+        const groups = await aggregate(db, { chain, type: typeName, where, groupBy, metrics, cap });
         for (const [i, g] of groupBy.entries()) {
           if (g.type !== 'exact') continue;
           const distinct = new Set(groups.map((r) => JSON.stringify(ownValue(r.key, g.property)))).size;

@@ -12,6 +12,7 @@ import {
   NotFound,
   type ObjectType,
   problemResponses,
+  recordAudit,
   Unprocessable,
   WORLD_ID,
 } from '@onto/shared';
@@ -31,7 +32,7 @@ import {
 } from '../http.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { latestSeries } from '../series/latest.js';
-import { pinnedRef, resolveRef } from '../worlds/refs.js';
+import { pinnedRead, resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, parseFilter } from './model.js';
 import { type Head, listObjects, objectAt, objectContext, objectHistory, worldContext } from './repository.js';
@@ -53,7 +54,7 @@ const ObjectParams = Type.Object({
 export const LIST_COMMIT = Type.Integer({
   minimum: 0,
   description:
-    'the data commit this page reads (every page of the list reads the same one): `GET …/events?from=<commit>` streams exactly the changes after it',
+    'the data commit this page reads (every page of the list reads the same one): `GET …/events?from=<commit>` streams exactly the changes after it. Cut when the first page is read; with read replicas, a request without X-Consistency-Token may read the newest commit a replica has, up to REPLICA_CUT_MS plus its lag older',
 });
 
 /** What `?at=` takes: a commit, an RFC 3339 instant with an offset, or a tag name (control's TAG_NAME). */
@@ -149,6 +150,7 @@ export default fp(
     async function write(
       request: FastifyRequest,
       reply: FastifyReply,
+      action: 'object.put' | 'object.patch',
       decide: (type: ObjectType, head: Head | null, params: Params) => Checked,
     ) {
       const params = request.params as Params;
@@ -167,6 +169,7 @@ export default fp(
         topicPrefix: app.topicPrefix,
         check: (head) => checkPreconditions(conditions, head, `${typeName} ${pk}`),
         decide: (type, head) => decide(type, head, params),
+        audit: { request, action },
       });
       written(reply, result.version, result.seq);
       if (result.status === 201) {
@@ -185,7 +188,7 @@ export default fp(
           tags: ['objects'],
           summary: 'Create or replace an object',
           description:
-            'Answers 201 when created, 200 when replaced or unchanged (an identical PUT writes nothing and emits no event). ETag: the version; X-Consistency-Token: data=<seq>.',
+            'Answers 201 when created, 200 when replaced or unchanged (an identical PUT writes nothing and emits no change event, only its audit record: ADR 84). ETag: the version; X-Consistency-Token: data=<seq>.',
           params: ObjectParams,
           headers: WriteHeaders,
           body: Body,
@@ -195,7 +198,7 @@ export default fp(
       },
       async (request, reply) => {
         const input = propertiesOf(request.body);
-        return write(request, reply, (type, _head, { pk }) => checkObject(type, input, pk));
+        return write(request, reply, 'object.put', (type, _head, { pk }) => checkObject(type, input, pk));
       },
     );
 
@@ -226,7 +229,7 @@ export default fp(
       },
       async (request, reply) => {
         const patch = propertiesOf(request.body);
-        return write(request, reply, (type, head, { world, type: typeName, pk }) => {
+        return write(request, reply, 'object.patch', (type, head, { world, type: typeName, pk }) => {
           if (head === null || head.deleted) throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
           return applyPatch(type, head.properties ?? {}, patch, pk);
         });
@@ -255,22 +258,25 @@ export default fp(
         let type: ObjectType;
         // Series are read up the chain in a fork and at a ref (docs/adr/0030); undefined: the world's own, now.
         let seriesAt: { commit: number | null } | undefined;
+        // A replica that has what the request's token names (docs/adr/0080); a ref is resolved
+        // against what the primary has.
+        const db = await app.readDb(request, { primaryNow: at !== undefined });
         if (at === undefined) {
-          const ctx = await objectContext(app.pg, world, typeName, pk);
+          const ctx = await objectContext(db, world, typeName, pk);
           if (!ctx.provisioned) throw notProvisioned(world);
-          type = (await objectTypeOf(app, app.pg, world, typeName, ctx.schemaVersion)).type;
+          type = (await objectTypeOf(app, db, world, typeName, ctx.schemaVersion)).type;
           head = ctx.head;
           if (ctx.forked) seriesAt = { commit: null };
         } else {
-          const point = await resolveRef(app.pg, world, at);
-          type = (await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion)).type;
-          head = await objectAt(app.pg, world, point.commit, typeName, pk);
+          const point = await resolveRef(db, world, at);
+          type = (await objectTypeOf(app, db, world, typeName, point.schemaVersion)).type;
+          head = await objectAt(db, world, point.commit, typeName, pk);
           seriesAt = { commit: point.commit };
         }
         if (!head || head.deleted || !head.properties)
           throw new NotFound(`${typeName} ${pk} does not exist in ${world}`);
         written(reply, head.version, head.seq);
-        const series = await latestSeries(app.pg, world, type, pk, seriesAt);
+        const series = await latestSeries(db, world, type, pk, seriesAt);
         return { type: typeName, pk, version: head.version, properties: head.properties, ...(series && { series }) };
       },
     );
@@ -350,16 +356,26 @@ export default fp(
         const origin = originOf(request);
         const conditions = preconditionsOf(request);
         await app.awaitSchemaConsistency(request, world);
-        const result = await inWorldTransaction(app.pg, world, (tx) =>
-          deleteObject(app, tx, {
+        const result = await inWorldTransaction(app.pg, world, async (tx) => {
+          const deleted = await deleteObject(app, tx, {
             worldId: world,
             typeName,
             pk,
             origin,
             topicPrefix: app.topicPrefix,
             check: (head) => checkPreconditions(conditions, head, `${typeName} ${pk}`),
-          }),
-        );
+          });
+          await recordAudit(tx, request, {
+            action: 'object.delete',
+            result: 'deleted',
+            worldId: world,
+            subject: `${typeName}/${pk}`,
+            beforeVersion: deleted.before.version,
+            afterVersion: deleted.version,
+            detail: deleted.removedLinks.length > 0 ? { removedLinks: deleted.removedLinks.length } : {},
+          });
+          return deleted;
+        });
         written(reply, result.version, result.seq);
         reply.code(204);
         return null;
@@ -421,11 +437,14 @@ export default fp(
             ? { value: c.k, pk: c.p, commit: c.c as number | null }
             : undefined,
         );
-        const point =
-          after && after.commit !== null
-            ? await pinnedRef(app.pg, world, String(after.commit), 'querystring/cursor')
-            : await pinnedRef(app.pg, world, at);
-        const { type } = await objectTypeOf(app, app.pg, world, typeName, point.schemaVersion);
+        // A replica's own cut, else cut (or resolved) on the primary and read where that commit has
+        // been replayed (docs/adr/0080, 0083).
+        const { db, point } = await pinnedRead(app, request, world, {
+          at,
+          commit: after?.commit,
+          commitField: 'querystring/cursor',
+        });
+        const { type } = await objectTypeOf(app, db, world, typeName, point.schemaVersion);
         const filters: Filter[] = [];
         const faults = [];
         for (const [i, raw] of filter.entries()) {
@@ -446,7 +465,7 @@ export default fp(
           });
         }
         if (faults.length > 0) throw new BadRequest('the listing cannot be made as asked', faults);
-        const rows = await listObjects(app.pg, {
+        const rows = await listObjects(db, {
           worldId: world,
           type: typeName,
           chain: point.chain,

@@ -15,7 +15,7 @@ import {
   compileWhere,
   type GroupBy,
   groupKeySql,
-  type LinkNode,
+  linkPredicateSql,
   type Metric,
   metricSql,
   orderSql,
@@ -110,24 +110,17 @@ function linkBranches(p: Params, chain: Chain, linkType: string): string[] {
   });
 }
 
-let aliases = 0;
-
 /** The SQL context of a statement reading through `chain`: links read there too. */
 export function chainContext(p: Params, chain: Chain): SqlContext {
   const ctx: SqlContext = {
     param: p.add,
-    linkExists(link: LinkNode, outer: string, inner: (alias: string) => string): string {
-      const n = ++aliases % 1_000_000;
-      const l = `l${n}`;
-      const other = link.side === 'from' ? 'to' : 'from';
-      const links = linkBranches(p, chain, link.linkType).join(' UNION ALL ');
-      // A link never outlives its ends (docs/adr/0008): without a condition on the linked
-      // objects, the live links say it all. Uncorrelated, so that the planner can start from
-      // whichever side is narrower (an index on the linked objects' condition) and hash it.
-      if (link.where === null) return `${outer}.pk IN (SELECT ${l}.${link.side}_pk FROM (${links}) ${l})`;
-      const ends = objectBranches(p, chain, link.target, [inner('r')]).join(' UNION ALL ');
-      return `${outer}.pk IN (SELECT ${l}.${link.side}_pk FROM (${links}) ${l} JOIN (${ends}) o${n} ON o${n}.pk = ${l}.${other}_pk)`;
-    },
+    linkExists: (link, outer, inner) =>
+      linkPredicateSql(
+        link,
+        outer,
+        linkBranches(p, chain, link.linkType),
+        link.where === null ? null : objectBranches(p, chain, link.target, [inner('r')]),
+      ),
   };
   return ctx;
 }

@@ -14,12 +14,14 @@ import {
   PayloadTooLarge,
   parseBoundedJson,
   problemResponses,
+  type Queryable,
+  recordAudit,
   Unprocessable,
   WORLD_ID,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { CAUSED_BY_HEADER, keyParam, originOf, Pk } from '../http.js';
+import { CAUSED_BY_HEADER, inWorldTransaction, keyParam, originOf, Pk } from '../http.js';
 import { ndjsonLines } from '../ndjson.js';
 import { LIMITS } from '../objects/model.js';
 import { worldContext } from '../objects/repository.js';
@@ -178,7 +180,16 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           faults.slice(0, SERIES_LIMITS.errors),
         );
       }
-      const result = await writeSeriesBatch(app, { worldId: world, schemaVersion: ctx.schemaVersion, origin }, batch);
+      const w = { worldId: world, schemaVersion: ctx.schemaVersion, origin };
+      const result = await writeSeriesBatch(app, w, batch, (tx, r) =>
+        recordAudit(tx, request, {
+          action: 'series.write',
+          result: r.written > 0 ? 'updated' : 'unchanged',
+          worldId: world,
+          subject: `${typeName}/${pk}/${seriesName}`,
+          detail: { written: r.written, unchanged: r.unchanged },
+        }),
+      );
       if (result.seq > 0) reply.header('x-consistency-token', `data=${result.seq}`);
       return result;
     },
@@ -244,14 +255,27 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
       const faults: LineFault[] = [];
       let writing: Promise<void> = Promise.resolve();
       let failure: unknown;
+      // The request's one audit record (docs/adr/0084), in the transaction of its last batch, or
+      // of its own when that batch wrote nothing or was refused after others were stored.
+      let audited = false;
+      const audit = (tx: Queryable, last: { written: number; unchanged: number }) => {
+        audited = true;
+        const written = totals.written + last.written;
+        return recordAudit(tx, request, {
+          action: 'series.bulk',
+          result: written > 0 ? 'updated' : 'unchanged',
+          worldId: world,
+          detail: { lines: totals.lines, written, unchanged: totals.unchanged + last.unchanged },
+        });
+      };
       // One batch is written while the next is read and checked: PostgreSQL's work and Node's
       // overlap, and at most two batches are held.
-      const flush = async () => {
+      const flush = async (final = false) => {
         await writing;
         const [mine, upTo] = [batch, totals.lines];
         batch = newBatch();
         if (faults.length > 0 || failure !== undefined || mine.size === 0) return;
-        writing = writeSeriesBatch(app, w, mine).then(
+        writing = writeSeriesBatch(app, w, mine, final ? audit : undefined).then(
           (r) => {
             totals.written += r.written;
             totals.unchanged += r.unchanged;
@@ -322,8 +346,11 @@ export default async function seriesRoutes(fastify: FastifyInstance) {
           if (batch.size >= SERIES_LIMITS.bulkBatch) await flush();
           if (faults.length > 0 || failure !== undefined) break reading;
         }
-      await flush();
+      await flush(true);
       await writing;
+      if (!audited && failure === undefined && (faults.length === 0 || stored > 0)) {
+        await inWorldTransaction(app.pg, world, (tx) => audit(tx, { written: 0, unchanged: 0 }));
+      }
       if (failure !== undefined) throw failure;
       if (faults.length > 0) {
         throw new LineFaults(

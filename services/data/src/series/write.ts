@@ -104,11 +104,19 @@ function pointJson(series: SeriesDef, time: string, num: number | null, label: s
  * one event per series and SERIES_LIMITS.pointsPerEvent points, as outbox bundles
  * (docs/adr/0028, docs/adr/0034).
  */
+export interface SeriesWritten {
+  written: number;
+  unchanged: number;
+  seq: number;
+}
+
 export async function writeSeriesBatch(
   app: FastifyInstance,
   w: { worldId: string; schemaVersion: number; origin: Origin },
   batch: SeriesBatch,
-): Promise<{ written: number; unchanged: number; seq: number }> {
+  /** Runs in the batch's transaction with its result: the request's audit record. */
+  also?: (tx: pg.PoolClient, written: SeriesWritten) => Promise<void>,
+): Promise<SeriesWritten> {
   const groups = [...batch.groups.values()];
   let total = 0;
   const days: { time: string; path: string }[] = [];
@@ -123,7 +131,11 @@ export async function writeSeriesBatch(
       days.push({ time, path: batch.pathOf(g.refs[i] as number) });
     }
   }
-  if (total === 0) return { written: 0, unchanged: 0, seq: 0 };
+  if (total === 0) {
+    const none = { written: 0, unchanged: 0, seq: 0 };
+    if (also) await inWorldTransaction(app.pg, w.worldId, (tx) => also(tx, none));
+    return none;
+  }
   await ensurePartitions(app.pg, days);
   return inWorldTransaction(app.pg, w.worldId, async (tx) => {
     const ctx = await worldContext(tx, w.worldId);
@@ -140,7 +152,9 @@ export async function writeSeriesBatch(
     const seq = await nextSeq(tx, w.worldId);
     const changed = await writePoints(tx, w.worldId, seq, groups);
     const written = await announce(tx, app.topicPrefix, { ...w, seq }, groups, changed);
-    return { written, unchanged: total - written, seq };
+    const result = { written, unchanged: total - written, seq };
+    await also?.(tx, result);
+    return result;
   });
 }
 

@@ -36,13 +36,3 @@ export async function refuseBeyondHorizon(
     errors: [{ path: field, message: `must be at least ${horizon} (the retained horizon), or a kept point` }],
   });
 }
-
-/** A page token of `world` read at `commit` keeps it until it expires. */
-export async function pinCommit(db: Queryable, world: string, commit: number, ttlMs: number): Promise<void> {
-  await db.query(
-    `INSERT INTO history_pins AS p (world_id, commit, expires_at)
-     VALUES ($1, $2, now() + make_interval(secs => $3::float8 / 1000))
-     ON CONFLICT (world_id, commit) DO UPDATE SET expires_at = greatest(p.expires_at, EXCLUDED.expires_at)`,
-    [world, commit, ttlMs],
-  );
-}

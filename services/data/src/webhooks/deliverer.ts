@@ -1,4 +1,4 @@
-import { equalJitter } from '@onto/shared';
+import { equalJitter, everyInProcess, type InProcessTask, type Listening, listenWithReconnect } from '@onto/shared';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
@@ -46,8 +46,8 @@ interface Claimed {
 export class WebhookDeliverer {
   private inFlight = 0;
   private stopped = true;
-  private listener: pg.PoolClient | undefined;
-  private timer: NodeJS.Timeout | undefined;
+  private listening: Listening | undefined;
+  private timer: InProcessTask | undefined;
   private running: Promise<void> | undefined;
   private again = false;
   private readonly metrics;
@@ -115,26 +115,24 @@ export class WebhookDeliverer {
 
   async start(): Promise<void> {
     this.stopped = false;
-    try {
-      this.listener = await this.opts.pool.connect();
-      this.listener.on('notification', () => this.kick());
-      this.listener.on('error', () => {});
-      await this.listener.query(`LISTEN ${WEBHOOK_CHANNEL}`);
-    } catch (err) {
-      this.opts.logger.warn({ err }, 'webhook deliverer listens to no notifications; polling only');
-    }
-    this.timer = setInterval(() => this.kick(), this.opts.pollMs ?? 1000);
-    this.timer.unref();
+    // Listened to again when PostgreSQL drops the connection (docs/adr/0079): the poll covers the gap.
+    this.listening = listenWithReconnect(this.opts.pool, WEBHOOK_CHANNEL, () => this.kick(), {
+      retryMs: this.opts.pollMs ?? 1000,
+      logger: this.opts.logger,
+      what: 'webhook deliverer',
+    });
+    await this.listening.ready;
+    this.timer = everyInProcess('polling webhook deliveries', this.opts.pollMs ?? 1000, () => this.kick());
     this.kick();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer) clearInterval(this.timer);
+    this.timer?.stop();
     await this.running;
     while (this.inFlight > 0) await new Promise((r) => setTimeout(r, 20));
-    this.listener?.release();
-    this.listener = undefined;
+    await this.listening?.stop();
+    this.listening = undefined;
   }
 
   /** Claims and starts deliveries while there are due ones and room. */
@@ -182,8 +180,7 @@ export class WebhookDeliverer {
           WHERE d.state = 'pending' AND d.run_at <= now()
             AND NOT EXISTS (
               SELECT 1 FROM webhook_deliveries e
-               WHERE e.world_id = d.world_id AND e.webhook = d.webhook AND e.ordering_key = d.ordering_key
-                 AND e.state = 'pending' AND e.id < d.id)
+               WHERE e.world_id = d.world_id AND e.id = d.after_id AND e.state = 'pending')
           ORDER BY d.run_at, d.id
           LIMIT $1
           FOR UPDATE OF d SKIP LOCKED)
@@ -239,7 +236,9 @@ export class WebhookDeliverer {
                 WHEN active AND $9::text <> 'delivered' AND coalesce(failing_since < now() - make_interval(secs => $11::double precision), false)
                 THEN 'every delivery failed since ' || failing_since::text
                 ELSE disabled_reason END
-        WHERE world_id = $2 AND name = $3`,
+        WHERE world_id = $2 AND name = $3
+          -- A success on a webhook that is not failing changes nothing: no row lock, no new version.
+          AND ($9::text <> 'delivered' OR failing_since IS NOT NULL)`,
       [
         c.id,
         c.world_id,

@@ -67,8 +67,21 @@ export const enqueueDeliveries: ApplyEffects = async (tx, events) => {
   }
   if (cols.id.length === 0) return;
   await tx.query(
-    `INSERT INTO webhook_deliveries (world_id, webhook, event_id, event_type, ordering_key, body)
-     SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[])
+    // Each delivery names the one before it in its lane (the batch's previous one of its key, else
+    // the lane's newest row): the deliverer waits on that one row (docs/adr/0082).
+    `WITH batch AS (
+       SELECT nextval(pg_get_serial_sequence('webhook_deliveries', 'id')) AS id, b.*
+         FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY
+              AS b(world_id, webhook, event_id, event_type, ordering_key, body, n)
+     )
+     INSERT INTO webhook_deliveries (id, world_id, webhook, event_id, event_type, ordering_key, body, after_id)
+     OVERRIDING SYSTEM VALUE
+     SELECT b.id, b.world_id, b.webhook, b.event_id, b.event_type, b.ordering_key, b.body,
+            coalesce(lag(b.id) OVER (PARTITION BY b.world_id, b.webhook, b.ordering_key ORDER BY b.n),
+                     (SELECT e.id FROM webhook_deliveries e
+                       WHERE e.world_id = b.world_id AND e.webhook = b.webhook AND e.ordering_key = b.ordering_key
+                       ORDER BY e.id DESC LIMIT 1))
+       FROM batch b ORDER BY b.n
      ON CONFLICT (world_id, webhook, event_id) DO NOTHING`,
     [cols.world, cols.webhook, cols.id, cols.type, cols.key, cols.body],
   );

@@ -4,6 +4,7 @@ import {
   decodeCursor,
   encodeCursor,
   type FieldError,
+  inTransaction,
   NotFound,
   problemResponses,
   recordAudit,
@@ -247,8 +248,9 @@ export default fp(
         if (faults.length > 0) throw new Unprocessable('the webhook cannot be saved as given', faults);
         const secret = newSecret();
         const active = body.active ?? true;
-        const { rows } = await app.pg.query<{ created: boolean }>(
-          `INSERT INTO webhooks (world_id, name, url, events, filter, active, secret)
+        const created = await inTransaction(app.pg, async (tx) => {
+          const { rows } = await tx.query<{ created: boolean }>(
+            `INSERT INTO webhooks (world_id, name, url, events, filter, active, secret)
            VALUES ($1, $2, $3, $4, $5, $6, $7)
            ON CONFLICT (world_id, name) DO UPDATE
               SET url = excluded.url, events = excluded.events, filter = excluded.filter, active = excluded.active,
@@ -256,14 +258,17 @@ export default fp(
                   disabled_reason = CASE WHEN excluded.active THEN NULL ELSE webhooks.disabled_reason END,
                   updated_at = now()
            RETURNING xmax = 0 AS created`,
-          [world, name, body.url, body.events, body.where ?? [], active, secret],
-        );
-        const created = rows[0]?.created === true;
-        await recordAudit(app.pg, request, {
-          action: created ? 'webhook.created' : 'webhook.updated',
-          worldId: world,
-          subject: name,
-          detail: { url: body.url, events: body.events, active },
+            [world, name, body.url, body.events, body.where ?? [], active, secret],
+          );
+          const created = rows[0]?.created === true;
+          await recordAudit(tx, request, {
+            action: 'webhook.put',
+            result: created ? 'created' : 'updated',
+            worldId: world,
+            subject: name,
+            detail: { url: body.url, events: body.events, active },
+          });
+          return created;
         });
         const row = present(await one(world, name));
         if (created) {
@@ -324,12 +329,16 @@ export default fp(
       },
       async (request, reply) => {
         const { world, name } = request.params;
-        const { rowCount } = await app.pg.query('DELETE FROM webhooks WHERE world_id = $1 AND name = $2', [
-          world,
-          name,
-        ]);
-        if (!rowCount) throw new NotFound(`webhook ${name} does not exist in world ${world}`);
-        await recordAudit(app.pg, request, { action: 'webhook.deleted', worldId: world, subject: name });
+        await inTransaction(app.pg, async (tx) => {
+          const { rowCount } = await tx.query('DELETE FROM webhooks WHERE world_id = $1 AND name = $2', [world, name]);
+          if (!rowCount) throw new NotFound(`webhook ${name} does not exist in world ${world}`);
+          await recordAudit(tx, request, {
+            action: 'webhook.delete',
+            result: 'deleted',
+            worldId: world,
+            subject: name,
+          });
+        });
         return reply.code(204).send(null);
       },
     );
@@ -356,17 +365,20 @@ export default fp(
         const { world, name } = request.params;
         const overlap = request.body?.overlapSeconds ?? 86_400;
         const secret = newSecret();
-        const { rowCount } = await app.pg.query(
-          `UPDATE webhooks SET previous_secret = secret, previous_until = now() + make_interval(secs => $3), secret = $4, updated_at = now()
-            WHERE world_id = $1 AND name = $2`,
-          [world, name, overlap, secret],
-        );
-        if (!rowCount) throw new NotFound(`webhook ${name} does not exist in world ${world}`);
-        await recordAudit(app.pg, request, {
-          action: 'webhook.secret.rotated',
-          worldId: world,
-          subject: name,
-          detail: { overlap },
+        await inTransaction(app.pg, async (tx) => {
+          const { rowCount } = await tx.query(
+            `UPDATE webhooks SET previous_secret = secret, previous_until = now() + make_interval(secs => $3), secret = $4, updated_at = now()
+              WHERE world_id = $1 AND name = $2`,
+            [world, name, overlap, secret],
+          );
+          if (!rowCount) throw new NotFound(`webhook ${name} does not exist in world ${world}`);
+          await recordAudit(tx, request, {
+            action: 'webhook.secret.rotate',
+            result: 'updated',
+            worldId: world,
+            subject: name,
+            detail: { overlap },
+          });
         });
         return { ...present(await one(world, name)), secret };
       },
@@ -505,20 +517,24 @@ export default fp(
       },
       async (request) => {
         const { world, webhook, ids } = request.body;
-        const { rowCount } = await app.pg.query(
-          `UPDATE webhook_deliveries SET state = 'pending', run_at = now(), created_at = now(), attempts = 0, finished_at = NULL
-            WHERE state = 'dead' AND ($1::text IS NULL OR world_id = $1) AND ($2::text IS NULL OR webhook = $2)
-              AND ($3::bigint[] IS NULL OR id = ANY($3))`,
-          [world ?? null, webhook ?? null, ids ?? null],
-        );
-        await recordAudit(app.pg, request, {
-          action: 'admin.webhooks.redriven',
-          worldId: world ?? null,
-          subject: webhook ?? null,
-          detail: { redriven: rowCount ?? 0 },
-        } as never);
+        const redriven = await inTransaction(app.pg, async (tx) => {
+          const { rowCount } = await tx.query(
+            `UPDATE webhook_deliveries SET state = 'pending', run_at = now(), created_at = now(), attempts = 0, finished_at = NULL
+              WHERE state = 'dead' AND ($1::text IS NULL OR world_id = $1) AND ($2::text IS NULL OR webhook = $2)
+                AND ($3::bigint[] IS NULL OR id = ANY($3))`,
+            [world ?? null, webhook ?? null, ids ?? null],
+          );
+          await recordAudit(tx, request, {
+            action: 'admin.webhooks.redrive',
+            result: rowCount ? 'updated' : 'unchanged',
+            worldId: world ?? null,
+            subject: webhook ?? null,
+            detail: { redriven: rowCount ?? 0 },
+          });
+          return rowCount ?? 0;
+        });
         deliverer.kick();
-        return { redriven: rowCount ?? 0 };
+        return { redriven };
       },
     );
   },

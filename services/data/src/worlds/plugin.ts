@@ -1,4 +1,6 @@
 import {
+  instantTime,
+  isEvent,
   type ProvisionOutcome,
   type ReceivedEvent,
   type TagRequest,
@@ -13,7 +15,7 @@ import { lockWorldForDrop } from '../http.js';
 import { dropWorldSeries } from '../series/repository.js';
 import { cutCommitIn } from '../storage/commit.js';
 import { keptPoints } from '../storage/horizon.js';
-import { commitAtInstant, INSTANT } from './refs.js';
+import { commitAtInstant } from './refs.js';
 import { applyRetention } from './retention.js';
 
 /**
@@ -99,8 +101,9 @@ async function provisionIn(tx: pg.ClientBase, worldId: string, from: WorldOrigin
     }
     commit = ref.commit;
   } else if (ref.instant !== undefined) {
-    const time = Date.parse(ref.instant);
-    if (!INSTANT.test(ref.instant) || Number.isNaN(time)) {
+    // Calendar-checked as ?at= is (a 2026-02-30 is refused here, not by PostgreSQL mid-provisioning).
+    const time = instantTime(ref.instant);
+    if (time === undefined) {
       return refused('/from/ref', `${ref.instant} is not an RFC 3339 instant`);
     }
     if (time > Date.now()) return refused('/from/ref', `${ref.instant} is in the future`);
@@ -163,8 +166,8 @@ async function tagPosition(
  */
 async function applyProtection(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
   for (const { event } of events) {
-    if (event.type !== 'world.protection.updated') continue;
-    const p = event.payload as { requireMerge: boolean; allowActions: boolean; revision: number };
+    if (!isEvent(event, 'world.protection.updated')) continue;
+    const p = event.payload;
     await tx.query(
       `UPDATE worlds SET require_merge = $2, allow_actions = $3, protection_revision = $4
         WHERE id = $1 AND protection_revision < $4`,

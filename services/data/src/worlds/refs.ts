@@ -1,4 +1,5 @@
-import { BadRequest, HttpProblem, instantTime, type Queryable, Unprocessable } from '@onto/shared';
+import { BadRequest, consistencyToken, HttpProblem, instantTime, type Queryable, Unprocessable } from '@onto/shared';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import { notProvisioned } from '../schema/lookup.js';
 import { cutCommit } from '../storage/commit.js';
@@ -181,4 +182,47 @@ export async function pinnedRef(
   await resolveRef(pool, world, undefined, field);
   const cut = await cutCommit(pool);
   return (await resolveRef(pool, world, String(cut), field)) as ReadPoint & { commit: number };
+}
+
+/** The newest cut `db` has (a replica: the newest it has replayed), if any. */
+async function replicaCut(db: pg.Pool): Promise<number | undefined> {
+  const { rows } = await db.query<{ commit: string }>('SELECT commit::text FROM replica_cut');
+  return rows[0] ? Number(rows[0].commit) : undefined;
+}
+
+/**
+ * Where a pinned read (a list's or a query's pages, all at one commit) is served, and at which
+ * commit: `at` a ref the client named, `commit` the one a cursor or page token carries, neither a
+ * commit cut now. A request without a consistency token reads a replica at the newest cut it has
+ * (a first page) or at the cursor's commit when the replica's cut has reached it; otherwise, and
+ * whenever the replica cannot answer so (the world is younger than its cut), the commit is cut or
+ * resolved on the primary and read where it has been replayed (ADR 80).
+ */
+export async function pinnedRead(
+  app: FastifyInstance,
+  request: FastifyRequest,
+  world: string,
+  ref: { at?: string | undefined; commit?: number | null | undefined; atField?: string; commitField: string },
+): Promise<{ db: pg.Pool; point: ReadPoint & { commit: number } }> {
+  const commit = ref.commit ?? null;
+  if (ref.at === undefined && Object.keys(consistencyToken(request)).length === 0) {
+    const db = await app.readDb(request);
+    if (db !== app.pg) {
+      const cut = await replicaCut(db).catch(() => undefined);
+      const at = commit ?? cut;
+      if (cut !== undefined && at !== undefined && at <= cut) {
+        try {
+          const point = await resolveRef(db, world, String(at), commit === null ? ref.atField : ref.commitField);
+          if (point.commit !== null) return { db, point: point as ReadPoint & { commit: number } };
+        } catch {
+          // Not answerable there (a world created after the replica's cut): the primary's way.
+        }
+      }
+    }
+  }
+  const point =
+    commit !== null
+      ? await pinnedRef(app.pg, world, String(commit), ref.commitField)
+      : await pinnedRef(app.pg, world, ref.at, ref.atField);
+  return { db: await app.readDb(request, { primaryNow: true }), point };
 }

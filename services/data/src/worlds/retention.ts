@@ -3,6 +3,7 @@ import {
   enqueueJob,
   historyMetrics,
   inTransaction,
+  isEvent,
   newEvent,
   Outbox,
   problemResponses,
@@ -41,8 +42,8 @@ const PRUNE_TASK = 'data.prune-history';
 /** `world.retention.updated`: the policy, only a greater revision replacing it (redeliveries change nothing). */
 export async function applyRetention(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
   for (const { event } of events) {
-    if (event.type !== 'world.retention.updated') continue;
-    const p = event.payload as { keepDays: number | null; keepVersions: number | null; revision: number };
+    if (!isEvent(event, 'world.retention.updated')) continue;
+    const p = event.payload;
     await tx.query(
       `INSERT INTO world_retention AS r (world_id, keep_days, keep_versions, revision)
        VALUES ($1, $2, $3, $4)

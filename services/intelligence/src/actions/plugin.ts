@@ -8,14 +8,18 @@ import {
   NotFound,
   principalOf,
   problemResponses,
+  recordAudit,
   Unprocessable,
   UUID_V7,
   WORLD_ID,
+  withExamples,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
+import { AtState, notProvisioned, provisioned, ReadHeaders } from '../http.js';
+import { batchAnswerExamples, batchExamples, runExamples, validationExamples } from './examples.js';
 import { IdempotencyRedis } from './idempotency.js';
 
 /**
@@ -41,7 +45,19 @@ async function refuseProtectedWorld(db: pg.Pool, world: string): Promise<void> {
 
 import { actionMetrics } from './metrics.js';
 import { fingerprint } from './plan.js';
-import { ACTION_STATUSES, findKey, getAction, type KeyRecord, listActions, pruneKeys, stepsOf } from './repository.js';
+import {
+  ACTION_STATUSES,
+  type ActionAt,
+  type ActionPoint,
+  findKey,
+  getAction,
+  type KeyRecord,
+  listActions,
+  listActionsAt,
+  pruneKeys,
+  stepsAt,
+  stepsOf,
+} from './repository.js';
 import { ActionSagas, actionView, callerScope, type StartRequest } from './saga.js';
 
 /** What the rest of intelligence (decisions) may do with actions. */
@@ -81,6 +97,10 @@ export interface ActionsOptions {
 
 const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const errors = problemResponses(400, 401, 403, 404, 409, 422, 503);
+/** The reads, which take `?at=`: also 410 before the world's retained horizon (docs/adr/0072, 0073). */
+const readErrors = problemResponses(400, 401, 403, 404, 409, 410, 422, 503);
+const AT_DESCRIPTION =
+  "With ?at=<ref> (docs/adr/0078): each action and its steps exactly as they were at that ref — its newest state recorded by then on both of intelligence's axes, the data commit (the world's data applied then, or the commit its step's edits made) and intelligence's own order (a tag's or fork's moment) — and no action started after it (404 by id). In a fork, now and at a ref, the base's actions are listed as of the fork point (inherited: true, world: the base), never one the base started or a state it reached after it, the same through chains of forks. A ref below the world's retained horizon that no tag or child fork names answers 410 with the horizon; a malformed ref 400; each naming querystring/at.";
 const Json = Type.Unknown();
 const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
 const ActionBody = Type.Object({
@@ -97,6 +117,12 @@ const ActionBody = Type.Object({
   createdAt: Type.String(),
   updatedAt: Type.String(),
   finishedAt: Nullable(Type.String()),
+  inherited: Type.Optional(
+    Type.Boolean({
+      description:
+        "on reads: true for a base's action a fork lists as of its fork point (read-only: world names the base)",
+    }),
+  ),
   steps: Type.Array(
     Type.Object({
       n: Type.Integer(),
@@ -121,6 +147,10 @@ const Summary = Type.Object({
   createdAt: Type.String(),
   updatedAt: Type.String(),
   finishedAt: Nullable(Type.String()),
+  inherited: Type.Boolean({
+    description: "true for a base's action a fork lists as of its fork point (read-only: nothing here acts on it)",
+  }),
+  world: Type.Optional(Type.String({ description: 'the base world an inherited action is of' })),
 });
 const WorldParams = Type.Object({ world: Type.String({ pattern: WORLD_ID }) });
 /** What `validateOnly` answers: nothing stored, nothing sent. */
@@ -238,11 +268,33 @@ export default fp(
       ]);
     }
 
+    /** A dry run (validateOnly): the plan, recorded as a request that changed nothing (docs/adr/0084). */
+    function validate(
+      request: FastifyRequest,
+      world: string,
+      actionType: string,
+      parameters: Record<string, unknown>,
+      item?: number,
+    ) {
+      return inTransaction(app.pg, async (tx) => {
+        const plan = await sagas.plan(tx, world, actionType, parameters);
+        await recordAudit(tx, request, {
+          action: 'action.validate',
+          result: 'unchanged',
+          worldId: world,
+          subject: actionType,
+          detail: { valid: plan.errors.length === 0, ...(item === undefined ? {} : { item }) },
+        });
+        return plan;
+      });
+    }
+
     /**
      * Runs one action request under its Idempotency-Key: a replay of the key's first answer, a
      * 422 for the key used with other parameters, a 409 while it is in flight, or a new action.
      */
     async function execute(
+      request: FastifyRequest,
       world: string,
       actionType: string,
       key: string,
@@ -270,9 +322,27 @@ export default fp(
             { 'retry-after': '1' },
           );
         }
-        const started = await inTransaction(app.pg, (tx) =>
-          sagas.start(tx, { worldId: world, actionType, parameters, idempotencyKey: key, actor, causedBy: null }),
-        ).catch((error: unknown) => {
+        const started = await inTransaction(app.pg, async (tx) => {
+          const start = await sagas.start(tx, {
+            worldId: world,
+            actionType,
+            parameters,
+            idempotencyKey: key,
+            actor,
+            causedBy: null,
+          });
+          // A replay answers the request that started the action, which was recorded (docs/adr/0084).
+          if (!start.replayed) {
+            await recordAudit(tx, request, {
+              action: 'action.run',
+              result: 'accepted',
+              worldId: world,
+              subject: start.actionId,
+              detail: { actionType, idempotencyKey: key },
+            });
+          }
+          return start;
+        }).catch((error: unknown) => {
           if (error instanceof Unprocessable && error.extensions.errors?.[0]?.path === 'header/idempotency-key') {
             metrics.request('mismatch');
           }
@@ -306,20 +376,23 @@ export default fp(
             ),
           }),
           body: Type.Optional(
-            Type.Object(
-              {
-                parameters: Type.Optional(Type.Record(Type.String({ pattern: NAME }), Type.Unknown())),
-                validateOnly: Type.Optional(
-                  Type.Boolean({
-                    description:
-                      'true: answer 200 with whether the parameters are valid and the edits the action would make; nothing runs and the Idempotency-Key is not used up',
-                  }),
-                ),
-              },
-              { additionalProperties: false },
+            withExamples(
+              Type.Object(
+                {
+                  parameters: Type.Optional(Type.Record(Type.String({ pattern: NAME }), Type.Unknown())),
+                  validateOnly: Type.Optional(
+                    Type.Boolean({
+                      description:
+                        'true: answer 200 with whether the parameters are valid and the edits the action would make; nothing runs and the Idempotency-Key is not used up',
+                    }),
+                  ),
+                },
+                { additionalProperties: false },
+              ),
+              runExamples,
             ),
           ),
-          response: { 200: Validation, 202: ActionBody, ...errors },
+          response: { 200: withExamples(Validation, validationExamples), 202: ActionBody, ...errors },
         },
       },
       async (request, reply) => {
@@ -329,7 +402,7 @@ export default fp(
         const parameters = request.body?.parameters ?? {};
         await app.awaitConsistency(request, world);
         if (request.body?.validateOnly === true) {
-          const plan = await inTransaction(app.pg, (tx) => sagas.plan(tx, world, actionType, parameters));
+          const plan = await validate(request, world, actionType, parameters);
           await app.consistencyHeader(reply, world);
           return reply.code(200).send({
             valid: plan.errors.length === 0,
@@ -338,7 +411,7 @@ export default fp(
             schemaVersion: plan.schema.version,
           } as never);
         }
-        const { record, replayed } = await execute(world, actionType, key, actor, parameters);
+        const { record, replayed } = await execute(request, world, actionType, key, actor, parameters);
         return answer(reply, world, record, replayed);
       },
     );
@@ -361,55 +434,61 @@ export default fp(
               'control=<schema version>: wait (bounded) until it is applied here',
             ),
           }),
-          body: Type.Object(
-            {
-              items: Type.Array(
-                Type.Object(
-                  {
-                    idempotencyKey: Type.String({
-                      minLength: 1,
-                      maxLength: 255,
-                      pattern: '^[\\x20-\\x7e]+$',
-                      description: 'as Idempotency-Key: 1 to 255 printable ASCII characters, unique per request',
-                    }),
-                    parameters: Type.Optional(Type.Record(Type.String({ pattern: NAME }), Type.Unknown())),
-                  },
-                  { additionalProperties: false },
+          body: withExamples(
+            Type.Object(
+              {
+                items: Type.Array(
+                  Type.Object(
+                    {
+                      idempotencyKey: Type.String({
+                        minLength: 1,
+                        maxLength: 255,
+                        pattern: '^[\\x20-\\x7e]+$',
+                        description: 'as Idempotency-Key: 1 to 255 printable ASCII characters, unique per request',
+                      }),
+                      parameters: Type.Optional(Type.Record(Type.String({ pattern: NAME }), Type.Unknown())),
+                    },
+                    { additionalProperties: false },
+                  ),
+                  { minItems: 1, maxItems: BATCH_MAX },
                 ),
-                { minItems: 1, maxItems: BATCH_MAX },
-              ),
-              validateOnly: Type.Optional(
-                Type.Boolean({
-                  description:
-                    'true: check every item and answer the edits each would make; nothing runs, no key is used up',
-                }),
-              ),
-            },
-            { additionalProperties: false },
+                validateOnly: Type.Optional(
+                  Type.Boolean({
+                    description:
+                      'true: check every item and answer the edits each would make; nothing runs, no key is used up',
+                  }),
+                ),
+              },
+              { additionalProperties: false },
+            ),
+            batchExamples,
           ),
           response: {
-            200: Type.Object({
-              results: Type.Array(
-                Type.Object({
-                  index: Type.Integer(),
-                  idempotencyKey: Type.String(),
-                  status: Type.Integer({ description: 'the status the item would have answered alone' }),
-                  replayed: Type.Boolean(),
-                  action: Type.Union([ActionBody, Type.Null()]),
-                  validation: Type.Union([Validation, Type.Null()]),
-                  problem: Type.Union([
-                    Type.Object({
-                      type: Type.String(),
-                      title: Type.String(),
-                      status: Type.Integer(),
-                      detail: Type.String(),
-                      errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
-                    }),
-                    Type.Null(),
-                  ]),
-                }),
-              ),
-            }),
+            200: withExamples(
+              Type.Object({
+                results: Type.Array(
+                  Type.Object({
+                    index: Type.Integer(),
+                    idempotencyKey: Type.String(),
+                    status: Type.Integer({ description: 'the status the item would have answered alone' }),
+                    replayed: Type.Boolean(),
+                    action: Type.Union([ActionBody, Type.Null()]),
+                    validation: Type.Union([Validation, Type.Null()]),
+                    problem: Type.Union([
+                      Type.Object({
+                        type: Type.String(),
+                        title: Type.String(),
+                        status: Type.Integer(),
+                        detail: Type.String(),
+                        errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
+                      }),
+                      Type.Null(),
+                    ]),
+                  }),
+                ),
+              }),
+              batchAnswerExamples,
+            ),
             ...errors,
           },
         },
@@ -438,7 +517,7 @@ export default fp(
           const base = { index, idempotencyKey: item.idempotencyKey, action: null, validation: null, problem: null };
           try {
             if (validateOnly === true) {
-              const plan = await inTransaction(app.pg, (tx) => sagas.plan(tx, world, actionType, parameters));
+              const plan = await validate(request, world, actionType, parameters, index);
               results.push({
                 ...base,
                 status: 200,
@@ -452,7 +531,14 @@ export default fp(
               });
               continue;
             }
-            const { record, replayed } = await execute(world, actionType, item.idempotencyKey, actor, parameters);
+            const { record, replayed } = await execute(
+              request,
+              world,
+              actionType,
+              item.idempotencyKey,
+              actor,
+              parameters,
+            );
             metrics.request(replayed ? 'replayed' : 'executed');
             results.push({ ...base, status: record.response.status, replayed, action: record.response.body });
           } catch (error) {
@@ -465,6 +551,17 @@ export default fp(
       },
     );
 
+    /**
+     * Where a read of actions stands: `?at=` resolved as every read of intelligence's state
+     * (`readPoint`: the data commit and the moment a fork at it starts from), or now. Now, a fork
+     * still reads its bases as of its fork point; a world that is no fork reads its live rows.
+     */
+    async function actionPoint(world: string, at: string | undefined): Promise<ActionPoint | undefined> {
+      const point = await app.readPoint(world, at);
+      if (point) return { commit: point.commit, moment: point.moment };
+      return (await app.awaitBase(world)).kind === 'none' ? undefined : { commit: null, moment: null };
+    }
+
     app.get(
       '/v1/worlds/:world/actions/:id',
       {
@@ -472,21 +569,40 @@ export default fp(
         schema: {
           tags: ['actions'],
           summary: 'An action: its status and each step with its state, result or refusal',
+          description: AT_DESCRIPTION,
           params: Type.Object({
             world: Type.String({ pattern: WORLD_ID }),
             id: Type.String({ pattern: UUID, description: 'the action id' }),
           }),
-          headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
-          response: { 200: ActionBody, ...errors },
+          headers: ReadHeaders,
+          querystring: Type.Object({ at: Type.Optional(AtState) }, { additionalProperties: false }),
+          response: { 200: ActionBody, ...readErrors },
         },
       },
       async (request, reply) => {
         const { world, id } = request.params;
-        const watermark = await app.awaitConsistency(request, world);
-        const action = await getAction(app.pg, world, id);
-        if (!action) throw new NotFound(`action ${id} does not exist in world ${world}`);
+        const waited = await app.awaitConsistency(request, world);
+        if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+        const point = await actionPoint(world, request.query.at);
+        const { db, watermark } = await app.readModelDb(request, world, waited, {
+          primaryNow: point?.commit !== undefined && point.commit !== null,
+        });
+        let body: ReturnType<typeof actionView> & { inherited: boolean };
+        if (point) {
+          const [action] = await listActionsAt(db, { worldId: world, point, id, limit: 1 });
+          if (!action) {
+            const when = request.query.at === undefined ? '' : ' at that ref';
+            throw new NotFound(`action ${id} is not in world ${world}${when}`);
+          }
+          const { inherited, ...row } = action;
+          body = { ...actionView(row, await stepsAt(db, row.worldId, id, row.revision)), inherited };
+        } else {
+          const action = await getAction(db, world, id);
+          if (!action) throw new NotFound(`action ${id} does not exist in world ${world}`);
+          body = { ...actionView(action, await stepsOf(db, world, id)), inherited: false };
+        }
         await app.consistencyHeader(reply, world, watermark);
-        return actionView(action, await stepsOf(app.pg, world, id));
+        return body;
       },
     );
 
@@ -497,8 +613,9 @@ export default fp(
         schema: {
           tags: ['actions'],
           summary: "A world's actions, newest first, with filters",
+          description: AT_DESCRIPTION,
           params: WorldParams,
-          headers: Type.Object({ 'x-consistency-token': Headers.consistencyToken() }),
+          headers: ReadHeaders,
           querystring: Type.Object(
             {
               status: Type.Optional(Type.Union(ACTION_STATUSES.map((s) => Type.Literal(s)))),
@@ -506,29 +623,36 @@ export default fp(
               actor: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
               cursor: Type.Optional(Type.String({ pattern: UUID_V7.source, description: 'next of the previous page' })),
               limit: Type.Integer({ minimum: 1, maximum: 500, default: 50 }),
+              at: Type.Optional(AtState),
             },
             { additionalProperties: false },
           ),
           response: {
             200: Type.Object({ actions: Type.Array(Summary), next: Nullable(Type.String()) }),
-            ...errors,
+            ...readErrors,
           },
         },
       },
       async (request, reply) => {
         const { world } = request.params;
-        const { status, actionType, actor, cursor, limit } = request.query;
-        const watermark = await app.awaitConsistency(request, world);
-        const { rowCount } = await app.pg.query('SELECT 1 FROM worlds WHERE id = $1', [world]);
-        if (!rowCount) throw new NotFound(`world ${world} does not exist here (not provisioned in intelligence)`);
-        const rows = await listActions(app.pg, {
+        const { status, actionType, actor, cursor, limit, at } = request.query;
+        const waited = await app.awaitConsistency(request, world);
+        if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+        const point = await actionPoint(world, at);
+        const { db, watermark } = await app.readModelDb(request, world, waited, {
+          primaryNow: point?.commit !== undefined && point.commit !== null,
+        });
+        const query = {
           worldId: world,
           ...(status ? { status } : {}),
           ...(actionType ? { actionType } : {}),
           ...(actor ? { actor } : {}),
           ...(cursor ? { before: cursor } : {}),
           limit: limit + 1,
-        });
+        };
+        const rows: ActionAt[] = point
+          ? await listActionsAt(db, { ...query, point })
+          : (await listActions(db, query)).map((a) => ({ ...a, inherited: false }));
         const page = rows.slice(0, limit);
         await app.consistencyHeader(reply, world, watermark);
         return {
@@ -541,6 +665,8 @@ export default fp(
             createdAt: a.createdAt,
             updatedAt: a.updatedAt,
             finishedAt: a.finishedAt,
+            inherited: a.inherited,
+            ...(a.inherited ? { world: a.worldId } : {}),
           })),
           next: rows.length > limit ? (page.at(-1)?.id ?? null) : null,
         };

@@ -113,17 +113,21 @@ export async function getAction(db: Queryable, worldId: string, id: string): Pro
   return rows[0] ?? null;
 }
 
-/** Changes to a step; only the columns given are written. */
+/**
+ * Changes to a step; only the columns given are written. `replySeq` is data's write sequence a
+ * completed reply named: where the action's next version stands on data's axis (migration 025).
+ */
 export async function updateStep(
   tx: Queryable,
   worldId: string,
   actionId: string,
   n: number,
-  change: Partial<Omit<StepRow, 'n' | 'command'>>,
+  change: Partial<Omit<StepRow, 'n' | 'command'>> & { replySeq?: number },
 ): Promise<void> {
   const columns: Record<keyof typeof change, string> = {
     state: 'state',
     requestEvent: 'request_event',
+    replySeq: 'reply_seq',
     result: 'result',
     refusal: 'refusal',
     compensation: 'compensation',
@@ -133,8 +137,10 @@ export async function updateStep(
   const sets: string[] = [];
   const values: unknown[] = [worldId, actionId, n];
   for (const [name, value] of Object.entries(change) as [keyof typeof change, unknown][]) {
-    values.push(name === 'state' || name === 'requestEvent' || value === null ? value : JSON.stringify(value));
-    const cast = name === 'requestEvent' ? '::uuid' : name === 'state' ? '' : '::jsonb';
+    const plain = name === 'state' || name === 'requestEvent' || name === 'replySeq' || value === null;
+    values.push(plain ? value : JSON.stringify(value));
+    const cast =
+      name === 'requestEvent' ? '::uuid' : name === 'replySeq' ? '::bigint' : name === 'state' ? '' : '::jsonb';
     sets.push(`${columns[name]} = $${values.length}${cast}`);
   }
   await tx.query(
@@ -195,6 +201,68 @@ export async function listActions(db: Queryable, q: ListQuery): Promise<ActionRo
   const { rows } = await db.query<ActionRow>(
     `SELECT ${ACTION_COLUMNS} FROM actions WHERE ${where.join(' AND ')} ORDER BY id DESC LIMIT $${values.length}`,
     values,
+  );
+  return rows;
+}
+
+/** An action as a world lists it at a point: a base's, through a fork's chain, is inherited. */
+export type ActionAt = ActionRow & { inherited: boolean };
+
+/**
+ * Where a read of actions stands (docs/adr/0078): a data commit and a moment (intelligence_seq);
+ * null for either: no bound on that axis (now).
+ */
+export interface ActionPoint {
+  commit: number | null;
+  moment: number | null;
+}
+
+/**
+ * The actions a world lists at a point (migration 025's `actions_at`): its own and, in a fork, its
+ * bases' as of the fork point, each as its newest version by the point on both axes; filters on
+ * the status then. Newest first by id.
+ */
+export async function listActionsAt(
+  db: Queryable,
+  q: ListQuery & { point: ActionPoint; id?: string },
+): Promise<ActionAt[]> {
+  const { rows } = await db.query<ActionAt>(
+    `SELECT a.world_id AS "worldId", a.id::text, a.action_type AS "actionType", a.parameters,
+            a.schema_version AS "schemaVersion", v.status, a.actor, a.idempotency_key AS "idempotencyKey",
+            a.caused_by::text AS "causedBy", v.revision, v.refusal,
+            to_json(a.created_at)#>>'{}' AS "createdAt", to_json(v.updated_at)#>>'{}' AS "updatedAt",
+            to_json(v.finished_at)#>>'{}' AS "finishedAt", x.depth > 0 AS inherited
+       FROM actions_at($1, $2, $3, $4) x
+       JOIN actions a ON a.world_id = x.world_id AND a.id = x.action_id
+       JOIN action_versions v ON v.world_id = x.world_id AND v.action_id = x.action_id AND v.revision = x.revision
+      WHERE ($5::text IS NULL OR v.status = $5) AND ($6::text IS NULL OR a.action_type = $6)
+        AND ($7::text IS NULL OR a.actor = $7) AND ($8::uuid IS NULL OR a.id < $8)
+      ORDER BY a.id DESC LIMIT $9`,
+    [
+      q.worldId,
+      q.point.commit,
+      q.point.moment,
+      q.id ?? null,
+      q.status ?? null,
+      q.actionType ?? null,
+      q.actor ?? null,
+      q.before ?? null,
+      q.limit,
+    ],
+  );
+  return rows;
+}
+
+/** An action's steps at one of its revisions: each step's newest version at or below it. */
+export async function stepsAt(db: Queryable, worldId: string, actionId: string, revision: number): Promise<StepRow[]> {
+  const { rows } = await db.query<StepRow>(
+    `SELECT s.n, s.command, v.state, NULL AS "requestEvent", v.result, v.refusal, v.compensation,
+            v.compensation_result AS "compensationResult", v.compensation_refusal AS "compensationRefusal"
+       FROM (SELECT DISTINCT ON (n) * FROM action_step_versions
+              WHERE world_id = $1 AND action_id = $2 AND revision <= $3 ORDER BY n, revision DESC) v
+       JOIN action_steps s ON s.world_id = v.world_id AND s.action_id = v.action_id AND s.n = v.n
+      ORDER BY v.n`,
+    [worldId, actionId, revision],
   );
   return rows;
 }

@@ -311,6 +311,7 @@ export class ActionSagas {
         state: 'COMPLETED',
         result: reply.results,
         requestEvent: null,
+        replySeq: reply.seq,
       });
       const next = steps[n + 1];
       if (next) {
@@ -340,6 +341,7 @@ export class ActionSagas {
         state: 'COMPENSATED',
         compensationResult: reply.results,
         requestEvent: null,
+        replySeq: reply.seq,
       });
       await this.compensate(tx, action, steps, n - 1, event);
       return;
@@ -384,10 +386,11 @@ export class ActionSagas {
     tx: pg.PoolClient,
     action: ActionRow,
     step: StepRow,
-    change: Partial<Omit<StepRow, 'n' | 'command'>>,
+    change: Partial<Omit<StepRow, 'n' | 'command'>> & { replySeq?: number },
   ) {
     await updateStep(tx, action.worldId, action.id, step.n, change);
-    Object.assign(step, change);
+    const { replySeq: _, ...seen } = change;
+    Object.assign(step, seen);
   }
 
   /**

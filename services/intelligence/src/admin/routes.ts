@@ -62,7 +62,12 @@ export async function adminRoutes(fastify: FastifyInstance, engine: Engine) {
           objectType: found.objectType,
           dueInMs: 0,
         });
-        await recordAudit(tx, request, { action: 'admin.derived.recomputed', worldId: world, subject: name });
+        await recordAudit(tx, request, {
+          action: 'admin.derived.recompute',
+          result: 'accepted',
+          worldId: world,
+          subject: name,
+        });
         return found;
       });
       engine.worker.wake();

@@ -1,5 +1,14 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { actorOf, BODY_LIMITS, Conflict, inTransaction, NotFound, Unprocessable, WORLD_ID } from '@onto/shared';
+import {
+  actorOf,
+  BODY_LIMITS,
+  Conflict,
+  inTransaction,
+  NotFound,
+  recordAudit,
+  Unprocessable,
+  WORLD_ID,
+} from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { MAX_EXPRESSION_LENGTH } from '../cel/expressions.js';
@@ -209,12 +218,13 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
     async (request, reply) => {
       const { world } = request.params;
       const q = request.query;
-      const watermark = await app.awaitConsistency(request, world);
+      const waited = await app.awaitConsistency(request, world);
       const listing = JSON.stringify([q.status, q.definition, q.alertId, q.at]);
       const keyset = idKeyset(q.cursor, listing, q.limit);
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
       const point = await app.readPoint(world, q.at);
-      const { rows } = await app.pg.query<Decision>(
+      const { db, watermark } = await app.readModelDb(request, world, waited, { primaryNow: point !== undefined });
+      const { rows } = await db.query<Decision>(
         `SELECT ${DECISION_COLUMNS} FROM ${point ? decisionsAt('$7', '$8') : 'decisions'} d
           WHERE world_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR definition = $3)
             AND ($4::uuid IS NULL OR alert_id = $4) AND ($5::uuid IS NULL OR id < $5)
@@ -250,9 +260,10 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
     },
     async (request, reply) => {
       const { world, id } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
+      const waited = await app.awaitConsistency(request, world);
       const point = await app.readPoint(world, request.query.at);
-      const { rows } = await app.pg.query<Decision>(
+      const { db, watermark } = await app.readModelDb(request, world, waited, { primaryNow: point !== undefined });
+      const { rows } = await db.query<Decision>(
         point
           ? `SELECT ${DECISION_COLUMNS} FROM ${decisionsAt('$3', '$4')} d
               WHERE world_id = $1 AND id = $2`
@@ -302,7 +313,15 @@ export async function decisionRoutes(fastify: FastifyInstance, engine: Engine) {
               status: decision.status,
             });
           }
-          return decideManually(tx, engine.ctx, decision, verdict, actor, request.body.reason ?? null);
+          const made = await decideManually(tx, engine.ctx, decision, verdict, actor, request.body.reason ?? null);
+          await recordAudit(tx, request, {
+            action: `decision.${verdict}`,
+            result: 'updated',
+            worldId: world,
+            subject: id,
+            detail: { status: made.status },
+          });
+          return made;
         });
         await app.consistencyHeader(reply, world);
         return decisionView(decided);

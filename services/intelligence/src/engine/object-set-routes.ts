@@ -19,12 +19,15 @@ import {
   parseOrderBy,
   parseSelect,
   parseWhere,
+  pinCommit,
   pivot,
+  type Queryable,
   QueryFaults,
   type SchemaDocument,
   setOwn,
   Unprocessable,
   WORLD_ID,
+  withExamples,
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
@@ -41,6 +44,7 @@ import {
   type Segment,
   scanSize,
 } from '../readmodel/sets.js';
+import { aggregateAnswerExamples, aggregateExamples, queryAnswerExamples, queryExamples } from './examples.js';
 
 /** A field: a property, or `derived.<name>` for a derived property. */
 const FIELD = '(?:derived\\.)?[A-Za-z][A-Za-z0-9_]{0,62}';
@@ -111,12 +115,12 @@ export default fp(
     }
 
     /** The schema with the world's derived fields, and the object type asked. */
-    async function schemaOf(world: string, typeName: string, chain: Segment[]) {
+    async function schemaOf(db: Queryable, world: string, typeName: string, chain: Segment[]) {
       const [{ document }, definitions] = await Promise.all([
-        app.schemaReplica.current(app.pg, world),
-        listDerived(app.pg, world),
+        app.schemaReplica.current(db, world),
+        listDerived(db, world),
       ]);
-      const doc: SchemaDocument = await querySchema(app.pg, document, definitions, chain);
+      const doc: SchemaDocument = await querySchema(db, document, definitions, chain);
       const type = Object.hasOwn(doc.objectTypes, typeName) ? doc.objectTypes[typeName] : undefined;
       if (!type) {
         throw new Unprocessable(`${typeName} is not an object type of ${world}'s schema`, [
@@ -128,6 +132,7 @@ export default fp(
 
     /** 422 when a where-clause no index narrows reads more than the scan limit (docs/adr/0048). */
     async function checkScan(
+      db: Queryable,
       chain: Segment[],
       typeName: string,
       where: ReturnType<typeof parseWhere>,
@@ -143,7 +148,7 @@ export default fp(
         culprit = { property: sortFirst.property, path: 'body/orderBy/0/property' };
       }
       if (!culprit) return;
-      const size = await scanSize(app.pg, chain, typeName, opts.scanLimit);
+      const size = await scanSize(db, chain, typeName, opts.scanLimit);
       if (size <= opts.scanLimit) return;
       const what = `the read model indexes the primary key only: narrow the where-clause by ${typeName}'s primary key or set allowScan`;
       throw new Unprocessable(`the query reads more than ${opts.scanLimit} ${typeName} objects without an index`, [
@@ -169,8 +174,8 @@ export default fp(
           description: `data's object-set query over intelligence's read model: the where-clause, orderBy, select and pivotTo take the object's properties and its derived properties as \`derived.<name>\` fields (typed by the CEL kind of their values: numbers, strings, booleans; other kinds and derived properties without a value yet take $isNull only). The live objects of the type matching \`where\`, each with its derived values, in \`orderBy\` order (then the primary key, as text). Every page reads the data commit the first page pinned (\`commit\`). ${AT_RULES} X-Consistency-Token: data=<n> waits, bounded, until intelligence has applied the world's data up to n. Unknown fields, operators, link types, values of the wrong type, a where-clause deeper than 16 or with more than 200 conditions: 400 naming the JSON path. The read model indexes the primary key only: more than QUERY_SCAN_LIMIT objects to read with no condition on it, 422 naming the field, unless allowScan. A page token altered or reused for another query: 400.`,
           params: Params,
           headers: ReadHeaders,
-          body: QueryBody,
-          response: { 200: QueryAnswer, ...readErrors },
+          body: withExamples(QueryBody, queryExamples),
+          response: { 200: withExamples(QueryAnswer, queryAnswerExamples), ...readErrors },
         },
       },
       async (request, reply) => {
@@ -184,7 +189,7 @@ export default fp(
           .slice(0, 22);
         const position = pageToken === undefined ? null : tokens.open(pageToken, q);
         const { commit, chain, watermark } = await pinned(request, world, body.at, position?.c ?? null);
-        const { doc, type } = await schemaOf(world, typeName, chain);
+        const { doc, type } = await schemaOf(app.pg, world, typeName, chain);
         const faults = new QueryFaults();
         const where = parseWhere(doc, type, body.where, 'body/where', faults);
         let target: ObjectType = type;
@@ -199,7 +204,7 @@ export default fp(
         const keys = parseOrderBy(target, body.orderBy, faults);
         const select = parseSelect(target, body.select, faults);
         faultsOr(faults, 'the query cannot be made as asked');
-        if (!position) await checkScan(chain, typeName, condition, keys[0], body.allowScan);
+        if (!position) await checkScan(app.pg, chain, typeName, condition, keys[0], body.allowScan);
         const rows = await queryPage(
           app.pg,
           { world, commit, chain, derived: true },
@@ -207,6 +212,9 @@ export default fp(
         );
         const page = rows.slice(0, pageSize);
         const last = page.at(-1);
+        const more = rows.length > pageSize && last !== undefined;
+        // A live page token keeps its commit from being pruned (docs/adr/0077).
+        if (more) await pinCommit(app.pg, world, commit, tokens.ttlMs);
         await app.consistencyHeader(reply, world, watermark);
         return {
           objects: page.map((r) => ({
@@ -216,8 +224,7 @@ export default fp(
             properties: select ? pick(r.properties, select) : r.properties,
             derived: select ? pick(r.derived, select, DERIVED) : r.derived,
           })),
-          nextPageToken:
-            rows.length > pageSize && last ? tokens.sign({ q, c: commit, k: last.keys, t: Date.now() }) : null,
+          nextPageToken: more ? tokens.sign({ q, c: commit, k: last.keys, t: Date.now() }) : null,
           commit,
         };
       },
@@ -234,21 +241,25 @@ export default fp(
           description: `data's aggregation over intelligence's read model: \`where\`, \`groupBy\` and \`metrics\` take properties and \`derived.<name>\` fields. Metrics of the live objects matching \`where\`, grouped by up to 3 fields: exact values (\`maxGroups\` distinct values at most, else 422), numeric ranges (from inclusive, to exclusive) or time buckets of timestamps and dates (UTC). Exact, approximateDistinct included, through a fork's chain. ${AT_RULES} X-Consistency-Token: data=<n> waits, bounded, until applied. More than QUERY_SCAN_LIMIT objects with no condition on the primary key: 422 unless allowScan.`,
           params: Params,
           headers: ReadHeaders,
-          body: AggregateBody,
-          response: { 200: AggregateAnswer, ...readErrors },
+          body: withExamples(AggregateBody, aggregateExamples),
+          response: { 200: withExamples(AggregateAnswer, aggregateAnswerExamples), ...readErrors },
         },
       },
       async (request, reply) => {
         const { world, type: typeName } = request.params;
         const body = request.body;
-        const { commit, chain, watermark } = await pinned(request, world, body.at, null);
-        const { doc, type } = await schemaOf(world, typeName, chain);
+        const pin = await pinned(request, world, body.at, null);
+        const { commit, chain } = pin;
+        // It pins nothing (a query's pages do, on the primary): a replica that has replayed the
+        // primary's position now, where the commit was cut, reads it (docs/adr/0080).
+        const { db, watermark } = await app.readModelDb(request, world, pin.watermark, { primaryNow: true });
+        const { doc, type } = await schemaOf(db, world, typeName, chain);
         const faults = new QueryFaults();
         const where = parseWhere(doc, type, body.where, 'body/where', faults);
         const groupBy = parseGroupBy(type, body.groupBy, faults);
         const metrics = parseMetrics(type, body.metrics, faults);
         faultsOr(faults, 'the aggregation cannot be made as asked');
-        await checkScan(chain, typeName, where, undefined, body.allowScan);
+        await checkScan(db, chain, typeName, where, undefined, body.allowScan);
         const cap = groupBy.reduce((n, g) => Math.min(n * (g.type === 'exact' ? g.maxGroups : 1_000), 1_000_000), 1);
         // Derived values cost a lookup per object: read only when the aggregation uses one.
         const derived =
@@ -256,7 +267,7 @@ export default fp(
           groupBy.some((g) => g.property.startsWith(DERIVED)) ||
           metrics.some((m) => m.property?.startsWith(DERIVED) === true);
         const groups = await aggregate(
-          app.pg,
+          db,
           { world, commit, chain, derived },
           { type: typeName, where, groupBy, metrics, cap },
         );

@@ -7,6 +7,7 @@
 import {
   type ApplyEffects,
   type FieldError,
+  isEvent,
   ownValue,
   type Queryable,
   type SchemaDocument,
@@ -18,7 +19,7 @@ import { compile } from '../cel/expressions.js';
 import { saveDecisionDefinition } from '../decisions/repository.js';
 import { schemaFootprint } from '../derived/model.js';
 import { saveDerived } from '../derived/repository.js';
-import { recordHorizon } from '../readmodel/retention.js';
+import { recordHorizon, recordRetentionFacts } from '../readmodel/retention.js';
 import type { Rule } from '../rules/model.js';
 import { saveRule } from '../rules/repository.js';
 import { bumpRevision, lockWorlds } from './locks.js';
@@ -160,6 +161,9 @@ const WORLD_TABLES = [
   'rm_commit_times',
   'data_world_starts',
   'decisions_history',
+  'world_retention',
+  'history_pins',
+  'data_merges',
 ];
 
 /** Forgets a dropped world: its read model, definitions, values, alerts and decisions. */
@@ -168,6 +172,14 @@ export async function dropWorld(tx: Queryable, worldId: string): Promise<void> {
 }
 
 const DROPS = new Set(['world.deleted', 'world.drop.requested']);
+/** What retention in intelligence learns besides the horizon: keepVersions, and data's merges (docs/adr/0077). */
+const RETENTION_FACTS = new Set([
+  'world.retention.updated',
+  'world.merge.requested',
+  'merge.planned',
+  'merge.applied',
+  'merge.compensated',
+]);
 
 /**
  * A fork's base and the commit data forked it at (`world.provisioned {base}`): from here on its
@@ -246,8 +258,10 @@ export function applySchemaChanges(
         await recordBase(tx, event.world_id, event.payload);
       } else if (event.type === 'world.tag.positioned') {
         await recordTagCommit(tx, event.world_id, event.payload);
-      } else if (event.type === 'storage.history.horizon') {
-        await recordHorizon(tx, event.world_id, (event.payload as { horizon: number }).horizon);
+      } else if (isEvent(event, 'storage.history.horizon')) {
+        await recordHorizon(tx, event.world_id, event.payload.horizon);
+      } else if (RETENTION_FACTS.has(event.type)) {
+        await recordRetentionFacts(tx, event);
       } else if (DROPS.has(event.type)) {
         await dropWorld(tx, event.world_id);
         hooks.dropped(event.world_id);

@@ -112,7 +112,10 @@ export async function plan(
     await lockWorlds(tx, [p.source, p.target]);
     const points = {
       base: p.base ? { world: p.base.world, position: p.base.definitions } : null,
-      source: { world: p.source, position: await positionOf(tx, p.source) },
+      source: {
+        world: p.source,
+        position: p.reverts ? await beforeMerge(tx, p.target, p.reverts) : await positionOf(tx, p.source),
+      },
       target: { world: p.target, position: await positionOf(tx, p.target) },
     };
     const sides = await readPoints(tx, points);
@@ -133,6 +136,32 @@ export async function plan(
     await insertMerge(tx, merge);
     await replyPlan(tx, ctx, event, merge);
   });
+}
+
+/**
+ * The position a revert reads its source at (docs/adr/0081): just before the first definition the
+ * merge it undoes wrote. The apply held the target's lock, so no other definition of the target
+ * was written between its writes; a merge that wrote none gives its own position after the apply.
+ */
+async function beforeMerge(tx: pg.PoolClient, world: string, reverted: string): Promise<number> {
+  const m = await lockMerge(tx, world, reverted);
+  if (!m) throw new StepFailed(404, `merge ${reverted} was never planned in intelligence`, 'reverts');
+  if (m.status !== 'applied' || m.appliedPosition === null) {
+    throw new StepFailed(409, `merge ${reverted} is ${m.status} in intelligence, not applied`, 'reverts');
+  }
+  const replaced = m.replaced ?? [];
+  const { rows } = await tx.query<{ first: string | null }>(
+    `SELECT min(last.seq) AS first
+       FROM unnest($2::text[], $3::text[]) AS w(kind, name)
+       CROSS JOIN LATERAL (
+         SELECT h.seq FROM definition_history h
+          WHERE h.world_id = $1 AND h.kind = w.kind AND h.name = w.name AND h.seq <= $4
+          ORDER BY h.seq DESC LIMIT 1
+       ) last`,
+    [world, replaced.map((r) => r.kind), replaced.map((r) => r.name), m.appliedPosition],
+  );
+  const first = rows[0]?.first;
+  return first === null || first === undefined ? m.appliedPosition : Number(first) - 1;
 }
 
 /** A person's resolution of one of intelligence's conflicts, kept for the apply (which checks a value as a PUT would). */

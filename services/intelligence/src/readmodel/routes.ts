@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { NotFound, setOwn, Unprocessable, WORLD_ID } from '@onto/shared';
+import { NotFound, type Queryable, setOwn, Unprocessable, WORLD_ID } from '@onto/shared';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listDerived, valuesOf } from '../derived/repository.js';
@@ -44,8 +44,8 @@ export async function readModelRoutes(fastify: FastifyInstance) {
    * The world's own row and values; in a fork, for an object it has not written, its base's as
    * of the fork point, recursively (docs/adr/0033). The fork's own row, a tombstone too, decides.
    */
-  async function find(world: string, type: string, pk: string) {
-    const { rows } = await app.pg.query<{
+  async function find(db: Queryable, world: string, type: string, pk: string) {
+    const { rows } = await db.query<{
       version: number | null;
       seq: number;
       deleted: boolean;
@@ -61,20 +61,20 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     const own = rows[0];
     if (own && own.version !== null) {
       if (own.deleted) return undefined;
-      return { object: { ...own, version: own.version }, values: await valuesOf(app.pg, world, type, pk) };
+      return { object: { ...own, version: own.version }, values: await valuesOf(db, world, type, pk) };
     }
     // A miss: in a fork (its commit recorded, or awaited), the chain decides.
     if (!own?.based && (await app.awaitBase(world)).kind === 'none') return undefined;
-    return inheritedObject(app.pg, world, type, pk);
+    return inheritedObject(db, world, type, pk);
   }
 
-  async function read(world: string, type: string, pk: string, at?: number) {
+  async function read(db: Queryable, world: string, type: string, pk: string, at?: number) {
     const [found, definitions] = await Promise.all([
-      at === undefined ? find(world, type, pk) : inheritedObject(app.pg, world, type, pk, at),
-      listDerived(app.pg, world),
+      at === undefined ? find(db, world, type, pk) : inheritedObject(db, world, type, pk, at),
+      listDerived(db, world),
     ]);
     if (!found) {
-      if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
+      if (!(await provisioned(db, world))) throw notProvisioned(world);
       throw new NotFound(
         `${type} ${pk} is not in the read model of ${world}${at === undefined ? '' : ` at commit ${at}`}`,
       );
@@ -101,14 +101,17 @@ export async function readModelRoutes(fastify: FastifyInstance) {
     return { object, derived };
   }
 
-  /** `read` once the request's consistency token is met; the answer carries the world's token. */
+  /**
+   * `read` once the request's consistency token is met and its ref resolved (on the primary),
+   * from a replica that has all of that (docs/adr/0080); the answer carries the world's token.
+   */
   async function readConsistent(
     request: FastifyRequest,
     reply: FastifyReply,
     { world, type, pk }: Static<typeof Params>,
     atText: string | undefined,
   ) {
-    const watermark = await app.awaitConsistency(request, world);
+    const waited = await app.awaitConsistency(request, world);
     let at: number | undefined;
     if (atText !== undefined) {
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
@@ -125,7 +128,8 @@ export async function readModelRoutes(fastify: FastifyInstance) {
       // What intelligence held at n is known once it has applied the world's own data up to n.
       await app.awaitDataApplied(world, point.needs);
     }
-    const found = await read(world, type, pk, at);
+    const { db, watermark } = await app.readModelDb(request, world, waited, { primaryNow: at !== undefined });
+    const found = await read(db, world, type, pk, at);
     await app.consistencyHeader(reply, world, watermark);
     return found;
   }

@@ -18,7 +18,7 @@ import {
   compileWhere,
   type GroupBy,
   groupKeySql,
-  type LinkNode,
+  linkPredicateSql,
   type Metric,
   metricSql,
   type ObjectType,
@@ -137,20 +137,16 @@ function linkBranches(p: Params, s: SetRead, linkType: string): string[] {
   });
 }
 
-let aliases = 0;
-
 function setContext(p: Params, s: SetRead): SqlContext {
   return {
     param: p.add,
-    linkExists(link: LinkNode, outer: string, inner: (alias: string) => string): string {
-      const n = ++aliases % 1_000_000;
-      const l = `l${n}`;
-      const other = link.side === 'from' ? 'to' : 'from';
-      const links = linkBranches(p, s, link.linkType).join(' UNION ALL ');
-      if (link.where === null) return `${outer}.pk IN (SELECT ${l}.${link.side}_pk FROM (${links}) ${l})`;
-      const ends = objectBranches(p, s, link.target, [inner('r')]).join(' UNION ALL ');
-      return `${outer}.pk IN (SELECT ${l}.${link.side}_pk FROM (${links}) ${l} JOIN (${ends}) o${n} ON o${n}.pk = ${l}.${other}_pk)`;
-    },
+    linkExists: (link, outer, inner) =>
+      linkPredicateSql(
+        link,
+        outer,
+        linkBranches(p, s, link.linkType),
+        link.where === null ? null : objectBranches(p, s, link.target, [inner('r')]),
+      ),
   };
 }
 

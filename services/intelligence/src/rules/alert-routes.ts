@@ -134,7 +134,7 @@ export async function alertRoutes(fastify: FastifyInstance) {
     async (request, reply) => {
       const { world } = request.params;
       const q = request.query;
-      const watermark = await app.awaitConsistency(request, world);
+      const waited = await app.awaitConsistency(request, world);
       const filters = {
         status: q.status,
         rule: q.rule,
@@ -148,7 +148,8 @@ export async function alertRoutes(fastify: FastifyInstance) {
       if (!(await provisioned(app.pg, world))) throw notProvisioned(world);
       const point = await app.readPoint(world, q.at);
       const forked = (await app.awaitBase(world)).kind !== 'none';
-      const { rows } = await app.pg.query<Alert & { inherited?: boolean }>(
+      const { db, watermark } = await app.readModelDb(request, world, waited, { primaryNow: point !== undefined });
+      const { rows } = await db.query<Alert & { inherited?: boolean }>(
         forked || point
           ? ALERTS_AT
           : `SELECT ${ALERT_COLUMNS} FROM alerts
@@ -191,19 +192,20 @@ export async function alertRoutes(fastify: FastifyInstance) {
     },
     async (request, reply) => {
       const { world, id } = request.params;
-      const watermark = await app.awaitConsistency(request, world);
+      const waited = await app.awaitConsistency(request, world);
       const point = await app.readPoint(world, request.query.at);
+      const { db, watermark } = await app.readModelDb(request, world, waited, { primaryNow: point !== undefined });
       let alert: (Alert & { inherited?: boolean }) | undefined;
       if (!point) {
-        const { rows } = await app.pg.query<Alert>(
-          `SELECT ${ALERT_COLUMNS} FROM alerts WHERE world_id = $1 AND id = $2`,
-          [world, id],
-        );
+        const { rows } = await db.query<Alert>(`SELECT ${ALERT_COLUMNS} FROM alerts WHERE world_id = $1 AND id = $2`, [
+          world,
+          id,
+        ]);
         alert = rows[0];
       }
       // At a ref, and in a fork a base's alert it lists as inherited, by the listing's own query.
-      if (!alert && (point || ((await provisioned(app.pg, world)) && (await app.awaitBase(world)).kind !== 'none'))) {
-        const found = await app.pg.query<Alert & { inherited: boolean }>(ALERTS_AT, [
+      if (!alert && (point || ((await provisioned(db, world)) && (await app.awaitBase(world)).kind !== 'none'))) {
+        const found = await db.query<Alert & { inherited: boolean }>(ALERTS_AT, [
           world,
           null,
           null,

@@ -1,4 +1,4 @@
-import { type ReceivedEvent, type TagRequest, type WorldOrigin, worldProvisioning } from '@onto/shared';
+import { isEvent, type ReceivedEvent, type TagRequest, type WorldOrigin, worldProvisioning } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
@@ -44,14 +44,8 @@ async function tagPosition(
  */
 async function applyProtection(tx: pg.ClientBase, events: ReceivedEvent[]): Promise<void> {
   for (const { event } of events) {
-    if (event.type !== 'world.protection.updated') continue;
-    const p = event.payload as {
-      requireMerge: boolean;
-      allowActions: boolean;
-      requiredApprovals: number;
-      requiredChecks: string[];
-      revision: number;
-    };
+    if (!isEvent(event, 'world.protection.updated')) continue;
+    const p = event.payload;
     await tx.query(
       `UPDATE worlds SET require_merge = $2, allow_actions = $3, required_approvals = $4, required_checks = $5,
                          protection_revision = $6

@@ -7,7 +7,7 @@ import {
 } from '../../messaging/envelope.js';
 import { dlqOf, FIXED_PARTITIONS, TOPIC_NAMES, TOPICS, type TopicName } from '../topics.js';
 import { CLOUDEVENTS_SPEC_VERSION, cloudEventSource } from './cloudevents.js';
-import { EVENT_SCHEMA_VERSION, eventSchemaId, producerOf, TOPIC_CONSUMERS } from './contract.js';
+import { EVENT_SCHEMA_VERSION, eventSchemaId, producersOf, TOPIC_CONSUMERS } from './contract.js';
 import { EVENT_PAYLOADS } from './payloads.js';
 
 /**
@@ -49,7 +49,10 @@ function keySchema(topic: TopicName): Json {
 /** A W3C traceparent of version 00 (https://www.w3.org/TR/trace-context/#traceparent-header). */
 export const TRACEPARENT_PATTERN = '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$';
 
-function eventHeaders(type: EventType, producer: ProducerName): Json {
+/** A string of one value, or of one of several. */
+const oneOf = (values: readonly string[]): Json => (values.length === 1 ? { const: values[0] } : { enum: [...values] });
+
+function eventHeaders(type: EventType, producers: readonly ProducerName[]): Json {
   const text = (description: string, extra: Json = {}) => ({ type: 'string', description, ...extra });
   return {
     type: 'object',
@@ -78,7 +81,7 @@ function eventHeaders(type: EventType, producer: ProducerName): Json {
       ce_specversion: text('CloudEvents spec version', { const: CLOUDEVENTS_SPEC_VERSION }),
       ce_id: text('CloudEvents id: the envelope event_id'),
       ce_type: text('CloudEvents type: the envelope type', { const: type }),
-      ce_source: text('CloudEvents source: the producing service', { const: cloudEventSource(producer) }),
+      ce_source: text('CloudEvents source: the producing service', oneOf(producers.map(cloudEventSource))),
       ce_time: text('CloudEvents time: the envelope occurred_at'),
       ce_subject: text('CloudEvents subject: the envelope key'),
       ce_dataschema: text("the id of the event's schema and version", { const: eventSchemaId(type) }),
@@ -100,7 +103,7 @@ export function eventSchema(type: EventType): Json {
     properties: {
       ...properties,
       type: { type: 'string', const: type },
-      producer: { type: 'string', const: producerOf(type, EVENT_TYPES[type]) },
+      producer: { type: 'string', ...oneOf(producersOf(type, EVENT_TYPES[type])) },
       payload: plain(EVENT_PAYLOADS[type]),
     },
   };
@@ -139,7 +142,7 @@ export function asyncApiDocument(service?: ProducerName): Json {
     const owner = TOPICS[topic].producer as ProducerName;
     const consumers = TOPIC_CONSUMERS[topic];
     const types = typesOf(topic);
-    const producers = [...new Set(types.map((t) => producerOf(t, topic)))];
+    const producers = [...new Set(types.flatMap((t) => producersOf(t, topic)))];
     if (!service || producers.includes(service)) {
       channels[topic] = {
         address: topic,
@@ -160,7 +163,7 @@ export function asyncApiDocument(service?: ProducerName): Json {
           title: t,
           summary: plain(EVENT_PAYLOADS[t]).description ?? t,
           contentType: 'application/json',
-          headers: eventHeaders(t, producerOf(t, topic)),
+          headers: eventHeaders(t, producersOf(t, topic)),
           payload: eventSchema(t),
           bindings: { kafka: { key: keySchema(topic), bindingVersion: KAFKA_BINDING } },
           'x-onto-schema-version': EVENT_SCHEMA_VERSION,
@@ -172,7 +175,7 @@ export function asyncApiDocument(service?: ProducerName): Json {
           title: `${producer} publishes on ${topic}`,
           channel: channelRef(topic),
           messages: types
-            .filter((t) => producerOf(t, topic) === producer)
+            .filter((t) => producersOf(t, topic).includes(producer))
             .map((t) => ({ $ref: `#/channels/${topic}/messages/${t}` })),
           tags: [tagRef(producer)],
         };

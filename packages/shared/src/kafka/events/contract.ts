@@ -19,15 +19,19 @@ export const payloadSchemaOf = (type: EventType): TSchema => EVENT_PAYLOADS[type
 /** The JSON Schema id of an event type's payload: also its CloudEvents `dataschema`. */
 export const eventSchemaId = (type: string, version = EVENT_SCHEMA_VERSION) => `urn:onto:event:${type}:v${version}`;
 
-/** Events published on a topic by a service other than its owner: data's answers to the action saga. */
-const PRODUCED_ELSEWHERE: Partial<Record<EventType, ProducerName>> = {
-  'action.step.completed': 'data',
-  'action.step.refused': 'data',
+/**
+ * Events published on a topic by services other than its owner: data's answers to the action
+ * saga, and the audit records every service writes of its own changes (docs/adr/0084).
+ */
+const PRODUCED_ELSEWHERE: Partial<Record<EventType, readonly ProducerName[]>> = {
+  'action.step.completed': ['data'],
+  'action.step.refused': ['data'],
+  'audit.recorded': ['control', 'data', 'intelligence'],
 };
 
-/** The service that produces an event type. */
-export const producerOf = (type: EventType, topic: TopicName): ProducerName =>
-  PRODUCED_ELSEWHERE[type] ?? (TOPICS[topic].producer as ProducerName);
+/** The services that produce an event type. */
+export const producersOf = (type: EventType, topic: TopicName): readonly ProducerName[] =>
+  PRODUCED_ELSEWHERE[type] ?? [TOPICS[topic].producer as ProducerName];
 
 /** The consumer groups of each topic: a service and its group's name (before the topic prefix). */
 export const TOPIC_CONSUMERS: Record<TopicName, { service: string; group: string }[]> = {
@@ -65,6 +69,7 @@ export const TOPIC_CONSUMERS: Record<TopicName, { service: string; group: string
     { service: 'data', group: 'data-actions' },
     { service: 'intelligence', group: 'intelligence-actions' },
   ],
+  'onto.audit': [{ service: 'control', group: 'control-audit' }],
 };
 
 /** Producers check their events' payloads unless in production, or when asked to (ONTO_EVENT_CONTRACT_CHECKS=on|off). */

@@ -241,6 +241,36 @@ const actionEnd = (what: string) =>
 const closedCopy = <T extends TProperties>(schema: TObject<T>, description: string) =>
   closed(schema.properties, description);
 
+/** What a recorded request did (docs/adr/0084); a refused request commits nothing and is not recorded. */
+export const AUDIT_RESULTS = ['created', 'updated', 'deleted', 'accepted', 'unchanged'] as const;
+const AuditVersion = (when: string) =>
+  Nullable(Type.Integer({ minimum: 0, description: `the target's version ${when} (null: it has none)` }));
+
+export const AuditRecordedPayload = closed(
+  {
+    actor: Actor,
+    tokenId: Nullable(Type.String({ minLength: 1, description: "the access token's id (its jti); null before one" })),
+    world: Nullable(Type.String({ minLength: 1, description: 'the world acted on; null for an action of no world' })),
+    action: Type.String({
+      pattern: '^[a-z][a-z0-9-]*(\\.[a-z][a-z0-9-]*)+$',
+      description: 'what was done, e.g. object.put',
+    }),
+    target: Nullable(Type.String({ minLength: 1, description: 'what was acted on, e.g. Order/o-1' })),
+    requestId: RequestId,
+    result: Type.Union(
+      AUDIT_RESULTS.map((r) => Type.Literal(r)),
+      {
+        description:
+          'created, updated, deleted, accepted (asynchronous work started) or unchanged (the request succeeded and found nothing to change)',
+      },
+    ),
+    beforeVersion: AuditVersion('before the change'),
+    afterVersion: AuditVersion('after the change'),
+    detail: Type.Record(Type.String(), Type.Unknown(), { description: "the action's own facts, e.g. a count" }),
+  },
+  'a state-changing request or administrative action was committed (docs/adr/0084): who, what, on which world',
+);
+
 export const EVENT_PAYLOADS = {
   'schema.updated': closed(
     {
@@ -304,6 +334,13 @@ export const EVENT_PAYLOADS = {
           "the merged schema the objects are checked against (a MANUAL schema conflict: the target's side until resolved)",
       }),
       actor: Actor,
+      reverts: Type.Optional(
+        Type.String({
+          pattern: UUID_V7.source,
+          description:
+            'a revert (docs/adr/0081): the MERGED merge of the same world it undoes. The source is the target before that merge (each service reads it from its record of the merge), the base the target right after it, and only what that merge wrote is a candidate',
+        }),
+      ),
     },
     'control asks data and intelligence to compute their part of a merge (docs/adr/0037)',
   ),
@@ -666,4 +703,5 @@ export const EVENT_PAYLOADS = {
   'intelligence.merge.failed': INTELLIGENCE_MERGE.failed,
   'intelligence.merge.compensated': INTELLIGENCE_MERGE.compensated,
   'intelligence.merge.verified': INTELLIGENCE_MERGE.verified,
+  'audit.recorded': AuditRecordedPayload,
 } as const satisfies Record<EventType, TSchema>;
