@@ -133,6 +133,8 @@ export class LiveHub {
   private timers: InProcessTask[] = [];
   private readonly metrics;
   private startedAt: Promise<void> | undefined;
+  /** True while append pumps a batch to the subscribers (pumped() does not evict then). */
+  private appending = false;
 
   constructor(readonly opts: LiveHubOptions) {
     this.metrics = {
@@ -281,8 +283,22 @@ export class LiveHub {
     }
     // Subscribers that keep up get the batch before the bounds evict from it (a batch may be larger
     // than the ring); one that is behind and loses its next record gets overflow (checkBehind).
-    for (const s of this.subscriptions) s.pump();
+    this.appending = true;
+    try {
+      for (const s of this.subscriptions) s.pump();
+    } finally {
+      this.appending = false;
+    }
     this.evict();
+  }
+
+  /**
+   * After a pump outside append (a subscriber opening, draining or rechecked): the CloudEvents it
+   * made count against the byte bound, so the ring gives back what it took over the bound at once,
+   * not at the next recheck. During append the subscribers get the whole batch first.
+   */
+  pumped(): void {
+    if (!this.appending && this.ringBytes > this.opts.replayBytes) this.evict();
   }
 
   /** The structured CloudEvent of a record, made once for every subscriber and counted against the byte bound. */
@@ -456,7 +472,10 @@ export class LiveSubscription {
         break;
       }
     }
-    if (sent > 0) this.hub.countSent(sent);
+    if (sent > 0) {
+      this.hub.countSent(sent);
+      this.hub.pumped();
+    }
     this.checkBehind();
   }
 
