@@ -37,17 +37,64 @@ export function replicaTestEnv(maxLagMs: number): Record<string, string> {
   };
 }
 
-/** A connection to the test replica that pauses its replay (to make it lag) and resumes it. */
+/**
+ * A connection to the test replica that pauses its replay (to make it lag) and resumes it. The
+ * replica is one for the whole cluster, and spec files run in parallel: a pause holds an advisory
+ * lock on the primary until its resume, so one file's resume never ends another's pause.
+ */
 export async function testReplica() {
   const client = new pg.Client({ connectionString: testReplicaUrl('postgres') });
+  const primary = process.env.ONTO_TEST_PG_URL;
+  if (!primary) throw new Error('ONTO_TEST_PG_URL is not set');
+  const lock = new pg.Client({ connectionString: primary });
   await client.connect();
+  await lock.connect();
+  let held = false;
+  // Only the holder of the lock resumes: another file's pause may be on now.
+  const resume = async () => {
+    if (!held) return;
+    await client.query('SELECT pg_wal_replay_resume()');
+    held = false;
+    await lock.query('SELECT pg_advisory_unlock($1)', [PAUSE_LOCK]);
+  };
   return {
-    pause: async () => void (await client.query('SELECT pg_wal_replay_pause()')),
-    resume: async () => void (await client.query('SELECT pg_wal_replay_resume()')),
-    /** Resumes replay (whatever a failed test left) and closes. */
+    /**
+     * Pauses replay and returns once it has paused: pg_wal_replay_pause() only asks, and the startup
+     * process may replay what arrives meanwhile (a write made right after would then be on the replica).
+     */
+    pause: async () => {
+      await lock.query('SELECT pg_advisory_lock($1)', [PAUSE_LOCK]);
+      held = true;
+      // Caught up first (another file's pause may just have ended): the lag starts from now.
+      const { rows: at } = await lock.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+      const caughtUp = Date.now() + 30_000;
+      for (;;) {
+        const { rows } = await client.query<{ behind: boolean }>(
+          'SELECT pg_last_wal_replay_lsn() < $1::pg_lsn AS behind',
+          [at[0]?.lsn],
+        );
+        if (rows[0]?.behind === false) break;
+        if (Date.now() > caughtUp) throw new Error(`replica has not replayed ${at[0]?.lsn} after 30 s`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      await client.query('SELECT pg_wal_replay_pause()');
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const { rows } = await client.query<{ state: string }>('SELECT pg_get_wal_replay_pause_state() AS state');
+        if (rows[0]?.state === 'paused') return;
+        if (Date.now() > deadline) throw new Error(`replica replay not paused after 10 s: ${rows[0]?.state}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+    resume,
+    /** Resumes replay (if a failed test left it paused) and closes. */
     end: async () => {
-      await client.query('SELECT pg_wal_replay_resume()').catch(() => {});
+      await resume().catch(() => {});
       await client.end();
+      await lock.end();
     },
   };
 }
+
+/** The advisory lock (on the primary) a paused replica is held under. */
+const PAUSE_LOCK = 0x6f6e746f; // 'onto'
