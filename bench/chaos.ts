@@ -373,7 +373,9 @@ async function main(): Promise<number> {
         new Instance(name, n, await freePort(), {
           ...common,
           DATABASE_URL: dbs[name].url,
-          ...(name === 'control' ? { ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP } : {}),
+          // The checker every 30 s, not 5 min: its repairs (recounts that re-announce every object)
+          // run during the faults too, and the clients must take them as re-statements.
+          ...(name === 'control' ? { ONTO_BOOTSTRAP_TOKEN: BOOTSTRAP, CHECKER_INTERVAL_MS: '30000' } : {}),
           ...(pgReplica && name !== 'control' ? { DATABASE_REPLICA_URLS: onReplica(dbs[name].url) } : {}),
           // The webhook receiver listens on 127.0.0.1; its retries are quick enough for a short run.
           ...(name === 'data'
@@ -1325,6 +1327,7 @@ async function check(
       ...sseFound.missing.map((m) => `missing ${m}`),
       ...sseFound.disorder,
       ...sseRepeats,
+      ...sse.unannounced,
       ...(sse.counts.gone > 0 ? [`${sse.counts.gone} resumptions answered 410`] : []),
     ],
   );
@@ -1355,7 +1358,7 @@ async function check(
       'actions (idempotency keys)': actions.length,
       'schema changes acknowledged': schemaChanges.filter((c) => c.outcome === 'ok').length,
       'poison events sent': poison.length,
-      'SSE connections / resumptions answered 410': `${sse.counts.connections} / ${sse.counts.gone}`,
+      'SSE connections / resumptions answered 410 / recount announcements': `${sse.counts.connections} / ${sse.counts.gone} / ${sse.counts.announced}`,
       'webhook requests / redelivered (same webhook-id)': `${receiver.counts.requests} / ${receiver.counts.redelivered}`,
       'instance starts': Object.values(stack)
         .flat()

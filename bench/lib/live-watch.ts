@@ -10,6 +10,8 @@ import { Webhook } from 'standardwebhooks';
 interface Change {
   pk: string;
   version: number;
+  /** object.announced: the checker's recount re-states a version already sent (ADR 27), not a change. */
+  announced: boolean;
 }
 
 /** The object change a CloudEvent (SSE data, or a webhook body) carries. */
@@ -20,13 +22,15 @@ function changeOf(cloudEvent: {
   const pk = cloudEvent.data?.payload?.pk;
   const version = cloudEvent.data?.version;
   if (!cloudEvent.type?.startsWith('object.') || typeof pk !== 'string' || typeof version !== 'number') return;
-  return { pk, version };
+  return { pk, version, announced: cloudEvent.type === 'object.announced' };
 }
 
 export class SseWatch {
   /** pk → the versions received, in arrival order. */
   readonly versions = new Map<string, number[]>();
-  readonly counts = { connections: 0, reconnects: 0, gone: 0, refused: 0 };
+  readonly counts = { connections: 0, reconnects: 0, gone: 0, refused: 0, announced: 0 };
+  /** object.announced events whose version this subscriber had not received before it: news, not a re-statement. */
+  readonly unannounced: string[] = [];
   private last: string | undefined;
   private readonly stop = new AbortController();
   private done: Promise<void> | undefined;
@@ -109,7 +113,14 @@ export class SseWatch {
     if (id === undefined) return;
     this.last = id;
     const change = changeOf(JSON.parse(data));
-    if (change) list(this.versions, change.pk).push(change.version);
+    if (!change) return;
+    if (change.announced) {
+      this.counts.announced++;
+      if (!this.versions.get(change.pk)?.includes(change.version))
+        this.unannounced.push(`${change.pk}: announced v${change.version} before its change`);
+      return;
+    }
+    list(this.versions, change.pk).push(change.version);
   }
 }
 
@@ -142,7 +153,7 @@ export class WebhookReceiver {
         else {
           this.ids.add(id);
           const change = changeOf(JSON.parse(body));
-          if (change) list(this.versions, change.pk).push(change.version);
+          if (change && !change.announced) list(this.versions, change.pk).push(change.version);
         }
         res.writeHead(204).end();
       });
