@@ -335,7 +335,11 @@ async function fuzz(name: string, app: FastifyInstance, mintToken: () => Promise
             : known && r.next() < 0.7
               ? known
               : valid(doc, param?.schema, r);
-        const encoded = encodeURIComponent(String(value)).replace(/%25/g, '%');
+        // A segment of only dots (even as %2E) is removed by every URL parser (RFC 3986 dot-segments,
+        // the WHATWG URL standard): no client can send it, so it stands for no value of the document.
+        const encoded = /^\.{1,2}$/.test(String(value))
+          ? 'dots'
+          : encodeURIComponent(String(value)).replace(/%25/g, '%');
         try {
           pathValues[p] = decodeURIComponent(encoded);
         } catch {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { advisoryLockKey, fnv1a32, lockSpace } from '../src/db/advisory-lock.js';
-import { laneOf, OUTBOX_LANES } from '../src/messaging/outbox.js';
+import { laneOf, OUTBOX_LANES } from '../src/outbox/outbox.js';
 
 describe('advisory-lock keys', () => {
   it('computes FNV-1a over UTF-16 code units, as published test vectors give it', () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { AUDIT_RETENTION_DAYS, platformTopics } from '../src/kafka/topics.js';
-import { auditMessage } from '../src/messaging/audit.js';
+import { auditMessage } from '../src/outbox/audit.js';
 
 /** onto.audit (docs/adr/0084): its retention, its key, and the record a request makes. */
 describe('the audit topic and record', () => {

@@ -7,7 +7,7 @@ import {
   signAccessToken,
   verifyAccessToken,
 } from '../src/auth/tokens.js';
-import { Unauthorized } from '../src/http/problem.js';
+import { Unauthorized } from '../src/errors/problem.js';
 
 // Verified tokens are remembered per key ring; a remembered token must still expire, and must
 // be verified again when the ring answers another key for it.

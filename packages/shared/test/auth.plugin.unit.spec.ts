@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateSigningKey, importSigningKey, importVerificationKey, signAccessToken } from '../src/auth/tokens.js';
-import { installProblemHandlers, Unavailable } from '../src/http/problem.js';
+import { installProblemHandlers, Unavailable } from '../src/errors/problem.js';
 import { validatorCompiler } from '../src/http/validation.js';
 import { type AccessTokenClaims, authPlugin, type Principal, type RevocationView, refusal } from '../src/index.js';
 

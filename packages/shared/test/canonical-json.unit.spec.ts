@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { canonicalJson } from '../src/messaging/canonical-json.js';
+import { canonicalJson } from '../src/json/canonical.js';
 
 /** Canonical JSON (docs/architecture §3): sorted keys, no spaces, non-ASCII kept; equal values, equal bytes. */
 describe('canonical JSON', () => {

@@ -1,10 +1,10 @@
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeEvent } from '../src/events/envelope.js';
+import { type ApplyEffects, InboxConsumer, type ReceivedEvent } from '../src/inbox/consumer.js';
+import { ProcessedCache } from '../src/inbox/processed-cache.js';
 import type { IncomingBatch, IncomingMessage } from '../src/kafka/broker.js';
-import { type ApplyEffects, InboxConsumer, type ReceivedEvent } from '../src/messaging/consumer.js';
-import { encodeEvent } from '../src/messaging/envelope.js';
-import { ProcessedCache } from '../src/messaging/processed-cache.js';
 import { eventually, testBroker, testLogger } from '../src/testing/index.js';
 import { effectCounts, kernelFixture, orderEvent, recordEffects } from './kernel.js';
 

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeEvent } from '../src/events/envelope.js';
+import { InboxConsumer } from '../src/inbox/consumer.js';
 import type { Producer } from '../src/kafka/broker.js';
 import { dlqOf } from '../src/kafka/topics.js';
-import { InboxConsumer } from '../src/messaging/consumer.js';
-import { encodeEvent } from '../src/messaging/envelope.js';
 import { consumedPastSentinel, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import { effectCounts, kernelFixture, orderEvent, recordEffects, sentinelsBehind } from './kernel.js';
 

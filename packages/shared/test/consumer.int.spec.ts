@@ -4,13 +4,13 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { upsertIfNewer } from '../src/db/upsert.js';
+import { encodeEvent } from '../src/events/envelope.js';
+import { uuidv7 } from '../src/ids/uuidv7.js';
+import { InboxConsumer, type InboxConsumerOptions } from '../src/inbox/consumer.js';
+import { ProcessedCache } from '../src/inbox/processed-cache.js';
 import type { Producer } from '../src/kafka/broker.js';
 import { dlqOf } from '../src/kafka/topics.js';
-import { InboxConsumer, type InboxConsumerOptions } from '../src/messaging/consumer.js';
-import { encodeEvent } from '../src/messaging/envelope.js';
-import { ProcessedCache } from '../src/messaging/processed-cache.js';
-import { upsertIfNewer } from '../src/messaging/upsert.js';
-import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { consumedPastSentinel, createTestDatabase, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import {
   effectCounts,

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { encodeEvent, InvalidEventError, newEvent, parseEvent, validateEvent } from '../src/events/envelope.js';
+import { UUID_V7, uuidv7 } from '../src/ids/uuidv7.js';
+import { canonicalJson } from '../src/json/canonical.js';
 import { TOPICS } from '../src/kafka/topics.js';
-import { canonicalJson } from '../src/messaging/canonical-json.js';
-import { encodeEvent, InvalidEventError, newEvent, parseEvent, validateEvent } from '../src/messaging/envelope.js';
-import { UUID_V7, uuidv7 } from '../src/messaging/uuidv7.js';
 
 const base = () =>
   newEvent({

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { newEvent } from '../src/messaging/envelope.js';
-import { eventHandlers, eventReadings, isEvent } from '../src/messaging/event-handlers.js';
+import { newEvent } from '../src/events/envelope.js';
+import { eventHandlers, eventReadings, isEvent } from '../src/inbox/handlers.js';
 
 const merge = '0190a5a0-0000-7000-8000-000000000001';
 const event = (type: 'world.merge.compensate' | 'storage.position', payload: Record<string, unknown>) =>

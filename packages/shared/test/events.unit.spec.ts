@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { cloudEventHeaders } from '../src/kafka/events/cloudevents.js';
-import { CONTRACT_CHECKS, eventSchemaId, payloadFault } from '../src/kafka/events/contract.js';
-import { EVENT_PAYLOADS } from '../src/kafka/events/payloads.js';
+import { cloudEventHeaders } from '../src/events/cloudevents.js';
+import { CONTRACT_CHECKS, eventSchemaId, payloadFault } from '../src/events/contract.js';
+import { EVENT_TYPES, encodeEvent, InvalidEventError, newEvent } from '../src/events/envelope.js';
+import { EVENT_PAYLOADS } from '../src/events/payloads.js';
+import { canonicalJson } from '../src/json/canonical.js';
 import { TOPICS } from '../src/kafka/topics.js';
-import { canonicalJson } from '../src/messaging/canonical-json.js';
-import { EVENT_TYPES, encodeEvent, InvalidEventError, newEvent } from '../src/messaging/envelope.js';
 
 const created = {
   type: 'Order',

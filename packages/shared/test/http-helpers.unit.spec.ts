@@ -1,9 +1,9 @@
 import type { FastifyRequest } from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { actorOf } from '../src/auth/plugin.js';
+import { BadRequest, problemResponses, Unavailable } from '../src/errors/problem.js';
 import { awaitApplied } from '../src/http/consistency.js';
 import { ifMatch, requestHeader } from '../src/http/headers.js';
-import { BadRequest, problemResponses, Unavailable } from '../src/http/problem.js';
 
 const request = (headers: Record<string, string>, principal?: { userId: string }) =>
   ({ headers, principal }) as unknown as FastifyRequest;

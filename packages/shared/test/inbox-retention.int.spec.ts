@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { uuidv7 } from '../src/ids/uuidv7.js';
+import { InboxConsumer, pruneInbox, uuidv7Floor } from '../src/inbox/consumer.js';
 import { JobRunner } from '../src/jobs/runner.js';
-import { InboxConsumer, pruneInbox, uuidv7Floor } from '../src/messaging/consumer.js';
-import { uuidv7 } from '../src/messaging/uuidv7.js';
 import { eventually, testBroker, testLogger } from '../src/testing/index.js';
 import { effectCounts, kernelFixture, orderEvent, recordEffects } from './kernel.js';
 

@@ -1,10 +1,10 @@
 import kafkajs, { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { producedTopics, serviceAcls } from '../src/kafka/acls.js';
+import { producedTopics, serviceAcls } from '../src/events/acls.js';
+import { PRODUCERS, type ProducerName } from '../src/events/envelope.js';
 import type { Broker, IncomingMessage } from '../src/kafka/broker.js';
 import { createKafkaBroker } from '../src/kafka/kafkajs-broker.js';
 import { platformTopics, TOPIC_NAMES } from '../src/kafka/topics.js';
-import { PRODUCERS, type ProducerName } from '../src/messaging/envelope.js';
 import { eventually, testLogger } from '../src/testing/index.js';
 import { type PrivateKafka, startPrivateKafka } from '../src/testing/private-kafka.js';
 

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { kafkaAclsCommands, producedTopics, serviceAcls } from '../src/kafka/acls.js';
-import { TOPIC_CONSUMERS } from '../src/kafka/events/contract.js';
+import { kafkaAclsCommands, producedTopics, serviceAcls } from '../src/events/acls.js';
+import { TOPIC_CONSUMERS } from '../src/events/contract.js';
+import { PRODUCERS } from '../src/events/envelope.js';
 import { TOPIC_NAMES, TOPICS } from '../src/kafka/topics.js';
-import { PRODUCERS } from '../src/messaging/envelope.js';
 
 describe('ACLs generated from the topic catalogue', () => {
   const rules = serviceAcls();

@@ -1,10 +1,10 @@
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { serviceAcls } from '../src/kafka/acls.js';
+import { serviceAcls } from '../src/events/acls.js';
+import { PRODUCERS } from '../src/events/envelope.js';
 import type { Broker, Producer } from '../src/kafka/broker.js';
 import { createKafkaBroker } from '../src/kafka/kafkajs-broker.js';
 import { physicalTopic, platformTopics } from '../src/kafka/topics.js';
-import { PRODUCERS } from '../src/messaging/envelope.js';
 import { eventually, testLogger } from '../src/testing/index.js';
 import { type PrivateKafka, startPrivateKafka } from '../src/testing/private-kafka.js';
 

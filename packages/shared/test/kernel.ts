@@ -1,14 +1,14 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { type EventEnvelope, encodeEvent, validateEvent } from '../src/events/envelope.js';
+import { uuidv7 } from '../src/ids/uuidv7.js';
+import type { ApplyEffects } from '../src/inbox/consumer.js';
 import type { Broker, IncomingMessage, OutgoingMessage, Producer } from '../src/kafka/broker.js';
 import { TOPICS } from '../src/kafka/topics.js';
 import { kernelMigrations } from '../src/kernel-migrations.js';
-import type { ApplyEffects } from '../src/messaging/consumer.js';
-import { type EventEnvelope, encodeEvent, validateEvent } from '../src/messaging/envelope.js';
-import type { OutboxMessage } from '../src/messaging/outbox.js';
-import type { OutboxRelay } from '../src/messaging/relay.js';
-import { uuidv7 } from '../src/messaging/uuidv7.js';
+import type { OutboxMessage } from '../src/outbox/outbox.js';
+import type { OutboxRelay } from '../src/outbox/relay.js';
 import {
   committedToEnd,
   createTestDatabase,

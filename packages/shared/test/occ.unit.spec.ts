@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConcurrencyConflictError, StaleWriteError, withOcc } from '../src/messaging/occ.js';
+import { ConcurrencyConflictError, StaleWriteError, withOcc } from '../src/db/occ.js';
 
 describe('withOcc', () => {
   it('retries conflicts with exponential backoff and jitter, then succeeds', async () => {

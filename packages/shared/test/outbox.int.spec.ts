@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { uuidv7 } from '../src/ids/uuidv7.js';
 import type { Producer } from '../src/kafka/broker.js';
 import { TOPICS } from '../src/kafka/topics.js';
-import { BUNDLE_MAX, laneOf, Outbox, OutboxConflictError } from '../src/messaging/outbox.js';
-import { DEFAULT_MAX_MESSAGE_BYTES, EventTooLargeError, recordLimits } from '../src/messaging/record-limits.js';
-import { acknowledge, OutboxRelay, pendingRows } from '../src/messaging/relay.js';
-import { uuidv7 } from '../src/messaging/uuidv7.js';
+import { BUNDLE_MAX, laneOf, Outbox, OutboxConflictError } from '../src/outbox/outbox.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, EventTooLargeError, recordLimits } from '../src/outbox/record-limits.js';
+import { acknowledge, OutboxRelay, pendingRows } from '../src/outbox/relay.js';
 import { testBroker, testLogger } from '../src/testing/index.js';
 import { faultyProducer, type KernelFixture, kernelFixtureWithProducer, orderEvent, readTopic } from './kernel.js';
 

@@ -1,9 +1,9 @@
 import type { FastifyRequest } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import { payloadFault } from '../src/events/contract.js';
 import { consistencyToken } from '../src/http/consistency.js';
 import { requestHeader } from '../src/http/headers.js';
-import { payloadFault } from '../src/kafka/events/contract.js';
-import { canonicalJson } from '../src/messaging/canonical-json.js';
+import { canonicalJson } from '../src/json/canonical.js';
 import { ownValue, setOwn } from '../src/ontology/own.js';
 
 // Names that Object.prototype answers for: input may use any of them (issue 19).

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { partitionOf, passedHorizon, uuidv7Time } from '../src/messaging/parking.js';
-import { uuidv7 } from '../src/messaging/uuidv7.js';
+import { uuidv7 } from '../src/ids/uuidv7.js';
+import { partitionOf, passedHorizon, uuidv7Time } from '../src/inbox/parking.js';
 
 const at = (topic: string, partition: number, low: string, high: string) =>
   [partitionOf(topic, partition), { partition, low, high }] as const;

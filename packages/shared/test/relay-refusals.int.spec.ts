@@ -1,17 +1,17 @@
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canonicalJson } from '../src/json/canonical.js';
 import { type Admin, type Producer, RecordsRefusedError } from '../src/kafka/broker.js';
 import { partitionOfKey } from '../src/kafka/murmur2.js';
-import { canonicalJson } from '../src/messaging/canonical-json.js';
-import { laneOf, Outbox } from '../src/messaging/outbox.js';
+import { laneOf, Outbox } from '../src/outbox/outbox.js';
 import {
   DEFAULT_MAX_MESSAGE_BYTES,
   EventTooLargeError,
   learnRecordLimits,
   RECORD_HEADROOM_BYTES,
   recordLimits,
-} from '../src/messaging/record-limits.js';
-import { OutboxRelay, redriveSetAside } from '../src/messaging/relay.js';
+} from '../src/outbox/record-limits.js';
+import { OutboxRelay, redriveSetAside } from '../src/outbox/relay.js';
 import { eventually, testBroker, testLogger } from '../src/testing/index.js';
 import { kernelFixture, orderEvent, readTopic } from './kernel.js';
 

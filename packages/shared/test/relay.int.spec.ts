@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inTransactionTogether } from '../src/db/pipeline.js';
 import { inTransaction } from '../src/db/transaction.js';
+import { InboxConsumer } from '../src/inbox/consumer.js';
 import type { Producer } from '../src/kafka/broker.js';
-import { InboxConsumer } from '../src/messaging/consumer.js';
-import { Outbox } from '../src/messaging/outbox.js';
-import { OutboxRelay, pendingRows } from '../src/messaging/relay.js';
+import { Outbox } from '../src/outbox/outbox.js';
+import { OutboxRelay, pendingRows } from '../src/outbox/relay.js';
 import { consumedPastSentinel, eventually, testBroker, testLogger } from '../src/testing/index.js';
 import {
   effectCounts,

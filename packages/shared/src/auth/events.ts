@@ -1,14 +1,14 @@
 import type { Static, TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { type EventEnvelope, newEvent } from '../events/envelope.js';
 import {
   HeartbeatPayload,
   KeysPublishedPayload,
   RolesChangedPayload,
   TokenRevokedPayload,
-} from '../kafka/events/identity.js';
+} from '../events/identity.js';
 import { TOPICS } from '../kafka/topics.js';
-import { type EventEnvelope, newEvent } from '../messaging/envelope.js';
-import type { OutboxMessage } from '../messaging/outbox.js';
+import type { OutboxMessage } from '../outbox/outbox.js';
 
 // The payload schemas live with the other events' (kafka/events), re-exported here for the callers.
 export { HeartbeatPayload, KeysPublishedPayload, RolesChangedPayload, TokenRevokedPayload };

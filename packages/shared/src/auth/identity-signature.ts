@@ -1,5 +1,5 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign, verify } from 'node:crypto';
-import { canonicalJson } from '../messaging/canonical-json.js';
+import { canonicalJson } from '../json/canonical.js';
 
 /**
  * The long-lived identity key (ADR 35): control signs every `identity.keys.published` and

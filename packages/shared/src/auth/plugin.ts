@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest, preHandlerAsyncHookHandler, RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
-import { Forbidden, Unauthorized } from '../http/problem.js';
+import { Forbidden, Unauthorized } from '../errors/problem.js';
+import { kernelAdminRoutes } from '../messaging/plugin.js';
 import { type AccessTokenClaims, type KeyRing, verifyAccessToken } from './tokens.js';
 import { type Principal, type Requirement, WORLD_ROLES, type WorldRole } from './types.js';
 
@@ -110,6 +111,8 @@ export const authPlugin = fp(
         route.schema = { ...route.schema, security: [{ bearer: [] }] } as typeof route.schema;
       }
     });
+    // The kernel's admin routes, in a service the platform gave a database and Redis.
+    if (app.hasDecorator('pg') && app.hasDecorator('redis')) await kernelAdminRoutes(app);
   },
   { name: 'onto-auth' },
 );

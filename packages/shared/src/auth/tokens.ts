@@ -14,7 +14,7 @@ import {
   jwtVerify,
   SignJWT,
 } from 'jose';
-import { Unauthorized } from '../http/problem.js';
+import { Unauthorized } from '../errors/problem.js';
 import { type Principal, WORLD_ROLES, type WorldRole } from './types.js';
 
 export type { CryptoKey, JWK } from 'jose';

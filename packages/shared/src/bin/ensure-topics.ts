@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import { pino } from 'pino';
 import { retryWithBackoff } from '../backoff.js';
 import { BrokerList, ConfigError, kafkaSaslConfigSchema, kafkaSaslOf, loadConfig } from '../config/load.js';
-import { kafkaAclsCommands, serviceAcls } from '../kafka/acls.js';
+import { kafkaAclsCommands, serviceAcls } from '../events/acls.js';
 import { createKafkaBroker } from '../kafka/kafkajs-broker.js';
 import { AUDIT_RETENTION_DAYS, platformTopics } from '../kafka/topics.js';
 

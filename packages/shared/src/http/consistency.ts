@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import { type Backoff, backoffDelay } from '../backoff.js';
+import { BadRequest, Unavailable } from '../errors/problem.js';
 import { requestHeader } from './headers.js';
-import { BadRequest, Unavailable } from './problem.js';
 
 /** `X-Consistency-Token: control=4, data=17`: the versions the caller has seen, by service. */
 export function consistencyToken(request: FastifyRequest): Partial<Record<string, number>> {

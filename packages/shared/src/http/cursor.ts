@@ -1,4 +1,4 @@
-import { BadRequest } from './problem.js';
+import { BadRequest } from '../errors/problem.js';
 
 /** An opaque page cursor: base64url of JSON, so that clients do not build or read it. */
 export const encodeCursor = (position: Record<string, unknown>): string =>

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
-import { BadRequest } from './problem.js';
+import { BadRequest } from '../errors/problem.js';
 
 /** A request header's value, trimmed; undefined when absent. */
 export function requestHeader(request: FastifyRequest, name: string): string | undefined {

@@ -2,25 +2,9 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 
-/** What a check may say of its dependency besides up or down (the identity replica's lag). */
-export interface CheckDetails {
-  lagMs?: number | null;
-  boundMs?: number;
-}
+import { type CheckDetails, CheckFailed, type ReadinessCheck, withTimeout } from '../readiness.js';
 
-/** Resolves when the dependency is up (with details, if any); throws (a CheckFailed, for details) when down. */
-// biome-ignore lint/suspicious/noConfusingVoidType: checks that have nothing to add stay plain async functions
-export type ReadinessCheck = () => Promise<void | CheckDetails>;
-
-/** A dependency found down, with what the check knows of it. */
-export class CheckFailed extends Error {
-  constructor(
-    message: string,
-    readonly details: CheckDetails,
-  ) {
-    super(message);
-  }
-}
+export { type CheckDetails, CheckFailed, type ReadinessCheck, withTimeout };
 
 export interface ReadinessCheckOptions {
   /**
@@ -100,17 +84,3 @@ export const healthPlugin = fp(
   },
   { name: 'onto-health' },
 );
-
-export async function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      promise,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(message)), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { BadRequest } from './problem.js';
+import { BadRequest } from '../errors/problem.js';
 
 /**
  * How deep arrays and objects may nest in a JSON body or line (docs/adr/0036). No onto document

@@ -6,8 +6,8 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { Type } from '@sinclair/typebox';
+import { BadRequest, HttpProblem } from '../errors/problem.js';
 import { INTERVALS, METRIC_OPS, QUERY_LIMITS } from '../ontology/where.js';
-import { BadRequest, HttpProblem } from './problem.js';
 
 const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 

@@ -3,23 +3,23 @@ import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, FastifyServerOptions } from 'fastify';
 import fp from 'fastify-plugin';
+import { BODY_LIMITS } from '../config/body-limits.js';
 import { type KafkaSaslConfig, kafkaSaslOf } from '../config/load.js';
 import type { MigrationTrack } from '../db/migrate.js';
 import { postgresPlugin } from '../db/postgres.js';
+import { BadRequest, installProblemHandlers, ProblemSchema, sendProblem } from '../errors/problem.js';
+import { asyncApiDocument } from '../events/asyncapi.js';
+import { consumersPlugin } from '../inbox/plugin.js';
 import { jobsPlugin } from '../jobs/plugin.js';
-import { asyncApiDocument } from '../kafka/events/asyncapi.js';
 import { kafkaPlugin } from '../kafka/plugin.js';
-import { consumersPlugin } from '../messaging/consumers-plugin.js';
 import { outboxPlugin } from '../messaging/plugin.js';
 import { redisPlugin } from '../redis/redis.js';
 import { logMixin, tracerOf, tracingEnabled } from '../tracing/context.js';
 import { traceRequests } from '../tracing/http.js';
-import { BODY_LIMITS } from './body-limits.js';
 import { corsPlugin, DEFAULT_CONSOLE_ORIGINS } from './cors.js';
 import { healthPlugin } from './health.js';
 import { installBoundedJsonParser, JSON_MAX_DEPTH } from './json-depth.js';
 import { metricsPlugin } from './observability.js';
-import { BadRequest, installProblemHandlers, ProblemSchema, sendProblem } from './problem.js';
 import { validatorCompiler } from './validation.js';
 
 export interface BaseServiceConfig extends KafkaSaslConfig {

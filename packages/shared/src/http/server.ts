@@ -4,7 +4,7 @@ import closeWithGrace from 'close-with-grace';
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import { backoffDelay, equalJitter } from '../backoff.js';
 import { ConfigError, loadConfig } from '../config/load.js';
-import { isInfrastructureError } from '../messaging/infrastructure-errors.js';
+import { isInfrastructureError } from '../infrastructure-errors.js';
 import { startTracing } from '../tracing/sdk.js';
 import { fastifyOptions } from './platform.js';
 

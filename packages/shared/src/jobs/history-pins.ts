@@ -1,4 +1,4 @@
-import type { Queryable } from '../messaging/outbox.js';
+import type { Queryable } from '../outbox/outbox.js';
 
 /**
  * A page token of `world` read at `commit` keeps that commit from being pruned until it expires

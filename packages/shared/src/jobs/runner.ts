@@ -10,8 +10,8 @@ import { hostname } from 'node:os';
 import type pg from 'pg';
 import { type Backoff, backoffDelay } from '../backoff.js';
 import { onCommit } from '../db/transaction.js';
-import type { Queryable } from '../messaging/outbox.js';
-import { uuidv7 } from '../messaging/uuidv7.js';
+import { uuidv7 } from '../ids/uuidv7.js';
+import type { Queryable } from '../outbox/outbox.js';
 
 /** What a handler is given: the job and a signal raised when the runner stops. */
 export interface JobContext<P = unknown> {

@@ -1,4 +1,3 @@
-import type { AclRule } from './acls.js';
 /**
  * The broker as onto sees it: a producer, a consumer group and an admin. Everything else in
  * the code base talks to these interfaces; only kafkajs-broker.ts knows the Kafka client, so
@@ -153,4 +152,13 @@ export interface Broker {
   producer(): Promise<Producer>;
   consumer(options: ConsumerOptions): Promise<Consumer>;
   admin(): Promise<Admin>;
+}
+
+/** One ACL of the broker (events/acls.ts derives them from the event catalogue). */
+export interface AclRule {
+  principal: string;
+  resourceType: 'Topic' | 'Group';
+  patternType: 'Literal' | 'Prefixed';
+  name: string;
+  operation: 'Read' | 'Write' | 'DescribeConfigs';
 }

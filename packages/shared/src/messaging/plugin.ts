@@ -1,12 +1,14 @@
 import type { Tracer } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { withTimeout } from '../http/health.js';
 import { everyInProcess, type InProcessTask } from '../in-process.js';
+import { inboxReleaseRoute } from '../inbox/release.js';
 import type { Admin, Producer } from '../kafka/broker.js';
 import { physicalTopic, TOPIC_NAMES } from '../kafka/topics.js';
-import { learnRecordLimits } from './record-limits.js';
-import { OutboxRelay } from './relay.js';
+import { learnRecordLimits } from '../outbox/record-limits.js';
+import { OutboxRelay } from '../outbox/relay.js';
+import { outboxSetAsideRoutes } from '../outbox/set-aside-routes.js';
+import { withTimeout } from '../readiness.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -113,3 +115,13 @@ export const outboxPlugin = fp(
   },
   { name: 'onto-outbox', dependencies: ['onto-postgres', 'onto-kafka', 'onto-metrics', 'onto-jobs'] },
 );
+
+/**
+ * The kernel's own admin routes, the same in every service: `POST /v1/admin/inbox/release` and
+ * the outbox's set-aside list and redrive. authPlugin registers them once it can authorise them,
+ * in a service that has the kernel's database and Redis (platformPlugin); no service does.
+ */
+export async function kernelAdminRoutes(fastify: FastifyInstance): Promise<void> {
+  await inboxReleaseRoute(fastify);
+  await outboxSetAsideRoutes(fastify);
+}

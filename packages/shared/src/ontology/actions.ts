@@ -7,8 +7,8 @@
  */
 import { type Static, type TProperties, type TSchema, Type } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import type { FieldError } from '../http/problem.js';
-import { UUID_V7 } from '../messaging/uuidv7.js';
+import type { FieldError } from '../errors/problem.js';
+import { UUID_V7 } from '../ids/uuidv7.js';
 
 const Name = Type.String({ pattern: '^[A-Za-z][A-Za-z0-9_]{0,62}$' });
 const Key = Type.String({ minLength: 1, maxLength: 512 });

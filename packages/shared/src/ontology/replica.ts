@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { awaitApplied } from '../http/consistency.js';
-import type { Queryable } from '../messaging/outbox.js';
+import type { Queryable } from '../outbox/outbox.js';
 import { emptySchema, type SchemaDocument } from './schema.js';
 
 /*

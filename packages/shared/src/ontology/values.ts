@@ -5,7 +5,7 @@
  * the faulty value (`/properties/amount`, `/parameters/qty`).
  */
 
-import type { FieldError } from '../http/problem.js';
+import type { FieldError } from '../errors/problem.js';
 import { setOwn } from './own.js';
 import type { PropertyType } from './schema.js';
 

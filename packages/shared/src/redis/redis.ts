@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { Redis } from 'ioredis';
 import { backoffDelay } from '../backoff.js';
-import { withTimeout } from '../http/health.js';
+import { withTimeout } from '../readiness.js';
 
 declare module 'fastify' {
   interface FastifyInstance {

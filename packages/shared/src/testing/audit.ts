@@ -1,5 +1,5 @@
-import type { EventPayload } from '../messaging/event-handlers.js';
-import type { Queryable } from '../messaging/outbox.js';
+import type { EventPayload } from '../inbox/handlers.js';
+import type { Queryable } from '../outbox/outbox.js';
 
 export type AuditPayload = EventPayload<'audit.recorded'>;
 

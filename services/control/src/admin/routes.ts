@@ -1,12 +1,10 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
   BODY_LIMITS,
-  inboxReleaseRoute,
   inTransaction,
   NotFound,
   newEvent,
   Outbox,
-  outboxSetAsideRoutes,
   problemResponses,
   recordAudit,
   TOPICS,
@@ -73,8 +71,6 @@ export async function republishSchema(
 export default fp(
   async (fastify: FastifyInstance) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-    await inboxReleaseRoute(fastify);
-    await outboxSetAsideRoutes(fastify);
     app.post(
       '/v1/admin/worlds/:world/schema/republish',
       {

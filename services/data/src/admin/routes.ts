@@ -1,15 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import {
-  BODY_LIMITS,
-  inboxReleaseRoute,
-  Outbox,
-  type OutboxMessage,
-  outboxSetAsideRoutes,
-  problemResponses,
-  recordAudit,
-  TOPICS,
-  WORLD_ID,
-} from '@onto/shared';
+import { BODY_LIMITS, Outbox, type OutboxMessage, problemResponses, recordAudit, TOPICS, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
@@ -194,8 +184,6 @@ export function announceLinks(app: FastifyInstance, world: string, linkType: str
 export default fp(
   async (fastify: FastifyInstance) => {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-    await inboxReleaseRoute(fastify);
-    await outboxSetAsideRoutes(fastify);
     // The recount repairs (docs/adr/0032): every live object of a type, or link of a link type,
     // re-announced; every live one was announced, so the count is what was announced.
     const recounts = [

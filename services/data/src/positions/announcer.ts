@@ -1,41 +1,15 @@
-import { inTransaction, newEvent, Outbox, physicalTopic, TOPICS } from '@onto/shared';
+import { inTransaction, newEvent, Outbox, outboxPositions, physicalTopic, TOPICS } from '@onto/shared';
 import type pg from 'pg';
 
 /** How many of the newest outbox rows a fresh announcer reads, so a restart misses no recent write. */
 const RESTART_LOOKBACK_ROWS = 10_000;
 
 /**
- * The newest write sequence per world among the change events of outbox rows (from, to], read
- * without rebuilding or parsing a body: the world is the first segment of the partition key; the
- * seq is the envelope's `producer_seq` — in a plain body its last occurrence (canonical JSON puts
- * it after the payload, before scalars only), in a bundle the template value that follows the last
- * part ending with it (migrations/008 of the kernel). Rebuilding bundles' bodies cost seconds per
- * 10,000 events; so did a template's field index computed again per line, hence MATERIALIZED.
- */
-export const POSITIONS_SINCE = `
-  WITH fresh AS (
-    SELECT partition_key, body, bundle FROM outbox WHERE id > $1 AND id <= $2 AND topic = ANY($3)
-  ), templates AS MATERIALIZED (
-    SELECT substr(f.body, strpos(f.body, E'\\n') + 1) AS lines,
-           (SELECT max(p.i) FROM jsonb_array_elements_text(split_part(f.body, E'\\n', 1)::jsonb) WITH ORDINALITY AS p(part, i)
-             WHERE p.part LIKE '%"producer_seq":') AS field
-      FROM fresh f WHERE f.bundle IS NOT NULL
-  ), seqs AS (
-    SELECT split_part(partition_key, '/', 1) AS world,
-           substring(body FROM '^.*"producer_seq":([0-9]+)')::int8 AS seq
-      FROM fresh WHERE bundle IS NULL
-    UNION ALL
-    SELECT split_part(split_part(e.line, E'\\t', 2), '/', 1), split_part(e.line, E'\\t', t.field::int + 2)::int8
-      FROM templates t CROSS JOIN LATERAL string_to_table(t.lines, E'\\n') AS e(line)
-  )
-  SELECT world, max(seq)::text AS seq FROM seqs WHERE seq IS NOT NULL GROUP BY world`;
-
-/**
  * Announces data's position per world, `storage.position` `{ seq }` on onto.storage: the newest
  * write sequence among the world's change events, for control's version vector (docs/adr/0025).
  * A periodic task, not the write path: a write costs nothing more (docs/adr/0013). Each tick
- * reads `data_seq`; when it moved, it reads the change events the outbox gained since the tick
- * before last (an id range of its primary key — the one-tick overlap catches a transaction that
+ * reads `data_seq`; when it moved, it asks the kernel for the newest seq per world among the change
+ * events the outbox gained since the tick before last (an id range of its primary key — the one-tick overlap catches a transaction that
  * took its outbox id before the previous read and committed after it) and announces each world
  * whose newest seq passed what this process announced last. Idle, a tick is one cheap query.
  */
@@ -76,15 +50,10 @@ export class PositionAnnouncer {
     const from = this.readFrom;
     this.readFrom = this.previousTop;
     this.previousTop = top;
-    const positions = await this.pool.query<{ world: string; seq: string }>(POSITIONS_SINCE, [
-      from,
-      top,
-      this.changeTopics,
-    ]);
+    const positions = await outboxPositions(this.pool, from, top, this.changeTopics);
     const fresh = new Map<string, number>();
-    for (const row of positions.rows) {
-      const worldSeq = Number(row.seq);
-      if (worldSeq > (this.announced.get(row.world) ?? 0)) fresh.set(row.world, worldSeq);
+    for (const [world, worldSeq] of positions) {
+      if (worldSeq > (this.announced.get(world) ?? 0)) fresh.set(world, worldSeq);
     }
     if (fresh.size === 0) return fresh;
     await inTransaction(this.pool, (tx) =>

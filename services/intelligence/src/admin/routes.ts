@@ -1,14 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import {
-  BODY_LIMITS,
-  Conflict,
-  inboxReleaseRoute,
-  NotFound,
-  outboxSetAsideRoutes,
-  problemResponses,
-  recordAudit,
-  WORLD_ID,
-} from '@onto/shared';
+import { BODY_LIMITS, Conflict, NotFound, problemResponses, recordAudit, WORLD_ID } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { getDerived } from '../derived/repository.js';
@@ -26,8 +17,6 @@ const World = Type.String({ pattern: WORLD_ID });
  */
 export async function adminRoutes(fastify: FastifyInstance, engine: Engine) {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  await inboxReleaseRoute(fastify);
-  await outboxSetAsideRoutes(fastify);
   app.post(
     '/v1/admin/worlds/:world/derived-properties/:name/recompute',
     {

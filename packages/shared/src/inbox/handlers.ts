@@ -5,8 +5,8 @@
  * (validateEvent) wherever the producers check theirs, so the type states what arrives.
  */
 import type { Static } from '@sinclair/typebox';
-import { EVENT_PAYLOADS } from '../kafka/events/payloads.js';
-import type { EventEnvelope, EventType } from './envelope.js';
+import type { EventEnvelope, EventType } from '../events/envelope.js';
+import { EVENT_PAYLOADS } from '../events/payloads.js';
 
 /** The payload of events of `T`, as its schema in the catalogue says. */
 export type EventPayload<T extends EventType> = Static<(typeof EVENT_PAYLOADS)[T]>;

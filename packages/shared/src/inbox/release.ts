@@ -3,10 +3,10 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
+import { BODY_LIMITS } from '../config/body-limits.js';
 import { inTransaction } from '../db/transaction.js';
-import { BODY_LIMITS } from '../http/body-limits.js';
-import { problemResponses } from '../http/problem.js';
-import { recordAudit } from './audit.js';
+import { problemResponses } from '../errors/problem.js';
+import { recordAudit } from '../outbox/audit.js';
 
 /**
  * Forgets that a consumer dead-lettered these events (its inbox rows and Redis `done` markers),

@@ -6,14 +6,15 @@ import { backoffDelay } from '../backoff.js';
 import { type Listening, listenWithReconnect } from '../db/listen.js';
 import { queryTogether, type Statement } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
-import { withTimeout } from '../http/health.js';
+import { cloudEventHeaders } from '../events/cloudevents.js';
+import { uuidv7 } from '../ids/uuidv7.js';
 import { type Producer, RecordsRefusedError } from '../kafka/broker.js';
-import { cloudEventHeaders } from '../kafka/events/cloudevents.js';
+import { withTimeout } from '../readiness.js';
 import { contextOfTraceparent, endSpan, traceparentOf, tracingEnabled } from '../tracing/context.js';
+import { decodeBundle } from './bundle.js';
 import { laneOf, OUTBOX_LANES, type Queryable } from './outbox.js';
-import { OUTBOX_CHANNEL, OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite, wakeRelaysAfterCommit } from './outbox-signal.js';
 import { recordLimits } from './record-limits.js';
-import { uuidv7 } from './uuidv7.js';
+import { OUTBOX_CHANNEL, OUTBOX_SIGNAL_SENDER, onLocalOutboxWrite, wakeRelaysAfterCommit } from './signal.js';
 
 export interface PendingRow {
   id: number;
@@ -668,34 +669,17 @@ function recordsOf(rows: PendingRow[]): { records: OutboxRecord[]; malformed: Se
   return { records, malformed };
 }
 
-/** A bundle row's events: the template's parts on the first line, then an event per line (id, key, values). */
+/** A bundle row's events as records (bundle.ts decodes the row). */
 function bundleRecords(row: PendingRow): OutboxRecord[] {
-  const records: OutboxRecord[] = [];
-  const lines = row.body.split('\n');
-  const parts: unknown = JSON.parse(lines[0] as string);
-  if (!Array.isArray(parts) || parts.length === 0 || !parts.every((p) => typeof p === 'string')) {
-    throw new Error(`outbox bundle ${row.id} has no template on its first line`);
-  }
-  for (let l = 1; l < lines.length; l++) {
-    const fields = (lines[l] as string).split('\t');
-    if (fields.length !== parts.length + 1) throw new Error(`outbox bundle ${row.id} is malformed at line ${l + 1}`);
-    let value = parts[0] as string;
-    for (let i = 1; i < parts.length; i++) value += (fields[i + 1] as string) + parts[i];
-    const eventId = fields[0] as string;
-    records.push({
-      rowId: row.id,
-      eventId,
-      topic: row.topic,
-      key: fields[1] as string,
-      value,
-      rowHeaders: row.headers,
-      headers: { ...row.headers, 'onto-event-id': eventId, ...cloudEventHeaders(eventId, value) },
-    });
-  }
-  if (records.length !== row.bundle) {
-    throw new Error(`outbox bundle ${row.id} holds ${records.length} events, not ${row.bundle}`);
-  }
-  return records;
+  return decodeBundle(row.id, row.body, row.bundle ?? 0).map(({ eventId, key, value }) => ({
+    rowId: row.id,
+    eventId,
+    topic: row.topic,
+    key,
+    value,
+    rowHeaders: row.headers,
+    headers: { ...row.headers, 'onto-event-id': eventId, ...cloudEventHeaders(eventId, value) },
+  }));
 }
 
 /** Bytes of a produce request kept free of records: batch headers, one per partition. */

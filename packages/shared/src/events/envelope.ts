@@ -1,84 +1,12 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { CONTRACT_CHECKS, payloadFault } from '../kafka/events/contract.js';
+import { UUID_V7, uuidv7 } from '../ids/uuidv7.js';
+import { canonicalJson } from '../json/canonical.js';
 import type { TopicName } from '../kafka/topics.js';
-import { canonicalJson } from './canonical-json.js';
-import { UUID_V7, uuidv7 } from './uuidv7.js';
+import { EVENT_TYPES, type EventType, PRODUCERS, type ProducerName } from './catalogue.js';
+import { CONTRACT_CHECKS, payloadFault } from './contract.js';
 
-/** Every event type onto publishes, and the topic it travels on. */
-export const EVENT_TYPES = {
-  'schema.updated': 'onto.schema',
-  'world.created': 'onto.worlds',
-  'world.deleted': 'onto.worlds',
-  'world.drop.requested': 'onto.worlds',
-  'world.merge.requested': 'onto.worlds',
-  'world.merge.conflict.resolved': 'onto.worlds',
-  'world.merge.apply': 'onto.worlds',
-  'world.merge.compensate': 'onto.worlds',
-  'world.merge.verify.requested': 'onto.worlds',
-  'check.requested': 'onto.worlds',
-  'objects.recount.requested': 'onto.worlds',
-  'links.recount.requested': 'onto.worlds',
-  'derived.recompute.requested': 'onto.worlds',
-  'world.tag.requested': 'onto.worlds',
-  'world.tag.deleted': 'onto.worlds',
-  'world.protection.updated': 'onto.worlds',
-  'world.retention.updated': 'onto.worlds',
-  'identity.token.revoked': 'onto.identity',
-  'identity.roles.changed': 'onto.identity',
-  'identity.keys.published': 'onto.identity',
-  'identity.heartbeat': 'onto.identity',
-  'storage.schema.updated': 'onto.storage',
-  'world.provisioned': 'onto.storage',
-  'world.provision.failed': 'onto.storage',
-  'world.dropped': 'onto.storage',
-  'storage.position': 'onto.storage',
-  'storage.history.horizon': 'onto.storage',
-  'storage.check.reported': 'onto.storage',
-  'merge.planned': 'onto.storage',
-  'merge.conflicts.found': 'onto.storage',
-  'merge.applied': 'onto.storage',
-  'merge.failed': 'onto.storage',
-  'merge.compensated': 'onto.storage',
-  'merge.verified': 'onto.storage',
-  'intelligence.world.provisioned': 'onto.intelligence',
-  'intelligence.merge.planned': 'onto.intelligence',
-  'intelligence.merge.conflicts.found': 'onto.intelligence',
-  'intelligence.merge.applied': 'onto.intelligence',
-  'intelligence.merge.failed': 'onto.intelligence',
-  'intelligence.merge.compensated': 'onto.intelligence',
-  'intelligence.merge.verified': 'onto.intelligence',
-  'intelligence.world.dropped': 'onto.intelligence',
-  'intelligence.position': 'onto.intelligence',
-  'intelligence.check.reported': 'onto.intelligence',
-  'intelligence.rules.changed': 'onto.intelligence',
-  'world.tag.positioned': 'onto.storage',
-  'intelligence.world.tag.positioned': 'onto.intelligence',
-  'object.created': 'onto.changes.objects',
-  'object.updated': 'onto.changes.objects',
-  'object.deleted': 'onto.changes.objects',
-  'object.announced': 'onto.changes.objects',
-  'link.announced': 'onto.changes.links',
-  'link.created': 'onto.changes.links',
-  'link.deleted': 'onto.changes.links',
-  'series.points.written': 'onto.series.points',
-  'alert.raised': 'domain.alerts',
-  'alert.cleared': 'domain.alerts',
-  'decision.made': 'domain.decisions',
-  'decision.executed': 'domain.decisions',
-  'action.requested': 'domain.actions',
-  'action.step.requested': 'domain.actions',
-  'action.step.completed': 'domain.actions',
-  'action.step.refused': 'domain.actions',
-  'action.completed': 'domain.actions',
-  'action.compensated': 'domain.actions',
-  'action.failed': 'domain.actions',
-  'audit.recorded': 'onto.audit',
-} as const satisfies Record<string, TopicName>;
-
-export type EventType = keyof typeof EVENT_TYPES;
-export const PRODUCERS = ['control', 'data', 'intelligence'] as const;
-export type ProducerName = (typeof PRODUCERS)[number];
+export { EVENT_TYPES, type EventType, PRODUCERS, type ProducerName } from './catalogue.js';
 
 /** World ids are slugs; `*` marks an event about the platform rather than one world. */
 export const WORLD_ID = '^[a-z][a-z0-9-]{0,62}$';

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Queryable } from './outbox.js';
+import type { Queryable } from './queryable.js';
 
 export interface VersionedRow {
   [column: string]: unknown;

@@ -1,13 +1,7 @@
-import {
-  EVENT_TYPES,
-  EventEnvelopeSchema,
-  type EventType,
-  PRODUCERS,
-  type ProducerName,
-} from '../../messaging/envelope.js';
-import { dlqOf, FIXED_PARTITIONS, TOPIC_NAMES, TOPICS, type TopicName } from '../topics.js';
+import { dlqOf, FIXED_PARTITIONS, TOPIC_NAMES, TOPICS, type TopicName } from '../kafka/topics.js';
 import { CLOUDEVENTS_SPEC_VERSION, cloudEventSource } from './cloudevents.js';
 import { EVENT_SCHEMA_VERSION, eventSchemaId, producersOf, TOPIC_CONSUMERS } from './contract.js';
+import { EVENT_TYPES, EventEnvelopeSchema, type EventType, PRODUCERS, type ProducerName } from './envelope.js';
 import { EVENT_PAYLOADS } from './payloads.js';
 
 /**

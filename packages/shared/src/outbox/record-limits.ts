@@ -1,4 +1,4 @@
-import { HttpProblem } from '../http/problem.js';
+import { HttpProblem } from '../errors/problem.js';
 import type { Admin } from '../kafka/broker.js';
 
 /** Kafka's default `message.max.bytes`: what a topic is taken to accept until the broker says. */

@@ -2,14 +2,14 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { queryTogether, type Statement } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
-import { withTimeout } from '../http/health.js';
+import type { EventEnvelope } from '../events/envelope.js';
+import { isInfrastructureError } from '../infrastructure-errors.js';
 import type { Admin, Broker, Consumer, Headers, PartitionOffsets } from '../kafka/broker.js';
-import type { ConsumerMetrics } from './consumer-metrics.js';
-import type { ApplyEffects, DeferralPolicy, ReceivedEvent } from './consumer-options.js';
+import { withTimeout } from '../readiness.js';
 import type { DeadLetters } from './dead-letters.js';
-import type { EventEnvelope } from './envelope.js';
-import { keyOf, partitionKey, recordEvents } from './inbox-statements.js';
-import { isInfrastructureError } from './infrastructure-errors.js';
+import type { ConsumerMetrics } from './metrics.js';
+import type { ApplyEffects, DeferralPolicy, ReceivedEvent } from './options.js';
+import { keyOf, partitionKey, recordEvents } from './statements.js';
 
 /** How often a consumer that knows of no parked events looks anyway (see mayHaveParked). */
 const DEFERRED_SWEEP_MS = 5000;

@@ -1,6 +1,6 @@
-import { EVENT_TYPES, type EventType } from '../../messaging/envelope.js';
 import { eventSchema } from './asyncapi.js';
 import { EVENT_SCHEMA_VERSION } from './contract.js';
+import { EVENT_TYPES, type EventType } from './envelope.js';
 
 /**
  * Compatibility of the event schemas with a previous release's (docs/adr/0020): within a version

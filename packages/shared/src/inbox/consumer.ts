@@ -3,13 +3,16 @@ import type { Logger } from 'pino';
 import { backoffDelay } from '../backoff.js';
 import { inTransactionTogether, type Statement, type TransactionOutcome } from '../db/pipeline.js';
 import { inTransaction } from '../db/transaction.js';
+import { type EventEnvelope, parseEvent } from '../events/envelope.js';
+import { isInfrastructureError, untilSettled } from '../infrastructure-errors.js';
 import type { Consumer, IncomingBatch, IncomingMessage } from '../kafka/broker.js';
 import { applyTraced } from '../tracing/context.js';
 import { BatchMerger } from './batch-merging.js';
-import { ConsumerMetrics } from './consumer-metrics.js';
-import type { DeferralPolicy, InboxConsumerOptions, ReceivedEvent } from './consumer-options.js';
 import { DeadLetters } from './dead-letters.js';
-import { type EventEnvelope, parseEvent } from './envelope.js';
+import { ConsumerMetrics } from './metrics.js';
+import type { DeferralPolicy, InboxConsumerOptions, ReceivedEvent } from './options.js';
+import { ConsumerProgress, Parking } from './parking.js';
+import { ProcessedCache } from './processed-cache.js';
 import {
   pruneInbox,
   type Recorded,
@@ -17,14 +20,11 @@ import {
   recordStatement,
   sortRecorded,
   unrecordStatement,
-} from './inbox-statements.js';
-import { isInfrastructureError, untilSettled } from './infrastructure-errors.js';
-import { ConsumerProgress, Parking } from './parking.js';
-import { ProcessedCache } from './processed-cache.js';
+} from './statements.js';
 
-export type * from './consumer-options.js';
-export { pruneInbox, uuidv7Floor } from './inbox-statements.js';
-export { isInfrastructureError } from './infrastructure-errors.js';
+export { isInfrastructureError } from '../infrastructure-errors.js';
+export type * from './options.js';
+export { pruneInbox, uuidv7Floor } from './statements.js';
 
 /** A batch held a duplicate or an event to park: its prepared statements must not count. */
 class LostBet extends Error {

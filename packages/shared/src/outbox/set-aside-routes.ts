@@ -1,8 +1,8 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { BODY_LIMITS } from '../http/body-limits.js';
-import { problemResponses } from '../http/problem.js';
+import { BODY_LIMITS } from '../config/body-limits.js';
+import { problemResponses } from '../errors/problem.js';
 import { recordAudit } from './audit.js';
 import { redriveSetAside } from './relay.js';
 

@@ -1,8 +1,8 @@
 import type pg from 'pg';
+import { newEvent } from '../events/envelope.js';
+import type { ReceivedEvent } from '../inbox/consumer.js';
 import { TOPICS } from '../kafka/topics.js';
-import type { ReceivedEvent } from './consumer.js';
-import { newEvent } from './envelope.js';
-import { Outbox } from './outbox.js';
+import { Outbox } from '../outbox/outbox.js';
 
 const REPLIES = {
   data: {

@@ -4,8 +4,8 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Statement } from '../db/pipeline.js';
+import type { EventEnvelope } from '../events/envelope.js';
 import type { Broker, IncomingMessage } from '../kafka/broker.js';
-import type { EventEnvelope } from './envelope.js';
 
 /** An event as a handler sees it, with where it came from. */
 export interface ReceivedEvent {

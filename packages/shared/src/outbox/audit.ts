@@ -1,6 +1,6 @@
-import type { AUDIT_RESULTS } from '../kafka/events/payloads.js';
+import { type EventEnvelope, newEvent, type ProducerName } from '../events/envelope.js';
+import type { AUDIT_RESULTS } from '../events/payloads.js';
 import { TOPICS } from '../kafka/topics.js';
-import { type EventEnvelope, newEvent, type ProducerName } from './envelope.js';
 import { Outbox, type OutboxMessage, type Queryable } from './outbox.js';
 
 declare module 'fastify' {

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { ReceivedEvent } from './consumer-options.js';
+import type { ReceivedEvent } from './options.js';
 
 /** Most events one merged transaction takes (see InboxConsumerOptions.mergeBatches). */
 const MERGED_EVENTS_MAX = 2000;

@@ -1,6 +1,9 @@
-import { EVENT_TYPES, type EventType, PRODUCERS, type ProducerName } from '../messaging/envelope.js';
-import { producersOf, TOPIC_CONSUMERS } from './events/contract.js';
-import { dlqOf, physicalTopic, TOPIC_NAMES, type TopicName } from './topics.js';
+import type { AclRule } from '../kafka/broker.js';
+import { dlqOf, physicalTopic, TOPIC_NAMES, type TopicName } from '../kafka/topics.js';
+import { producersOf, TOPIC_CONSUMERS } from './contract.js';
+import { EVENT_TYPES, type EventType, PRODUCERS, type ProducerName } from './envelope.js';
+
+export type { AclRule };
 
 /**
  * The broker's ACLs, generated from the topic catalogue and the event contract (docs/adr/0024):
@@ -8,13 +11,6 @@ import { dlqOf, physicalTopic, TOPIC_NAMES, type TopicName } from './topics.js';
  * consumer groups read (with those groups only), and write the dead-letter twins of what it
  * reads. Nothing else: no create, no delete, no other group. The admin is a super user.
  */
-export interface AclRule {
-  principal: string;
-  resourceType: 'Topic' | 'Group';
-  patternType: 'Literal' | 'Prefixed';
-  name: string;
-  operation: 'Read' | 'Write' | 'DescribeConfigs';
-}
 
 export interface AclOptions {
   /** ONTO_TOPIC_PREFIX: names topics and groups on the broker. */

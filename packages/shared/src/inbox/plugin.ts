@@ -3,9 +3,9 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { Gauge } from 'prom-client';
 import { retryWithBackoff } from '../backoff.js';
-import { withTimeout } from '../http/health.js';
 import type { Admin } from '../kafka/broker.js';
 import { dlqOf, physicalTopic } from '../kafka/topics.js';
+import { withTimeout } from '../readiness.js';
 import { InboxConsumer, type InboxConsumerOptions } from './consumer.js';
 import { RecordConsumer, type RecordConsumerOptions } from './record-consumer.js';
 

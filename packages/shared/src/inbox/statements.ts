@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import type { Statement } from '../db/pipeline.js';
-import type { ReceivedEvent } from './consumer-options.js';
+import type { ReceivedEvent } from './options.js';
 
 /** What the inbox statement answers (see recordStatement). */
 export interface Recorded {

@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import { PublicSigningKeySchema, WorldRoleSchema } from '../../auth/tokens.js';
+import { PublicSigningKeySchema, WorldRoleSchema } from '../auth/tokens.js';
 
 /**
  * The payloads of onto.identity, produced by control and replicated by data and intelligence.

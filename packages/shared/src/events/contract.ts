@@ -1,8 +1,8 @@
 import type { TSchema } from '@sinclair/typebox';
 import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
-import type { EventType, ProducerName } from '../../messaging/envelope.js';
-import { ownValue } from '../../ontology/own.js';
-import { TOPICS, type TopicName } from '../topics.js';
+import { TOPICS, type TopicName } from '../kafka/topics.js';
+import { ownValue } from '../ontology/own.js';
+import type { EventType, ProducerName } from './catalogue.js';
 import { EVENT_PAYLOADS } from './payloads.js';
 
 /**

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
-import { equalJitter, retryWithBackoff } from '../backoff.js';
-import type { IncomingBatch } from '../kafka/broker.js';
+import { equalJitter, retryWithBackoff } from './backoff.js';
+import type { IncomingBatch } from './kafka/broker.js';
 
 const INFRASTRUCTURE_CODES = new Set([
   'ECONNREFUSED',

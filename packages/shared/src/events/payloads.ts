@@ -1,13 +1,13 @@
 import { type TObject, type TProperties, type TSchema, Type } from '@sinclair/typebox';
-import type { EventType } from '../../messaging/envelope.js';
-import { UUID_V7 } from '../../messaging/uuidv7.js';
+import { UUID_V7 } from '../ids/uuidv7.js';
 import {
   StepCommandSchema,
   StepCompletedSchema,
   StepRefusalSchema,
   StepRefusedSchema,
   StepRequestedSchema,
-} from '../../ontology/actions.js';
+} from '../ontology/actions.js';
+import type { EventType } from './catalogue.js';
 import { HeartbeatPayload, KeysPublishedPayload, RolesChangedPayload, TokenRevokedPayload } from './identity.js';
 
 /**
