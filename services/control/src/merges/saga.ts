@@ -6,8 +6,10 @@
 import { Conflict, HttpProblem, inTransaction, uuidv7 } from '@onto/shared';
 import type pg from 'pg';
 import { currentSchema, writeVersion } from '../schema/repository.js';
+import { protectionOf } from '../worlds/protection.js';
 import { mergeBase, type Point } from './base.js';
 import {
+  approvals,
   deadline,
   emit,
   lockMerge,
@@ -16,6 +18,7 @@ import {
   parts,
   readLineage,
   SERVICES,
+  type Service,
   schemaAt,
   schemaHistory,
   unresolvedCount,
@@ -75,33 +78,53 @@ async function guarded<T>(target: string, work: () => Promise<T>): Promise<T> {
  */
 export async function startMerge(tx: pg.ClientBase, ctx: SagaContext, req: StartMerge): Promise<string> {
   await refuseRunning(tx, req.target);
-  const base = req.reverts ? revertBase(req.reverts) : mergeBase(await readLineage(tx), req.source, req.target);
-  const targetHead = await currentSchema(tx, req.target);
-  const sourceVersion = req.reverts ? req.reverts.target_schema_version : (await currentSchema(tx, req.source)).version;
-  const merged = await computeSchemaPart(tx, { ...req, base, sourceVersion, targetVersion: targetHead.version });
+  const part = await planControlPart(tx, req);
   const id = uuidv7();
   await guarded(req.target, () =>
     tx.query(
-      `INSERT INTO merges (id, target, source, strategy, dry_run, status, phase, base, source_schema_version,
+      `INSERT INTO merges (id, plan_id, target, source, strategy, dry_run, status, phase, base, source_schema_version,
                            target_schema_version, merged_schema, actor, deadline_at, reverts)
-       VALUES ($1, $2, $3, $4, $5, 'RUNNING', 'planning', $6, $7, $8, $9, $10, $11, $12)`,
+       VALUES ($1, $1, $2, $3, $4, $5, 'RUNNING', 'planning', $6, $7, $8, $9, $10, $11, $12)`,
       [
         id,
         req.target,
         req.source,
         req.strategy,
         req.dryRun,
-        base ? JSON.stringify(base) : null,
-        sourceVersion,
-        targetHead.version,
-        merged.document,
+        part.base ? JSON.stringify(part.base) : null,
+        part.sourceVersion,
+        part.targetVersion,
+        part.merged.document,
         req.actor,
         deadline(ctx.timeoutMs),
         req.reverts?.id ?? null,
       ],
     ),
   );
-  for (const c of merged.conflicts) {
+  await insertSchemaConflicts(tx, id, req.strategy, part.merged.conflicts);
+  await requestPlans(tx, ctx, { ...req, planId: id, base: part.base, schema: part.merged.document }, req.requestId);
+  return id;
+}
+
+/** control's part of a plan: the base, the schema versions read and the merged schema. */
+async function planControlPart(
+  tx: pg.ClientBase,
+  req: { target: string; source: string; strategy: Strategy; reverts?: MergeRow | undefined },
+) {
+  const base = req.reverts ? revertBase(req.reverts) : mergeBase(await readLineage(tx), req.source, req.target);
+  const targetHead = await currentSchema(tx, req.target);
+  const sourceVersion = req.reverts ? req.reverts.target_schema_version : (await currentSchema(tx, req.source)).version;
+  const merged = await computeSchemaPart(tx, { ...req, base, sourceVersion, targetVersion: targetHead.version });
+  return { base, sourceVersion, targetVersion: targetHead.version, merged };
+}
+
+async function insertSchemaConflicts(
+  tx: pg.ClientBase,
+  id: string,
+  strategy: Strategy,
+  conflicts: Awaited<ReturnType<typeof computeSchemaPart>>['conflicts'],
+): Promise<void> {
+  for (const c of conflicts) {
     await tx.query(
       `INSERT INTO merge_conflicts (merge_id, id, type, entity, base, source, target, source_at, target_at, reason,
                                     needs_person, resolution_take, resolved_by, resolved_at)
@@ -120,29 +143,48 @@ export async function startMerge(tx: pg.ClientBase, ctx: SagaContext, req: Start
         c.reason ?? null,
         c.needsPerson,
         c.take ?? null,
-        `strategy:${req.strategy}`,
+        `strategy:${strategy}`,
       ],
     );
   }
+}
+
+/** `world.merge.requested`: data and intelligence plan their parts under the plan id. */
+async function requestPlans(
+  tx: pg.ClientBase,
+  ctx: SagaContext,
+  m: {
+    planId: string;
+    source: string;
+    target: string;
+    strategy: Strategy;
+    dryRun: boolean;
+    base: Point | null;
+    schema: unknown;
+    actor: string;
+    reverts?: MergeRow | undefined;
+  },
+  requestId?: string,
+): Promise<void> {
   await emit(
     tx,
     ctx.topicPrefix,
     'world.merge.requested',
-    req.target,
+    m.target,
     {
-      merge: id,
-      source: req.source,
-      target: req.target,
-      strategy: req.strategy,
-      dryRun: req.dryRun,
-      base: base ? toWire(base) : null,
-      schema: merged.document,
-      actor: req.actor,
-      ...(req.reverts ? { reverts: req.reverts.id } : {}),
+      merge: m.planId,
+      source: m.source,
+      target: m.target,
+      strategy: m.strategy,
+      dryRun: m.dryRun,
+      base: m.base ? toWire(m.base) : null,
+      schema: m.schema,
+      actor: m.actor,
+      // The services know the reverted merge by the plan that applied.
+      ...(m.reverts ? { reverts: m.reverts.plan_id } : {}),
     },
-    req.requestId,
+    requestId,
   );
-  return id;
 }
 
 /**
@@ -224,7 +266,197 @@ export async function afterPlans(tx: pg.ClientBase, ctx: SagaContext, merge: Mer
     await updateMerge(tx, merge.id, { status: 'CONFLICTS', phase: 'conflicts', deadline_at: null });
     return;
   }
+  if ((await requiredApprovals(tx, merge)) > 0) return propose(tx, ctx, merge);
   await applyControlPart(tx, ctx, merge);
+}
+
+/** The approvals the target's protection asks of a merge (docs/adr/0085); a dry run needs none. */
+async function requiredApprovals(tx: pg.ClientBase, merge: MergeRow): Promise<number> {
+  if (merge.dry_run) return 0;
+  return (await protectionOf(tx, merge.target)).requiredApprovals;
+}
+
+/**
+ * A merge into a world that asks for approvals stops at PROPOSED (docs/adr/0085), its plan and
+ * conflicts kept, unless a write it did not read is already known: then it is planned again.
+ */
+async function propose(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
+  const why = await staleness(tx, merge);
+  if (why) return sendBack(tx, ctx, merge, why);
+  await updateMerge(tx, merge.id, { status: 'PROPOSED', phase: 'proposed', deadline_at: null });
+}
+
+/** What a proposal's plan did not read, as control knows the worlds' positions. */
+export interface Seen {
+  /** data's newest write of the world (storage.position). */
+  dataSeq?: number;
+  /** intelligence's definition position of the world (intelligence.rules.changed). */
+  definitions?: number;
+}
+
+/**
+ * Why the plan of a merge no longer describes the worlds, or null: a write to the target or the
+ * source after the plan read them — data's newest write of the world past the cut its plan read
+ * at (control's version vector, storage.position), a rule change past intelligence's position, a
+ * schema version past control's. `seen` adds positions of events not yet in the tables. A revert's
+ * source is the target before the merge: only the target is compared.
+ */
+export async function staleness(
+  tx: pg.ClientBase,
+  merge: MergeRow,
+  seen: ReadonlyMap<string, Seen> = new Map(),
+): Promise<string | null> {
+  const ps = await parts(tx, merge.id);
+  const pos = (service: Service, side: 'source' | 'target') => {
+    const p = ps.find((x) => x.service === service);
+    const v = side === 'source' ? p?.source_pos : p?.target_pos;
+    return v === null || v === undefined ? null : Number(v);
+  };
+  const sides: ['source' | 'target', string][] = [['target', merge.target]];
+  if (!merge.reverts) sides.push(['source', merge.source]);
+  for (const [side, world] of sides) {
+    const { rows } = await tx.query<{ data_seq: string | null; definitions: string | null }>(
+      `SELECT (SELECT data_seq FROM world_positions WHERE world_id = $1 AND service = 'data')::text AS data_seq,
+              (SELECT definitions FROM world_rules WHERE world_id = $1)::text AS definitions`,
+      [world],
+    );
+    const known = seen.get(world);
+    const dataSeq = Math.max(Number(rows[0]?.data_seq ?? 0), known?.dataSeq ?? 0);
+    const definitions = Math.max(Number(rows[0]?.definitions ?? 0), known?.definitions ?? 0);
+    const readData = pos('data', side);
+    if (readData !== null && dataSeq > readData) {
+      return `the ${side} ${world} was written after the plan read it (data's write ${dataSeq}, the plan read up to ${readData})`;
+    }
+    const readDefinitions = pos('intelligence', side);
+    if (readDefinitions !== null && definitions > readDefinitions) {
+      return `the rules of the ${side} ${world} changed after the plan read them (definition ${definitions}, the plan read up to ${readDefinitions})`;
+    }
+    const version = (await currentSchema(tx, world)).version;
+    const readVersion = side === 'target' ? merge.target_schema_version : merge.source_schema_version;
+    if (version !== readVersion) {
+      return `the schema of the ${side} ${world} moved from version ${readVersion} to ${version} after the plan read it`;
+    }
+  }
+  return null;
+}
+
+/**
+ * Sends a proposal back for a new plan (docs/adr/0085): a new round under a new plan id (data and
+ * intelligence answer a plan id they know with the same plan), control's part computed again, the
+ * old round's parts, conflicts and approvals left behind, the old plan cancelled in the services
+ * (world.merge.compensate of a plan not applied) and the new one asked for, in one transaction.
+ */
+export async function sendBack(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, reason: string): Promise<void> {
+  const reverts = merge.reverts ? await lockMerge(tx, merge.reverts) : undefined;
+  const part = await planControlPart(tx, { ...merge, reverts });
+  const planId = uuidv7();
+  const round = merge.round + 1;
+  await tx.query('DELETE FROM merge_conflicts WHERE merge_id = $1', [merge.id]);
+  await tx.query('DELETE FROM merge_parts WHERE merge_id = $1', [merge.id]);
+  await updateMerge(tx, merge.id, {
+    plan_id: planId,
+    round,
+    status: 'PROPOSED',
+    phase: 'planning',
+    base: part.base ? JSON.stringify(part.base) : null,
+    source_schema_version: part.sourceVersion,
+    target_schema_version: part.targetVersion,
+    merged_schema: part.merged.document,
+    source_data_seq: null,
+    source_definitions: null,
+    planned_at: null,
+    failure: null,
+    deadline_at: deadline(ctx.timeoutMs),
+    sent_back: { round, reason, at: new Date().toISOString() },
+  });
+  await insertSchemaConflicts(tx, merge.id, merge.strategy, part.merged.conflicts);
+  await emit(tx, ctx.topicPrefix, 'world.merge.compensate', merge.target, {
+    merge: merge.plan_id,
+    reason: `sent back for a new plan: ${reason}`,
+  });
+  await requestPlans(tx, ctx, {
+    planId,
+    source: merge.source,
+    target: merge.target,
+    strategy: merge.strategy,
+    dryRun: merge.dry_run,
+    base: part.base,
+    schema: part.merged.document,
+    actor: merge.actor,
+    reverts,
+  });
+}
+
+/**
+ * An owner's approval of a proposal (docs/adr/0085): refused (nothing written) when the merge is
+ * not waiting at PROPOSED, the approver wrote it, or approved this round already; a proposal whose
+ * plan is stale is sent back instead (the answer says why). With the approvals the protection
+ * asks for, the merge applies as any other (one running merge per target: else 409, nothing written).
+ */
+export async function approveMerge(
+  tx: pg.ClientBase,
+  ctx: SagaContext,
+  merge: MergeRow,
+  approver: string,
+): Promise<{ approvals: number; required: number; sentBack: string | null }> {
+  if (merge.status !== 'PROPOSED' || merge.phase !== 'proposed') {
+    const state = merge.status === 'PROPOSED' ? 'PROPOSED but being planned again' : merge.status;
+    throw new Conflict(`merge ${merge.id} is ${state}: only a proposal waiting at PROPOSED is approved`, {
+      mergeStatus: merge.status,
+      errors: [{ path: '/status', message: `must be PROPOSED, not ${state}` }],
+    });
+  }
+  if (approver === merge.actor) {
+    throw new HttpProblem(
+      403,
+      'forbidden',
+      'Forbidden',
+      `${approver} started merge ${merge.id}: requiredApprovals counts approvals by owners other than the merge's author`,
+      { rule: 'requiredApprovals', errors: [{ path: '/approver', message: "must not be the merge's author" }] },
+    );
+  }
+  const { rows: owner } = await tx.query(
+    `SELECT 1 FROM world_roles WHERE world_id = $1 AND user_id = $2 AND role = 'owner'`,
+    [merge.target, approver],
+  );
+  if (owner.length === 0) {
+    throw new HttpProblem(
+      403,
+      'forbidden',
+      'Forbidden',
+      `${approver} is not an owner of world ${merge.target}: only its owners approve its merges`,
+      { rule: 'requiredApprovals', errors: [{ path: '/approver', message: 'must be an owner of the world' }] },
+    );
+  }
+  const { rows: had } = await tx.query(
+    'SELECT 1 FROM merge_approvals WHERE merge_id = $1 AND round = $2 AND approver = $3',
+    [merge.id, merge.round, approver],
+  );
+  if (had.length > 0) {
+    throw new Conflict(`${approver} approved merge ${merge.id} already`, {
+      errors: [{ path: '/approver', message: 'has approved this plan already' }],
+    });
+  }
+  const why = await staleness(tx, merge);
+  if (why) {
+    await sendBack(tx, ctx, merge, why);
+    return { approvals: 0, required: await requiredApprovals(tx, merge), sentBack: why };
+  }
+  await tx.query('INSERT INTO merge_approvals (merge_id, round, approver) VALUES ($1, $2, $3)', [
+    merge.id,
+    merge.round,
+    approver,
+  ]);
+  const n = (await approvals(tx, merge)).length;
+  const required = await requiredApprovals(tx, merge);
+  if (n >= required) {
+    await refuseRunning(tx, merge.target, merge.id);
+    await guarded(merge.target, async () => {
+      await updateMerge(tx, merge.id, { status: 'RUNNING', deadline_at: deadline(ctx.timeoutMs) });
+      await applyControlPart(tx, ctx, merge);
+    });
+  }
+  return { approvals: n, required, sentBack: null };
 }
 
 /**
@@ -269,7 +501,7 @@ export async function applyControlPart(tx: pg.ClientBase, ctx: SagaContext, merg
     deadline_at: deadline(ctx.timeoutMs),
   });
   await emit(tx, ctx.topicPrefix, 'world.merge.apply', merge.target, {
-    merge: merge.id,
+    merge: merge.plan_id,
     schemaVersion,
     schema: merge.merged_schema,
   });
@@ -300,7 +532,7 @@ export async function compensate(tx: pg.ClientBase, ctx: SagaContext, merge: Mer
     compensated_schema_version: reverted,
     deadline_at: deadline(ctx.timeoutMs),
   });
-  await emit(tx, ctx.topicPrefix, 'world.merge.compensate', merge.target, { merge: merge.id, reason });
+  await emit(tx, ctx.topicPrefix, 'world.merge.compensate', merge.target, { merge: merge.plan_id, reason });
   await endCompensation(tx, { ...merge, phase: 'compensating' });
 }
 
@@ -383,7 +615,10 @@ export async function failOverdueMerges(pool: pg.Pool, ctx: SagaContext): Promis
   return failed;
 }
 
-/** Whether an HTTP caller may apply the merge now (step 3 re-entered by `POST …/apply`). */
+/**
+ * Whether an HTTP caller may apply the merge now (step 3 re-entered by `POST …/apply`); into a
+ * world that asks for approvals it becomes a proposal instead.
+ */
 export async function applyNow(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
   if (merge.dry_run) throw new Conflict(`merge ${merge.id} is a dry run: it applies nothing`, { status: merge.status });
   if (merge.status !== 'CONFLICTS')
@@ -392,13 +627,15 @@ export async function applyNow(tx: pg.ClientBase, ctx: SagaContext, merge: Merge
     });
   const unresolved = await unresolvedCount(tx, merge.id);
   if (unresolved > 0) throw new Conflict(`merge ${merge.id} has ${unresolved} unresolved conflicts`, { unresolved });
-  await refuseRunning(tx, merge.target, merge.id);
   const invalid = invalidTypes(merge.merged_schema);
   if (invalid.length > 0) {
     throw new HttpProblem(422, 'unprocessable', 'Unprocessable Content', 'the merged schema is invalid', {
       errors: invalid.map((i) => ({ path: `/schema/${i.kind.kind}/${i.apiName}`, message: describeErrors(i.errors) })),
     });
   }
+  // Into a world that asks for approvals: a proposal (docs/adr/0085), applied once approved.
+  if ((await requiredApprovals(tx, merge)) > 0) return propose(tx, ctx, merge);
+  await refuseRunning(tx, merge.target, merge.id);
   await guarded(merge.target, async () => {
     await updateMerge(tx, merge.id, { status: 'RUNNING', deadline_at: deadline(ctx.timeoutMs) });
     await applyControlPart(tx, ctx, merge);
