@@ -16,7 +16,16 @@ interface Proposal extends Merge {
   parts: { service: string; state: string }[];
   round: number;
   sentBack: { round: number; reason: string; at: string } | null;
-  proposal: { requiredApprovals: number; approvals: { by: string; at: string }[] };
+  proposal: {
+    requiredApprovals: number;
+    approvals: { by: string; at: string }[];
+    requiredChecks: string[];
+    checks: {
+      state: string;
+      ranAt: string | null;
+      results: { rule: string; fired: { type: string; pk: string }[]; firedCount: number; errors: string[] }[];
+    } | null;
+  };
 }
 
 describe('merge proposals', () => {
@@ -156,11 +165,72 @@ describe('merge proposals', () => {
     expect(await get('pr1', 'c9')).toMatchObject({ name: 'nine' });
   }, 240_000);
 
+  it('required checks: a rule that fires on an object the merge brings in holds it; fixed in the source, the new plan passes and applies', async () => {
+    await s.world('pc1', { objectTypes: { Customer } });
+    const rule = await s.intelCall('PUT', '/v1/worlds/pc1/rules/bigCredit', {
+      body: {
+        objectType: 'Customer',
+        condition: 'self.creditLimit > 100',
+        alertType: 'big-credit',
+        severity: 'warning',
+      },
+    });
+    expect(rule.statusCode, rule.body).toBe(201);
+    await put('pc1', 'k1', { id: 'k1', name: 'one', tier: 'bronze', creditLimit: 10 });
+    await fork('pc1-dev', 'pc1');
+    tokens.pia = await s.user('pia', 'pc1', 'owner');
+    // control learns the world's rules from intelligence.rules.changed: until then the name is refused.
+    await s.until('protection with the check', async () => {
+      const res = await s.controlCall('PUT', '/v1/worlds/pc1/protection', {
+        body: { requireMerge: true, requiredApprovals: 1, requiredChecks: ['bigCredit'] },
+      });
+      return res.statusCode === 200 ? true : undefined;
+    });
+    await s.until('requireMerge in data', async () =>
+      (await s.dataCall('PUT', '/v1/worlds/pc1/objects/Customer/x', { body: { properties: { id: 'x' } } }))
+        .statusCode === 403
+        ? true
+        : undefined,
+    );
+
+    await put('pc1-dev', 'k5', { id: 'k5', name: 'five', tier: 'gold', creditLimit: 500 });
+    await put('pc1-dev', 'k6', { id: 'k6', name: 'six', tier: 'gold', creditLimit: 50 });
+    const id = await start('pc1', { source: 'pc1-dev', strategy: 'SOURCE_WINS' });
+    await proposed('pc1', id);
+    const failed = await waitFor('pc1', id, 'checks failed', (m) => m.proposal.checks?.state === 'failed');
+    expect(failed.proposal.requiredChecks).toEqual(['bigCredit']);
+    expect(failed.proposal.checks?.results).toEqual([
+      { rule: 'bigCredit', fired: [{ type: 'Customer', pk: 'k5' }], firedCount: 1, errors: [] },
+    ]);
+    // Approved, but the check failed: it does not apply.
+    const approved = await approve('pc1', id, 'pia');
+    expect(approved.statusCode, approved.body).toBe(200);
+    expect(approved.json()).toMatchObject({ status: 'PROPOSED', approvals: 1, requiredApprovals: 1 });
+    expect(await get('pc1', 'k5')).toBeNull();
+
+    // Fixed in the source: the proposal is planned again, its approval void, and its checks run again.
+    await patch('pc1-dev', 'k5', { creditLimit: 90 });
+    const again = await proposed('pc1', id, 1);
+    expect(again.sentBack?.reason).toContain('the source pc1-dev was written after the plan read it');
+    expect(again.proposal.approvals).toEqual([]);
+    const passed = await waitFor('pc1', id, 'checks passed', (m) => m.proposal.checks?.state === 'passed');
+    expect(passed.status).toBe('PROPOSED');
+    expect(passed.proposal.checks?.results).toEqual([{ rule: 'bigCredit', fired: [], firedCount: 0, errors: [] }]);
+    expect(await get('pc1', 'k5')).toBeNull();
+
+    const b = await approve('pc1', id, 'pia');
+    expect(b.statusCode, b.body).toBe(202);
+    const done = await waitFor('pc1', id, 'MERGED', (m) => ['MERGED', 'FAILED', 'COMPENSATED'].includes(m.status));
+    expect(done.status, JSON.stringify(done)).toBe('MERGED');
+    expect(await get('pc1', 'k5')).toMatchObject({ creditLimit: 90 });
+    expect(await get('pc1', 'k6')).toMatchObject({ creditLimit: 50 });
+  }, 240_000);
+
   it('a dry run into a protected world is no proposal; an unprotected world merges at once', async () => {
     const dry = await start('pr1', { source: 'pr1-dev', strategy: 'SOURCE_WINS', dryRun: true });
     const m = await waitFor('pr1', dry, 'settled', (x) => ['MERGED', 'CONFLICTS', 'FAILED'].includes(x.status));
     expect(m.status).toBe('MERGED');
-    expect(m.proposal).toEqual({ requiredApprovals: 0, approvals: [] });
+    expect(m.proposal).toEqual({ requiredApprovals: 0, approvals: [], requiredChecks: [], checks: null });
     expectProblem(await approve('pr1', dry, 'oscar'), 409);
   }, 120_000);
 });

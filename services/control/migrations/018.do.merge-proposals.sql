@@ -28,3 +28,17 @@ CREATE TABLE merge_approvals (
   approved_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (merge_id, round, approver)
 );
+
+-- A proposal's required checks (the target's requiredChecks), for its current plan:
+-- {planId, required, state: running|passed|failed, results: [{rule, fired, firedCount, errors}], ranAt}.
+ALTER TABLE merges ADD COLUMN checks jsonb;
+-- intelligence's answers, one per chunk of the objects data staged, until every chunk is in.
+CREATE TABLE merge_check_chunks (
+  merge_id uuid    NOT NULL REFERENCES merges (id),
+  plan_id  uuid    NOT NULL,
+  chunk    integer NOT NULL,
+  chunks   integer NOT NULL,
+  results  jsonb   NOT NULL,
+  PRIMARY KEY (plan_id, chunk)
+);
+CREATE INDEX merge_check_chunks_merge ON merge_check_chunks (merge_id);

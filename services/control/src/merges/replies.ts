@@ -18,7 +18,17 @@ import {
   type Service,
   updateMerge,
 } from './repository.js';
-import { afterPlans, compensate, endCompensation, type SagaContext, type Seen, sendBack, staleness } from './saga.js';
+import {
+  afterPlans,
+  compensate,
+  endCompensation,
+  onChecked,
+  onStaged,
+  type SagaContext,
+  type Seen,
+  sendBack,
+  staleness,
+} from './saga.js';
 
 type DataReply =
   | 'merge.planned'
@@ -37,7 +47,9 @@ type Reply =
   | { kind: 'applied'; service: Service; payload: Payload<'merge.applied'> }
   | { kind: 'failed'; service: Service; payload: Payload<'merge.failed'> }
   | { kind: 'compensated'; service: Service; payload: Payload<'merge.compensated'> }
-  | { kind: 'verified'; service: Service; payload: Payload<'merge.verified'> };
+  | { kind: 'verified'; service: Service; payload: Payload<'merge.verified'> }
+  | { kind: 'staged'; service: 'data'; payload: EventPayload<'merge.staged'> }
+  | { kind: 'checked'; service: 'intelligence'; payload: EventPayload<'intelligence.merge.checked'> };
 
 /** A merge reply from data (onto.storage) or intelligence (onto.intelligence), or undefined. */
 function replyOf(event: ReceivedEvent['event']): Reply | undefined {
@@ -59,6 +71,10 @@ function replyOf(event: ReceivedEvent['event']): Reply | undefined {
   if (isEvent(event, 'merge.verified', 'intelligence.merge.verified')) {
     return { kind: 'verified', service: event.payload.service, payload: event.payload };
   }
+  if (isEvent(event, 'merge.staged')) return { kind: 'staged', service: 'data', payload: event.payload };
+  if (isEvent(event, 'intelligence.merge.checked')) {
+    return { kind: 'checked', service: 'intelligence', payload: event.payload };
+  }
   return undefined;
 }
 
@@ -69,6 +85,13 @@ export async function applyMergeReplies(tx: pg.ClientBase, events: ReceivedEvent
     if (!reply) continue;
     if (reply.kind === 'verified') {
       await recordVerification(tx, reply.service, reply.payload);
+      continue;
+    }
+    if (reply.kind === 'staged' || reply.kind === 'checked') {
+      const merge = await lockMergeOfPlan(tx, reply.payload.merge);
+      if (!merge) continue;
+      if (reply.kind === 'staged') await onStaged(tx, ctx, merge, reply.payload);
+      else await onChecked(tx, ctx, merge, reply.payload);
       continue;
     }
     // Replies name the plan: one of a plan a proposal was sent back from finds no merge.

@@ -38,6 +38,8 @@ export interface MergeRow {
   round: number;
   /** Why the last new plan was asked for, or null. */
   sent_back: SentBack | null;
+  /** The required checks of the current plan, or null (none asked for). */
+  checks: Checks | null;
   source_schema_version: number;
   target_schema_version: number;
   source_data_seq: string | null;
@@ -58,6 +60,22 @@ export interface SentBack {
   round: number;
   reason: string;
   at: string;
+}
+
+export interface CheckResult {
+  rule: string;
+  /** The objects it fired on (at most 200 named), and how many there were. */
+  fired: { type: string; pk: string }[];
+  firedCount: number;
+  errors: string[];
+}
+
+export interface Checks {
+  planId: string;
+  required: string[];
+  state: 'running' | 'passed' | 'failed';
+  results: CheckResult[];
+  ranAt: string | null;
 }
 
 export interface PartRow {
@@ -130,7 +148,9 @@ export async function emit(
     | 'world.merge.conflict.resolved'
     | 'world.merge.apply'
     | 'world.merge.compensate'
-    | 'world.merge.verify.requested',
+    | 'world.merge.verify.requested'
+    | 'world.merge.stage.requested'
+    | 'world.merge.check.requested',
   target: string,
   payload: Record<string, unknown>,
   requestId?: string,

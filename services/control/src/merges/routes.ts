@@ -160,7 +160,12 @@ async function loadMerge(db: pg.Pool, world: string, id: string, cursor: string 
           : null,
     },
     {
-      requiredApprovals: merge.dry_run ? 0 : (await protectionOf(db, world)).requiredApprovals,
+      ...(merge.dry_run
+        ? { requiredApprovals: 0, requiredChecks: [] }
+        : await protectionOf(db, world).then((p) => ({
+            requiredApprovals: p.requiredApprovals,
+            requiredChecks: p.requiredChecks,
+          }))),
       approvals: await approvals(db, merge),
     },
   );
@@ -401,7 +406,7 @@ export default fp(
           tags: ['merges'],
           summary: 'Approve a proposal: a merge waiting at PROPOSED for the approvals its target asks for',
           description:
-            "An owner of the world (a user with the owner role in it) approves the merge's current plan (docs/adr/0085). With the approvals the world's protection asks for (requiredApprovals), the merge applies (202, status RUNNING); before that it stays PROPOSED (200). If the target or the source was written after the plan read them (data's newest write, a rule, the schema), the approval is not recorded: the merge is sent back for a new plan, its approvals void, and the answer is 409 naming why (the merge's sentBack says it too). 403: not an owner of the world, or the merge's author (rule requiredApprovals); 404: no such merge of this world; 409: the merge is not waiting at PROPOSED, the caller approved this plan already, or another merge is running against the world. Nothing is written on a refusal. requiredChecks are not enforced by merges yet.",
+            "An owner of the world (a user with the owner role in it) approves the merge's current plan (docs/adr/0085). With the approvals the world's protection asks for (requiredApprovals) and its required checks passed (requiredChecks: none of the rules fires on the objects the merge would create or change, see the merge's proposal.checks), the merge applies (202, status RUNNING); before that it stays PROPOSED (200), and applies when the checks pass. If the target or the source was written after the plan read them (data's newest write, a rule, the schema), the approval is not recorded: the merge is sent back for a new plan, its approvals void, and the answer is 409 naming why (the merge's sentBack says it too). 403: not an owner of the world, or the merge's author (rule requiredApprovals); 404: no such merge of this world; 409: the merge is not waiting at PROPOSED, the caller approved this plan already, or another merge is running against the world. Nothing is written on a refusal.",
           params: MergeParams,
           response: {
             200: Approval,

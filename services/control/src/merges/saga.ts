@@ -10,6 +10,8 @@ import { protectionOf } from '../worlds/protection.js';
 import { mergeBase, type Point } from './base.js';
 import {
   approvals,
+  type CheckResult,
+  type Checks,
   deadline,
   emit,
   lockMerge,
@@ -266,24 +268,126 @@ export async function afterPlans(tx: pg.ClientBase, ctx: SagaContext, merge: Mer
     await updateMerge(tx, merge.id, { status: 'CONFLICTS', phase: 'conflicts', deadline_at: null });
     return;
   }
-  if ((await requiredApprovals(tx, merge)) > 0) return propose(tx, ctx, merge);
+  if (isProposal(await gates(tx, merge))) return propose(tx, ctx, merge);
   await applyControlPart(tx, ctx, merge);
 }
 
-/** The approvals the target's protection asks of a merge (docs/adr/0085); a dry run needs none. */
-async function requiredApprovals(tx: pg.ClientBase, merge: MergeRow): Promise<number> {
-  if (merge.dry_run) return 0;
-  return (await protectionOf(tx, merge.target)).requiredApprovals;
+/**
+ * What the target's protection asks of a merge now (docs/adr/0085): approvals by owners other
+ * than its author, and rules that must not fire on its result. A dry run applies nothing: none.
+ */
+async function gates(tx: pg.ClientBase, merge: MergeRow): Promise<{ approvals: number; checks: string[] }> {
+  if (merge.dry_run) return { approvals: 0, checks: [] };
+  const p = await protectionOf(tx, merge.target);
+  return { approvals: p.requiredApprovals, checks: p.requiredChecks };
 }
+const isProposal = (g: { approvals: number; checks: string[] }) => g.approvals > 0 || g.checks.length > 0;
 
 /**
- * A merge into a world that asks for approvals stops at PROPOSED (docs/adr/0085), its plan and
- * conflicts kept, unless a write it did not read is already known: then it is planned again.
+ * A merge into a protected world stops at PROPOSED (docs/adr/0085), its plan and conflicts kept,
+ * unless a write it did not read is already known: then it is planned again. Required checks
+ * start on its plan: data stages the objects it would leave (world.merge.stage.requested).
  */
 async function propose(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
   const why = await staleness(tx, merge);
   if (why) return sendBack(tx, ctx, merge, why);
-  await updateMerge(tx, merge.id, { status: 'PROPOSED', phase: 'proposed', deadline_at: null });
+  const { checks } = await gates(tx, merge);
+  await updateMerge(tx, merge.id, {
+    status: 'PROPOSED',
+    phase: 'proposed',
+    deadline_at: null,
+    checks:
+      checks.length > 0
+        ? ({ planId: merge.plan_id, required: checks, state: 'running', results: [], ranAt: null } satisfies Checks)
+        : null,
+  });
+  if (checks.length > 0) {
+    await emit(tx, ctx.topicPrefix, 'world.merge.stage.requested', merge.target, { merge: merge.plan_id });
+  }
+}
+
+/** data's staged objects, a chunk: forwarded to intelligence with the checks to run on them. */
+export async function onStaged(
+  tx: pg.ClientBase,
+  ctx: SagaContext,
+  merge: MergeRow,
+  p: { chunk: number; chunks: number; objects: unknown[] },
+): Promise<void> {
+  if (merge.status !== 'PROPOSED' || merge.phase !== 'proposed' || merge.checks?.planId !== merge.plan_id) return;
+  await emit(tx, ctx.topicPrefix, 'world.merge.check.requested', merge.target, {
+    merge: merge.plan_id,
+    checks: merge.checks.required,
+    chunk: p.chunk,
+    chunks: p.chunks,
+    objects: p.objects,
+  });
+}
+
+/**
+ * intelligence's results on a chunk: kept until every chunk is in, then folded per rule — passed
+ * when no rule fired and each could be evaluated. Passed with the approvals in, the merge applies.
+ */
+export async function onChecked(
+  tx: pg.ClientBase,
+  ctx: SagaContext,
+  merge: MergeRow,
+  p: {
+    chunk: number;
+    chunks: number;
+    results: { rule: string; fired: { type: string; pk: string }[]; error?: string | undefined }[];
+  },
+): Promise<void> {
+  const checks = merge.checks;
+  if (merge.status !== 'PROPOSED' || merge.phase !== 'proposed' || checks?.planId !== merge.plan_id) return;
+  if (checks.state !== 'running') return;
+  await tx.query(
+    `INSERT INTO merge_check_chunks (merge_id, plan_id, chunk, chunks, results) VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT DO NOTHING`,
+    [merge.id, merge.plan_id, p.chunk, p.chunks, JSON.stringify(p.results)],
+  );
+  const { rows } = await tx.query<{ results: typeof p.results }>(
+    'SELECT results FROM merge_check_chunks WHERE plan_id = $1 ORDER BY chunk',
+    [merge.plan_id],
+  );
+  if (rows.length < p.chunks) return;
+  const results: CheckResult[] = checks.required.map((rule) => {
+    const all = rows.flatMap((r) => r.results.filter((x) => x.rule === rule));
+    const fired = all.flatMap((x) => x.fired);
+    return {
+      rule,
+      fired: fired.slice(0, 200),
+      firedCount: fired.length,
+      errors: all.flatMap((x) => (x.error ? [x.error] : [])).slice(0, 20),
+    };
+  });
+  const passed = results.every((r) => r.firedCount === 0 && r.errors.length === 0);
+  const done: Checks = { ...checks, state: passed ? 'passed' : 'failed', results, ranAt: new Date().toISOString() };
+  await updateMerge(tx, merge.id, { checks: done });
+  if (!passed) return;
+  const required = (await gates(tx, merge)).approvals;
+  // Approved before the checks were in: applies now, unless another merge runs (then an approval applies it later).
+  if ((await approvals(tx, merge)).length >= required && !(await runningAgainst(tx, merge))) {
+    const why = await staleness(tx, merge);
+    if (why) return sendBack(tx, ctx, merge, why);
+    await applyApproved(tx, ctx, { ...merge, checks: done });
+  }
+}
+
+async function runningAgainst(tx: pg.ClientBase, merge: MergeRow): Promise<boolean> {
+  const { rows } = await tx.query("SELECT 1 FROM merges WHERE target = $1 AND status = 'RUNNING' AND id <> $2", [
+    merge.target,
+    merge.id,
+  ]);
+  return rows.length > 0;
+}
+
+/** A proposal with its approvals and checks in: applied as any merge (one running per target, else 409). */
+async function applyApproved(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
+  await refuseRunning(tx, merge.target, merge.id);
+  await guarded(merge.target, async () => {
+    await updateMerge(tx, merge.id, { status: 'RUNNING', deadline_at: deadline(ctx.timeoutMs) });
+    await applyControlPart(tx, ctx, merge);
+  });
 }
 
 /** What a proposal's plan did not read, as control knows the worlds' positions. */
@@ -368,6 +472,7 @@ export async function sendBack(tx: pg.ClientBase, ctx: SagaContext, merge: Merge
     failure: null,
     deadline_at: deadline(ctx.timeoutMs),
     sent_back: { round, reason, at: new Date().toISOString() },
+    checks: null,
   });
   await insertSchemaConflicts(tx, merge.id, merge.strategy, part.merged.conflicts);
   await emit(tx, ctx.topicPrefix, 'world.merge.compensate', merge.target, {
@@ -438,9 +543,10 @@ export async function approveMerge(
     });
   }
   const why = await staleness(tx, merge);
+  const g = await gates(tx, merge);
   if (why) {
     await sendBack(tx, ctx, merge, why);
-    return { approvals: 0, required: await requiredApprovals(tx, merge), sentBack: why };
+    return { approvals: 0, required: g.approvals, sentBack: why };
   }
   await tx.query('INSERT INTO merge_approvals (merge_id, round, approver) VALUES ($1, $2, $3)', [
     merge.id,
@@ -448,15 +554,9 @@ export async function approveMerge(
     approver,
   ]);
   const n = (await approvals(tx, merge)).length;
-  const required = await requiredApprovals(tx, merge);
-  if (n >= required) {
-    await refuseRunning(tx, merge.target, merge.id);
-    await guarded(merge.target, async () => {
-      await updateMerge(tx, merge.id, { status: 'RUNNING', deadline_at: deadline(ctx.timeoutMs) });
-      await applyControlPart(tx, ctx, merge);
-    });
-  }
-  return { approvals: n, required, sentBack: null };
+  const checked = g.checks.length === 0 || merge.checks?.state === 'passed';
+  if (n >= g.approvals && checked) await applyApproved(tx, ctx, merge);
+  return { approvals: n, required: g.approvals, sentBack: null };
 }
 
 /**
@@ -634,7 +734,7 @@ export async function applyNow(tx: pg.ClientBase, ctx: SagaContext, merge: Merge
     });
   }
   // Into a world that asks for approvals: a proposal (docs/adr/0085), applied once approved.
-  if ((await requiredApprovals(tx, merge)) > 0) return propose(tx, ctx, merge);
+  if (isProposal(await gates(tx, merge))) return propose(tx, ctx, merge);
   await refuseRunning(tx, merge.target, merge.id);
   await guarded(merge.target, async () => {
     await updateMerge(tx, merge.id, { status: 'RUNNING', deadline_at: deadline(ctx.timeoutMs) });

@@ -121,6 +121,33 @@ export const Merge = Type.Object({
       approvals: Type.Array(Type.Object({ by: Type.String(), at: Type.String() }), {
         description: "the owners who approved this round's plan, other than the merge's author",
       }),
+      requiredChecks: Type.Array(Type.String(), {
+        description: "the rules that must not fire on the merge's result, as the target's protection names them now",
+      }),
+      checks: Nullable(
+        Type.Object(
+          {
+            state: Type.String({ description: 'running, passed or failed' }),
+            ranAt: Nullable(Type.String({ description: 'when the last result came in' })),
+            results: Type.Array(
+              Type.Object({
+                rule: Type.String(),
+                fired: Type.Array(Type.Object({ type: Type.String(), pk: Type.String() }), {
+                  description: 'objects the merge would create or change that the rule fires on (at most 200 named)',
+                }),
+                firedCount: Type.Integer(),
+                errors: Type.Array(Type.String(), {
+                  description: 'why the rule could not be evaluated: the check fails',
+                }),
+              }),
+            ),
+          },
+          {
+            description:
+              "the required checks on a dry run of this round's plan: each rule evaluated on the objects the merge would create or change, as they would be after it (docs/adr/0085); null: none asked for",
+          },
+        ),
+      ),
     },
     { description: 'approvals of a merge into a protected world (POST …/approve, docs/adr/0085)' },
   ),
@@ -207,7 +234,7 @@ export function mergeView(
   conflicts: ConflictDbRow[],
   byType: { type: string; total: number; unresolved: number }[],
   page: { next: string | null },
-  proposal: { requiredApprovals: number; approvals: { by: string; at: string }[] },
+  proposal: { requiredApprovals: number; approvals: { by: string; at: string }[]; requiredChecks: string[] },
 ) {
   const part = (s: string) => ps.find((p) => p.service === s);
   const num = (v: string | null) => (v === null ? null : Number(v));
@@ -237,7 +264,10 @@ export function mergeView(
       notReverted: p.not_reverted,
       failure: p.failure,
     })),
-    proposal,
+    proposal: {
+      ...proposal,
+      checks: m.checks ? { state: m.checks.state, ranAt: m.checks.ranAt, results: m.checks.results } : null,
+    },
     conflicts: conflicts.map(conflictView),
     conflictsNext: page.next,
   };
