@@ -380,6 +380,8 @@ export default fp(
         schema: {
           tags: ['merges'],
           summary: 'Apply a merge whose conflicts are all resolved',
+          description:
+            'A merge at CONFLICTS with none unresolved applies (202), or, into a world whose protection asks for approvals or checks, becomes a proposal (PROPOSED, docs/adr/0085). A PROPOSED merge with its approvals and checks in whose apply waited for another running merge applies now (or is sent back for a new plan if the target or the source was written since); with approvals or checks missing it is a 409. 409 also: not CONFLICTS or PROPOSED, a dry run, unresolved conflicts, another merge running.',
           params: MergeParams,
           response: { 202: Type.Object({ id: Type.String(), status: Type.String() }), ...errors },
         },

@@ -721,6 +721,7 @@ export async function failOverdueMerges(pool: pg.Pool, ctx: SagaContext): Promis
  */
 export async function applyNow(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
   if (merge.dry_run) throw new Conflict(`merge ${merge.id} is a dry run: it applies nothing`, { status: merge.status });
+  if (merge.status === 'PROPOSED' && merge.phase === 'proposed') return applyProposal(tx, ctx, merge);
   if (merge.status !== 'CONFLICTS')
     throw new Conflict(`merge ${merge.id} is ${merge.status}, not CONFLICTS: there is nothing to apply`, {
       mergeStatus: merge.status,
@@ -740,4 +741,23 @@ export async function applyNow(tx: pg.ClientBase, ctx: SagaContext, merge: Merge
     await updateMerge(tx, merge.id, { status: 'RUNNING', deadline_at: deadline(ctx.timeoutMs) });
     await applyControlPart(tx, ctx, merge);
   });
+}
+
+/**
+ * `POST …/apply` of a proposal whose approvals and checks are in (its apply had waited for another
+ * running merge): applied now if its plan still holds, else sent back; 409 while something is missing.
+ */
+async function applyProposal(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
+  const g = await gates(tx, merge);
+  const n = (await approvals(tx, merge)).length;
+  const checked = g.checks.length === 0 || merge.checks?.state === 'passed';
+  if (n < g.approvals || !checked) {
+    throw new Conflict(
+      `merge ${merge.id} is a proposal with ${n} of ${g.approvals} approvals and checks ${g.checks.length === 0 ? 'not asked for' : (merge.checks?.state ?? 'not run')}: it applies once approved and checked`,
+      { mergeStatus: merge.status, approvals: n, requiredApprovals: g.approvals },
+    );
+  }
+  const why = await staleness(tx, merge);
+  if (why) return sendBack(tx, ctx, merge, why);
+  await applyApproved(tx, ctx, merge);
 }
