@@ -226,6 +226,34 @@ describe('merge proposals', () => {
     expect(await get('pc1', 'k6')).toMatchObject({ creditLimit: 50 });
   }, 240_000);
 
+  it('checks asked for while a proposal waits run at its next approval; passing, it applies with the approvals in', async () => {
+    const rule = await s.intelCall('PUT', '/v1/worlds/pr1/rules/tiny', {
+      body: { objectType: 'Customer', condition: 'self.creditLimit < 0', alertType: 'tiny', severity: 'info' },
+    });
+    expect(rule.statusCode, rule.body).toBe(201);
+    await put('pr1-dev', 'c4', { id: 'c4', name: 'four', tier: 'bronze', creditLimit: 40 });
+    const id = await start('pr1', { source: 'pr1-dev', strategy: 'SOURCE_WINS' });
+    const waiting = await proposed('pr1', id);
+    expect(waiting.proposal.checks).toBeNull();
+    await s.until('protection with the check', async () => {
+      const res = await s.controlCall('PUT', '/v1/worlds/pr1/protection', {
+        body: { requireMerge: false, requiredApprovals: 1, requiredChecks: ['tiny'] },
+      });
+      return res.statusCode === 200 ? true : undefined;
+    });
+    // The approval is in, the checks start; once they pass, the merge applies by itself.
+    const approved = await approve('pr1', id, 'oscar');
+    expect(approved.statusCode, approved.body).toBe(200);
+    expect(approved.json()).toMatchObject({ status: 'PROPOSED', approvals: 1, requiredApprovals: 1 });
+    const done = await waitFor('pr1', id, 'MERGED', (m) => ['MERGED', 'FAILED', 'COMPENSATED'].includes(m.status));
+    expect(done.status, JSON.stringify(done)).toBe('MERGED');
+    expect(done.proposal.checks).toMatchObject({
+      state: 'passed',
+      results: [{ rule: 'tiny', fired: [], firedCount: 0, errors: [] }],
+    });
+    expect(await get('pr1', 'c4')).toMatchObject({ creditLimit: 40 });
+  }, 120_000);
+
   it('a dry run into a protected world is no proposal; an unprotected world merges at once', async () => {
     const dry = await start('pr1', { source: 'pr1-dev', strategy: 'SOURCE_WINS', dryRun: true });
     const m = await waitFor('pr1', dry, 'settled', (x) => ['MERGED', 'CONFLICTS', 'FAILED'].includes(x.status));

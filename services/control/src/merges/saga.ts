@@ -291,19 +291,23 @@ const isProposal = (g: { approvals: number; checks: string[] }) => g.approvals >
 async function propose(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
   const why = await staleness(tx, merge);
   if (why) return sendBack(tx, ctx, merge, why);
-  const { checks } = await gates(tx, merge);
-  await updateMerge(tx, merge.id, {
-    status: 'PROPOSED',
-    phase: 'proposed',
-    deadline_at: null,
-    checks:
-      checks.length > 0
-        ? ({ planId: merge.plan_id, required: checks, state: 'running', results: [], ranAt: null } satisfies Checks)
-        : null,
-  });
-  if (checks.length > 0) {
-    await emit(tx, ctx.topicPrefix, 'world.merge.stage.requested', merge.target, { merge: merge.plan_id });
-  }
+  await updateMerge(tx, merge.id, { status: 'PROPOSED', phase: 'proposed', deadline_at: null, checks: null });
+  await ensureChecks(tx, ctx, { ...merge, checks: null }, (await gates(tx, merge)).checks);
+}
+
+/**
+ * Starts the required checks on the current plan unless they ran (or run) on it with the same
+ * rules — a protection changed while the proposal waits asks for them again. True when started.
+ */
+async function ensureChecks(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, checks: string[]): Promise<boolean> {
+  const c = merge.checks;
+  const same = c?.planId === merge.plan_id && c.required.join('\u0000') === checks.join('\u0000');
+  if (checks.length === 0 || same) return false;
+  await tx.query('DELETE FROM merge_check_chunks WHERE merge_id = $1', [merge.id]);
+  const started: Checks = { planId: merge.plan_id, required: checks, state: 'running', results: [], ranAt: null };
+  await updateMerge(tx, merge.id, { checks: started });
+  await emit(tx, ctx.topicPrefix, 'world.merge.stage.requested', merge.target, { merge: merge.plan_id });
+  return true;
 }
 
 /** data's staged objects, a chunk: forwarded to intelligence with the checks to run on them. */
@@ -364,7 +368,10 @@ export async function onChecked(
   const done: Checks = { ...checks, state: passed ? 'passed' : 'failed', results, ranAt: new Date().toISOString() };
   await updateMerge(tx, merge.id, { checks: done });
   if (!passed) return;
-  const required = (await gates(tx, merge)).approvals;
+  const g = await gates(tx, merge);
+  // The protection names other rules now: they run instead.
+  if (await ensureChecks(tx, ctx, { ...merge, checks: done }, g.checks)) return;
+  const required = g.approvals;
   // Approved before the checks were in: applies now, unless another merge runs (then an approval applies it later).
   if ((await approvals(tx, merge)).length >= required && !(await runningAgainst(tx, merge))) {
     const why = await staleness(tx, merge);
@@ -554,7 +561,8 @@ export async function approveMerge(
     approver,
   ]);
   const n = (await approvals(tx, merge)).length;
-  const checked = g.checks.length === 0 || merge.checks?.state === 'passed';
+  const restarted = await ensureChecks(tx, ctx, merge, g.checks);
+  const checked = g.checks.length === 0 || (!restarted && merge.checks?.state === 'passed');
   if (n >= g.approvals && checked) await applyApproved(tx, ctx, merge);
   return { approvals: n, required: g.approvals, sentBack: null };
 }
@@ -750,8 +758,11 @@ export async function applyNow(tx: pg.ClientBase, ctx: SagaContext, merge: Merge
 async function applyProposal(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow): Promise<void> {
   const g = await gates(tx, merge);
   const n = (await approvals(tx, merge)).length;
-  const checked = g.checks.length === 0 || merge.checks?.state === 'passed';
+  const restarted = await ensureChecks(tx, ctx, merge, g.checks);
+  const checked = g.checks.length === 0 || (!restarted && merge.checks?.state === 'passed');
   if (n < g.approvals || !checked) {
+    // Checks (re)started for the protection as it is now: answered with the status, PROPOSED.
+    if (restarted) return;
     throw new Conflict(
       `merge ${merge.id} is a proposal with ${n} of ${g.approvals} approvals and checks ${g.checks.length === 0 ? 'not asked for' : (merge.checks?.state ?? 'not run')}: it applies once approved and checked`,
       { mergeStatus: merge.status, approvals: n, requiredApprovals: g.approvals },
