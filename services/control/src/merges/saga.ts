@@ -344,6 +344,9 @@ export async function onChecked(
   const checks = merge.checks;
   if (merge.status !== 'PROPOSED' || merge.phase !== 'proposed' || checks?.planId !== merge.plan_id) return;
   if (checks.state !== 'running') return;
+  // An answer of an earlier run on this plan (other rules, the protection changed since): dropped.
+  const rules = p.results.map((r) => r.rule);
+  if (rules.length !== checks.required.length || checks.required.some((r, i) => rules[i] !== r)) return;
   await tx.query(
     `INSERT INTO merge_check_chunks (merge_id, plan_id, chunk, chunks, results) VALUES ($1, $2, $3, $4, $5)
      ON CONFLICT DO NOTHING`,
