@@ -420,12 +420,48 @@ describe('every state-changing operation is audited exactly once', () => {
       60_000,
     );
     await call('control', 'POST', '/v1/admin/worlds/{world}/merges/{id}/verify', { world: W, id: merge.id });
+    const dryRevert = (
+      await call(
+        'control',
+        'POST',
+        '/v1/worlds/{world}/merges/{id}/revert',
+        { world: W, id: merge.id },
+        { body: { dryRun: true } },
+      )
+    ).json();
+    const statusOfMerge = async (id: string) =>
+      (await s.controlCall('GET', `/v1/worlds/${W}/merges/${id}`)).json().status as string;
+    await until(
+      'the dry revert settled',
+      async () => ((await statusOfMerge(dryRevert.id)) !== 'RUNNING' ? true : undefined),
+      60_000,
+    );
+    // A proposal (docs/adr/0085): a merge into the world once it asks for an approval, approved by another owner.
+    const bo = await s.user('bo', W, 'owner');
+    const protect = await s.controlCall('PUT', `/v1/worlds/${W}/protection`, {
+      body: { requireMerge: false, requiredApprovals: 1 },
+    });
+    expect(protect.statusCode, protect.body).toBe(200);
+    const proposal = await s.controlCall('POST', `/v1/worlds/${W}/merges`, {
+      body: { source: FORK, strategy: 'SOURCE_WINS' },
+    });
+    expect(proposal.statusCode, proposal.body).toBe(202);
+    await until(
+      'the merge is PROPOSED',
+      async () => ((await statusOfMerge(proposal.json().id)) === 'PROPOSED' ? true : undefined),
+      60_000,
+    );
     await call(
       'control',
       'POST',
-      '/v1/worlds/{world}/merges/{id}/revert',
-      { world: W, id: merge.id },
-      { body: { dryRun: true } },
+      `${merges}/{id}/approve`,
+      { world: W, id: proposal.json().id },
+      { token: bo, actor: 'bo' },
+    );
+    await until(
+      'the proposal is MERGED',
+      async () => ((await statusOfMerge(proposal.json().id)) === 'MERGED' ? true : undefined),
+      60_000,
     );
 
     // Every service's outbox and inbox repairs, then the signing key, last (its tokens need the replicas).

@@ -9,7 +9,7 @@ import { type Browser, chromium, type Page } from 'playwright-core';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BOOTSTRAP } from '../services/control/test/control-service.js';
-import { type IntelligenceStack, intelligenceStack } from '../services/intelligence/test/stack.js';
+import { forkWorld, type IntelligenceStack, intelligenceStack } from '../services/intelligence/test/stack.js';
 
 /**
  * The console (packages/console, docs/adr/0044) in Debian's chromium, driven by playwright-core,
@@ -190,6 +190,64 @@ describe('the console in a browser', () => {
       '1 day(s), and the newest 3 version(s) of each key',
     );
     await check('retention');
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel(/API token/).waitFor();
+  }, 120_000);
+
+  it("shows a proposal's approvals and check results, and approves it as another owner (docs/adr/0085)", async () => {
+    await s.world('vault', { objectTypes: { Order: ORDER } });
+    const rule = await s.intelCall('PUT', '/v1/worlds/vault/rules/bigOrder', {
+      body: { objectType: 'Order', condition: 'self.amount >= 1000', alertType: 'big-order', severity: 'warning' },
+    });
+    expect(rule.statusCode, rule.body).toBe(201);
+    const seed = await s.dataCall('PUT', '/v1/worlds/vault/objects/Order/o-1', {
+      body: { properties: { id: 'o-1', amount: 5 } },
+    });
+    expect(seed.statusCode, seed.body).toBe(201);
+    await forkWorld(s, 'vault-dev', 'vault');
+    await s.user('vito', 'vault', 'owner');
+    const apiToken = (await s.controlCall('POST', '/v1/users/vito/tokens', { body: { name: 'console' } })).json().token;
+    await s.until('the protection', async () => {
+      const res = await s.controlCall('PUT', '/v1/worlds/vault/protection', {
+        body: { requireMerge: false, requiredApprovals: 1, requiredChecks: ['bigOrder'] },
+      });
+      return res.statusCode === 200 ? true : undefined;
+    });
+    const big = await s.dataCall('PUT', '/v1/worlds/vault-dev/objects/Order/o-9', {
+      body: { properties: { id: 'o-9', amount: 5000 } },
+    });
+    expect(big.statusCode, big.body).toBe(201);
+    const started = await s.controlCall('POST', '/v1/worlds/vault/merges', {
+      body: { source: 'vault-dev', strategy: 'SOURCE_WINS' },
+    });
+    expect(started.statusCode, started.body).toBe(202);
+    const id = started.json().id as string;
+
+    await page.goto(`${base}/console/`);
+    await page.getByLabel(/API token/).fill(apiToken);
+    await page.getByTestId('sign-in').click();
+    await page.getByTestId('world-vault').waitFor();
+    await page.goto(`${base}/console/#/w/vault/merges/${id}`);
+    await page.locator('[data-testid="merge-view"][data-status="PROPOSED"]').waitFor({ timeout: 30_000 });
+    await page.locator('[data-testid="checks"][data-state="failed"]').waitFor({ timeout: 30_000 });
+    expect(await page.getByTestId('check-bigOrder').textContent()).toContain('Order o-9');
+    await check('merge-proposal');
+    // Approved, but the check failed: it waits.
+    await page.getByTestId('approve-merge').click();
+    await page.getByTestId('approvals').getByText('vito').waitFor();
+    expect(await page.getByTestId('approve-merge').count()).toBe(0);
+
+    // Fixed in the source: planned again, the approval void, the check passes; approved, it applies.
+    const fixed = await s.dataCall('PATCH', '/v1/worlds/vault-dev/objects/Order/o-9', {
+      body: { properties: { amount: 10 } },
+    });
+    expect(fixed.statusCode, fixed.body).toBe(200);
+    await page.getByTestId('sent-back').waitFor({ timeout: 30_000 });
+    await page.locator('[data-testid="checks"][data-state="passed"]').waitFor({ timeout: 30_000 });
+    expect(await page.getByTestId('check-bigOrder').textContent()).toContain('nothing: passes');
+    await page.getByTestId('approve-merge').click();
+    await page.locator('[data-testid="merge-view"][data-status="MERGED"]').waitFor({ timeout: 30_000 });
+    expect(await object('vault', 'o-9')).toMatchObject({ amount: 10 });
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByLabel(/API token/).waitFor();
   }, 120_000);

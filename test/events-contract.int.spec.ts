@@ -278,6 +278,29 @@ describe('every event the services produce matches the published contract', () =
       expect((await mergeSettled(id, ['MERGED', 'FAILED', 'COMPENSATED'])).status).toBe('COMPENSATED');
     }
 
+    // A proposal with a required check (docs/adr/0085): control asks data to stage the objects
+    // (world.merge.stage.requested → merge.staged) and intelligence to check them
+    // (world.merge.check.requested → intelligence.merge.checked).
+    await s.until('a protection with a check', async () => {
+      const res = await s.controlCall('PUT', `/v1/worlds/${W}/protection`, {
+        body: { requireMerge: false, requiredChecks: ['big'] },
+      });
+      return res.statusCode === 200 ? true : undefined;
+    });
+    const { id: proposal } = await ok(
+      'proposal',
+      s.controlCall('POST', `/v1/worlds/${W}/merges`, { body: { source: F, strategy: 'SOURCE_WINS' } }),
+    );
+    await s.until(
+      'the checks ran',
+      async () => {
+        const m = (await s.controlCall('GET', `/v1/worlds/${W}/merges/${proposal}`)).json();
+        return ['passed', 'failed'].includes(m.proposal?.checks?.state) ? true : undefined;
+      },
+      60_000,
+    );
+    await ok('protection', s.controlCall('PUT', `/v1/worlds/${W}/protection`, { body: { requireMerge: false } }));
+
     // A fork at a commit data has not reached: data refuses it and control fails the world.
     await ok(
       'fork ahead of data',

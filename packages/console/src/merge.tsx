@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
-import { enc, get, may, send } from './api.js';
+import { enc, get, may, send, userId } from './api.js';
 import { Action, ProblemView, Section, statusClass, useLoad, Value, WorldSelect } from './ui.js';
 import type { World } from './worlds.js';
 
@@ -27,10 +27,29 @@ interface Merge {
   result: { dataSeq: number | null } | null;
   conflicts?: Conflict[];
   createdAt: string;
+  actor?: string;
+  round?: number;
+  sentBack?: { round: number; reason: string; at: string } | null;
+  proposal?: Proposal;
+}
+interface CheckResult {
+  rule: string;
+  fired: { type: string; pk: string }[];
+  firedCount: number;
+  errors: string[];
+}
+/** A merge into a protected world: its approvals and required checks (docs/adr/0085). */
+interface Proposal {
+  requiredApprovals: number;
+  approvals: { by: string; at: string }[];
+  requiredChecks: string[];
+  checks: { state: string; ranAt: string | null; results: CheckResult[] } | null;
 }
 
 const STRATEGIES = ['MANUAL', 'SOURCE_WINS', 'TARGET_WINS', 'TIMESTAMP_WINS'];
 const FINAL = new Set(['MERGED', 'FAILED', 'COMPENSATED', 'CONFLICTS']);
+/** A proposal waits for people, and its checks and a new plan arrive in the background: polled slowly. */
+const WAITING = new Set(['PROPOSED']);
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
@@ -158,6 +177,81 @@ function ConflictCard(props: {
   );
 }
 
+/** What a required check found: nothing (it passes), the objects it fired on, or why it could not run. */
+function firedOn(r: CheckResult): string {
+  if (r.firedCount === 0 && r.errors.length === 0) return 'nothing: passes';
+  const more = r.firedCount > r.fired.length ? [`… ${r.firedCount} in all`] : [];
+  return [...r.fired.map((o) => `${o.type} ${o.pk}`), ...more, ...r.errors].join(', ');
+}
+
+/** A proposal's approvals, its required checks with the objects each rule fired on, and why it was planned again. */
+function ProposalView(props: { world: string; merge: Merge; proposal: Proposal; onChange: () => Promise<unknown> }) {
+  const { merge: m, proposal: p } = props;
+  const waiting = m.status === 'PROPOSED' && m.phase === 'proposed';
+  const me = userId();
+  const mayApprove = waiting && may(props.world, 'owner') && me !== m.actor && !p.approvals.some((a) => a.by === me);
+  return (
+    <section class="proposal" aria-label="Proposal" data-testid="proposal">
+      <h3>
+        Approvals {p.approvals.length} of {p.requiredApprovals}
+        {m.status === 'PROPOSED' && m.phase === 'planning' ? ' · being planned again' : ''}
+      </h3>
+      {m.sentBack ? (
+        <p data-testid="sent-back">
+          Sent back for a new plan (round {m.sentBack.round}): {m.sentBack.reason}. Approvals of the earlier plan no
+          longer count.
+        </p>
+      ) : null}
+      {p.approvals.length > 0 ? (
+        <ul data-testid="approvals">
+          {p.approvals.map((a) => (
+            <li key={a.by}>
+              {a.by} · {new Date(a.at).toLocaleString()}
+            </li>
+          ))}
+        </ul>
+      ) : null}
+      {p.requiredChecks.length > 0 ? (
+        <div data-testid="checks" data-state={p.checks?.state ?? 'none'}>
+          <h3>
+            Checks <span class={statusClass(p.checks?.state ?? 'pending')}>{p.checks?.state ?? 'not run'}</span>
+          </h3>
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Rule</th>
+                <th scope="col">Fired on</th>
+              </tr>
+            </thead>
+            <tbody>
+              {p.requiredChecks.map((rule) => {
+                const r = p.checks?.results.find((x) => x.rule === rule);
+                return (
+                  <tr key={rule} data-testid={`check-${rule}`}>
+                    <th scope="row">{rule}</th>
+                    <td>{r ? firedOn(r) : 'running'}</td>
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+        </div>
+      ) : null}
+      {mayApprove ? (
+        <Action
+          label="Approve"
+          kind="primary"
+          testid="approve-merge"
+          run={async () => {
+            await send('control', 'POST', `/v1/worlds/${enc(props.world)}/merges/${enc(m.id)}/approve`);
+            await props.onChange();
+          }}
+        />
+      ) : null}
+    </section>
+  );
+}
+
 function MergeView(props: { world: string; id: string; onChange: () => Promise<unknown> }) {
   const merge = useLoad(
     () => get<Merge>('control', `/v1/worlds/${enc(props.world)}/merges/${enc(props.id)}?conflictLimit=200`),
@@ -168,10 +262,10 @@ function MergeView(props: { world: string; id: string; onChange: () => Promise<u
     await merge.reload();
     await props.onChange();
   };
-  // A merge still RUNNING is polled until it reaches CONFLICTS or an end.
+  // A merge still RUNNING is polled until it reaches CONFLICTS or an end; a proposal more slowly.
   useEffect(() => {
     if (!m || FINAL.has(m.status)) return;
-    const timer = setTimeout(() => void merge.reload(), 500);
+    const timer = setTimeout(() => void merge.reload(), WAITING.has(m.status) ? 2000 : 500);
     return () => clearTimeout(timer);
   }, [m, merge.reload]);
   // The history shows the merge's status too: refresh it whenever the status moves.
@@ -198,6 +292,9 @@ function MergeView(props: { world: string; id: string; onChange: () => Promise<u
         </div>
       ) : null}
       <ProblemView error={merge.error} />
+      {m.proposal && (m.proposal.requiredApprovals > 0 || m.proposal.requiredChecks.length > 0) && !m.dryRun ? (
+        <ProposalView world={props.world} merge={m} proposal={m.proposal} onChange={reloadAll} />
+      ) : null}
       {(m.conflicts ?? []).map((c) => (
         <ConflictCard
           key={c.id}
@@ -295,6 +392,7 @@ export function Merges({ world, selected }: { world: string; selected?: string |
                 </td>
                 <td>
                   <span class={statusClass(m.status)}>{m.status}</span>
+                  {m.sentBack ? <span title={m.sentBack.reason}> (planned again)</span> : null}
                 </td>
                 <td>
                   {m.counts.conflicts} ({m.counts.unresolved} open)

@@ -10,7 +10,7 @@ import {
 import { TOPICS } from '../kafka/topics.js';
 import type { OutboxMessage } from '../outbox/outbox.js';
 
-// The payload schemas live with the other events' (kafka/events), re-exported here for the callers.
+// The payload schemas live with the other events' (events/), re-exported here for the callers.
 export { HeartbeatPayload, KeysPublishedPayload, RolesChangedPayload, TokenRevokedPayload };
 
 export type TokenRevoked = Static<typeof TokenRevokedPayload>;

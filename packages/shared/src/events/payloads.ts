@@ -186,6 +186,21 @@ const mergeReplies = (service: 'data' | 'intelligence') => {
     ),
   };
 };
+/** The objects a proposal's plan leaves in the target, at most 200 an event (docs/adr/0085). */
+const CHECK_CHUNK = {
+  chunk: Type.Integer({ minimum: 0, description: "this event's chunk of the objects, from 0" }),
+  chunks: Type.Integer({ minimum: 1, description: 'how many chunks there are (1 when the merge writes no object)' }),
+};
+const StagedObject = closed(
+  {
+    type: Text,
+    pk: Text,
+    properties: Type.Record(Type.String(), Type.Unknown(), { description: 'the object as the merge would leave it' }),
+  },
+  'an object the merge would create or change in the target, as it would be after the merge',
+);
+const StagedObjects = Type.Array(StagedObject, { maxItems: 200 });
+
 const DATA_MERGE = mergeReplies('data');
 const INTELLIGENCE_MERGE = mergeReplies('intelligence');
 
@@ -371,6 +386,22 @@ export const EVENT_PAYLOADS = {
   'world.merge.verify.requested': closed(
     { merge: MergeId, verification: Uuid },
     'merge-verify: data and intelligence recompute a finished merge and compare it with the target',
+  ),
+  'world.merge.stage.requested': closed(
+    { merge: MergeId },
+    "a proposal's required checks (docs/adr/0085): data reports the objects its plan would leave in the target, as merge.staged",
+  ),
+  'world.merge.check.requested': closed(
+    {
+      merge: MergeId,
+      checks: Type.Array(Text, {
+        maxItems: 50,
+        description: "the names of the rules that must not fire (the target's requiredChecks)",
+      }),
+      ...CHECK_CHUNK,
+      objects: StagedObjects,
+    },
+    "a proposal's required checks on one chunk of the objects its plan would leave in the target: intelligence evaluates the rules, as the merge would leave them, on a dry run of those objects (docs/adr/0085)",
   ),
   'check.requested': closed(
     { checkId: Uuid },
@@ -697,11 +728,37 @@ export const EVENT_PAYLOADS = {
   'merge.failed': DATA_MERGE.failed,
   'merge.compensated': DATA_MERGE.compensated,
   'merge.verified': DATA_MERGE.verified,
+  'merge.staged': closed(
+    { merge: MergeId, service: Type.Literal('data'), ...CHECK_CHUNK, objects: StagedObjects },
+    "the objects a proposal's plan would create or change in the target, as they would be after the merge, in chunks of at most 200 (docs/adr/0085)",
+  ),
   'intelligence.merge.planned': INTELLIGENCE_MERGE.planned,
   'intelligence.merge.conflicts.found': INTELLIGENCE_MERGE.conflictsFound,
   'intelligence.merge.applied': INTELLIGENCE_MERGE.applied,
   'intelligence.merge.failed': INTELLIGENCE_MERGE.failed,
   'intelligence.merge.compensated': INTELLIGENCE_MERGE.compensated,
   'intelligence.merge.verified': INTELLIGENCE_MERGE.verified,
+  'intelligence.merge.checked': closed(
+    {
+      merge: MergeId,
+      service: Type.Literal('intelligence'),
+      ...CHECK_CHUNK,
+      results: Type.Array(
+        closed(
+          {
+            rule: Text,
+            fired: Type.Array(closed({ type: Text, pk: Text }, 'an object the rule fired on'), {
+              maxItems: 200,
+              description: 'the objects of the chunk the rule fired on',
+            }),
+            error: Type.Optional(Type.String({ description: 'why the rule could not be evaluated: the check fails' })),
+          },
+          'one required check on one chunk',
+        ),
+        { maxItems: 50 },
+      ),
+    },
+    'the required checks of a proposal on one chunk of its objects: each rule, and the objects it fired on (docs/adr/0085)',
+  ),
   'audit.recorded': AuditRecordedPayload,
 } as const satisfies Record<EventType, TSchema>;

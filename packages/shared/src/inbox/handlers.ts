@@ -1,6 +1,6 @@
 /**
  * Typed event handlers (docs/adr/0052): a consumer registers a handler per event type and gets
- * the event with its payload typed from the catalogue's TypeBox schema (kafka/events), instead
+ * the event with its payload typed from the catalogue's TypeBox schema (events/), instead
  * of casting `payload as {…}`. Consumed envelopes are checked against those schemas on decode
  * (validateEvent) wherever the producers check theirs, so the type states what arrives.
  */

@@ -10,7 +10,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 export function mergeMetrics(registry: Registry, pool: pg.Pool): void {
   new Counter({
     name: 'onto_merges_total',
-    help: 'Merges of worlds by status (RUNNING, CONFLICTS, MERGED, FAILED, COMPENSATED)',
+    help: 'Merges of worlds by status (RUNNING, CONFLICTS, PROPOSED, MERGED, FAILED, COMPENSATED)',
     labelNames: ['status'] as const,
     registers: [registry],
     async collect() {

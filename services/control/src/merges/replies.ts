@@ -10,6 +10,7 @@ import {
   emit,
   type Failure,
   lockMerge,
+  lockMergeOfPlan,
   type MergeRow,
   type PartRow,
   parts,
@@ -17,7 +18,17 @@ import {
   type Service,
   updateMerge,
 } from './repository.js';
-import { afterPlans, compensate, endCompensation, type SagaContext } from './saga.js';
+import {
+  afterPlans,
+  compensate,
+  endCompensation,
+  onChecked,
+  onStaged,
+  type SagaContext,
+  type Seen,
+  sendBack,
+  staleness,
+} from './saga.js';
 
 type DataReply =
   | 'merge.planned'
@@ -36,7 +47,9 @@ type Reply =
   | { kind: 'applied'; service: Service; payload: Payload<'merge.applied'> }
   | { kind: 'failed'; service: Service; payload: Payload<'merge.failed'> }
   | { kind: 'compensated'; service: Service; payload: Payload<'merge.compensated'> }
-  | { kind: 'verified'; service: Service; payload: Payload<'merge.verified'> };
+  | { kind: 'verified'; service: Service; payload: Payload<'merge.verified'> }
+  | { kind: 'staged'; service: 'data'; payload: EventPayload<'merge.staged'> }
+  | { kind: 'checked'; service: 'intelligence'; payload: EventPayload<'intelligence.merge.checked'> };
 
 /** A merge reply from data (onto.storage) or intelligence (onto.intelligence), or undefined. */
 function replyOf(event: ReceivedEvent['event']): Reply | undefined {
@@ -58,6 +71,10 @@ function replyOf(event: ReceivedEvent['event']): Reply | undefined {
   if (isEvent(event, 'merge.verified', 'intelligence.merge.verified')) {
     return { kind: 'verified', service: event.payload.service, payload: event.payload };
   }
+  if (isEvent(event, 'merge.staged')) return { kind: 'staged', service: 'data', payload: event.payload };
+  if (isEvent(event, 'intelligence.merge.checked')) {
+    return { kind: 'checked', service: 'intelligence', payload: event.payload };
+  }
   return undefined;
 }
 
@@ -70,9 +87,51 @@ export async function applyMergeReplies(tx: pg.ClientBase, events: ReceivedEvent
       await recordVerification(tx, reply.service, reply.payload);
       continue;
     }
-    const merge = await lockMerge(tx, reply.payload.merge);
+    if (reply.kind === 'staged' || reply.kind === 'checked') {
+      const merge = await lockMergeOfPlan(tx, reply.payload.merge);
+      if (!merge) continue;
+      if (reply.kind === 'staged') await onStaged(tx, ctx, merge, reply.payload);
+      else await onChecked(tx, ctx, merge, reply.payload);
+      continue;
+    }
+    // Replies name the plan: one of a plan a proposal was sent back from finds no merge.
+    const merge = await lockMergeOfPlan(tx, reply.payload.merge);
     if (!merge) continue;
     await onReply(tx, ctx, merge, reply);
+  }
+  await sendBackStale(tx, ctx, events);
+}
+
+/**
+ * Proposals whose target or source was written after their plan read it (docs/adr/0085), as the
+ * positions data and intelligence announce say (storage.position, intelligence.rules.changed,
+ * storage.schema.updated): each is sent back for a new plan, its approvals void.
+ */
+async function sendBackStale(tx: pg.ClientBase, ctx: SagaContext, events: ReceivedEvent[]): Promise<void> {
+  const seen = new Map<string, Seen>();
+  const at = (world: string) => seen.get(world) ?? (seen.set(world, {}).get(world) as Seen);
+  for (const { event } of events) {
+    if (isEvent(event, 'storage.position')) {
+      const s = at(event.world_id);
+      s.dataSeq = Math.max(s.dataSeq ?? 0, event.payload.seq);
+    } else if (isEvent(event, 'intelligence.rules.changed')) {
+      const s = at(event.world_id);
+      s.definitions = Math.max(s.definitions ?? 0, event.payload.definitions);
+    } else if (isEvent(event, 'storage.schema.updated')) {
+      at(event.world_id);
+    }
+  }
+  if (seen.size === 0) return;
+  const { rows } = await tx.query<{ id: string }>(
+    `SELECT id FROM merges WHERE status = 'PROPOSED' AND phase = 'proposed' AND (target = ANY($1) OR source = ANY($1))
+      ORDER BY id`,
+    [[...seen.keys()]],
+  );
+  for (const { id } of rows) {
+    const merge = await lockMerge(tx, id);
+    if (merge?.status !== 'PROPOSED' || merge.phase !== 'proposed') continue;
+    const why = await staleness(tx, merge, seen);
+    if (why) await sendBack(tx, ctx, merge, why);
   }
 }
 
@@ -126,7 +185,7 @@ async function onReply(tx: pg.ClientBase, ctx: SagaContext, merge: MergeRow, rep
         // Applied after the compensation was asked (or after the merge ended without it): undone too.
         await updateMerge(tx, merge.id, { phase: 'compensating', deadline_at: deadline(ctx.timeoutMs) });
         await emit(tx, ctx.topicPrefix, 'world.merge.compensate', merge.target, {
-          merge: merge.id,
+          merge: merge.plan_id,
           reason: `${service} applied its part after the merge had failed`,
         });
       }

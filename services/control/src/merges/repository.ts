@@ -5,8 +5,8 @@ import { emptySchema, type SchemaDocument } from '../schema/model.js';
 import type { Lineage, Point } from './base.js';
 import type { History } from './schema-merge.js';
 
-export type MergeStatus = 'RUNNING' | 'CONFLICTS' | 'MERGED' | 'FAILED' | 'COMPENSATED';
-export type MergePhase = 'planning' | 'conflicts' | 'applying' | 'compensating' | 'done';
+export type MergeStatus = 'RUNNING' | 'CONFLICTS' | 'PROPOSED' | 'MERGED' | 'FAILED' | 'COMPENSATED';
+export type MergePhase = 'planning' | 'conflicts' | 'proposed' | 'applying' | 'compensating' | 'done';
 export const SERVICES = ['data', 'intelligence'] as const;
 export type Service = (typeof SERVICES)[number];
 
@@ -29,6 +29,17 @@ export interface MergeRow {
   base: Point | null;
   /** A revert: the merge it undoes (docs/adr/0081). */
   reverts: string | null;
+  /**
+   * The id data and intelligence know the current plan by (docs/adr/0085): the merge's id, or a
+   * new one for each new plan a proposal was sent back for. Every event to them names this one.
+   */
+  plan_id: string;
+  /** The plan round: 0, then one more for each new plan. */
+  round: number;
+  /** Why the last new plan was asked for, or null. */
+  sent_back: SentBack | null;
+  /** The required checks of the current plan, or null (none asked for). */
+  checks: Checks | null;
   source_schema_version: number;
   target_schema_version: number;
   source_data_seq: string | null;
@@ -43,6 +54,28 @@ export interface MergeRow {
   deadline_at: Date | null;
   created_at: Date;
   updated_at: Date;
+}
+
+export interface SentBack {
+  round: number;
+  reason: string;
+  at: string;
+}
+
+export interface CheckResult {
+  rule: string;
+  /** The objects it fired on (at most 200 named), and how many there were. */
+  fired: { type: string; pk: string }[];
+  firedCount: number;
+  errors: string[];
+}
+
+export interface Checks {
+  planId: string;
+  required: string[];
+  state: 'running' | 'passed' | 'failed';
+  results: CheckResult[];
+  ranAt: string | null;
 }
 
 export interface PartRow {
@@ -61,6 +94,25 @@ export interface PartRow {
 export async function lockMerge(tx: pg.ClientBase, id: string): Promise<MergeRow | undefined> {
   const { rows } = await tx.query<MergeRow>('SELECT * FROM merges WHERE id = $1 FOR UPDATE', [id]);
   return rows[0];
+}
+
+/** The merge whose current plan is `planId` (a reply names the plan), locked; undefined for an old plan's. */
+export async function lockMergeOfPlan(tx: pg.ClientBase, planId: string): Promise<MergeRow | undefined> {
+  const { rows } = await tx.query<MergeRow>('SELECT * FROM merges WHERE plan_id = $1 FOR UPDATE', [planId]);
+  return rows[0];
+}
+
+/** The owners who approved the merge's current round, oldest first. */
+export async function approvals(
+  db: pg.ClientBase | pg.Pool,
+  merge: Pick<MergeRow, 'id' | 'round'>,
+): Promise<{ by: string; at: string }[]> {
+  const { rows } = await db.query<{ by: string; at: string }>(
+    `SELECT approver AS by, to_json(approved_at)#>>'{}' AS at FROM merge_approvals
+      WHERE merge_id = $1 AND round = $2 ORDER BY approved_at, approver`,
+    [merge.id, merge.round],
+  );
+  return rows;
 }
 
 export async function parts(db: pg.ClientBase | pg.Pool, id: string): Promise<PartRow[]> {
@@ -96,7 +148,9 @@ export async function emit(
     | 'world.merge.conflict.resolved'
     | 'world.merge.apply'
     | 'world.merge.compensate'
-    | 'world.merge.verify.requested',
+    | 'world.merge.verify.requested'
+    | 'world.merge.stage.requested'
+    | 'world.merge.check.requested',
   target: string,
   payload: Record<string, unknown>,
   requestId?: string,

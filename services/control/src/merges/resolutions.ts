@@ -155,7 +155,7 @@ export async function resolveConflict(
     });
   } else {
     await emit(tx, topicPrefix, 'world.merge.conflict.resolved', merge.target, {
-      merge: merge.id,
+      merge: merge.plan_id,
       conflict: conflictId,
       take: resolution.take,
       ...(resolution.take === 'value' ? { value } : {}),

@@ -20,9 +20,10 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
-import { lockMerge, type MergeRow, parts } from './repository.js';
+import { protectionOf } from '../worlds/protection.js';
+import { approvals, lockMerge, type MergeRow, parts } from './repository.js';
 import { resolveConflict } from './resolutions.js';
-import { applyNow, type SagaContext, startMerge } from './saga.js';
+import { applyNow, approveMerge, type SagaContext, startMerge } from './saga.js';
 import {
   type ConflictDbRow,
   Conflict as ConflictView,
@@ -73,6 +74,13 @@ const Resolve = Type.Object(
   },
   { additionalProperties: false },
 );
+
+const Approval = Type.Object({
+  id: Type.String(),
+  status: Type.String({ description: 'PROPOSED: more approvals needed; RUNNING: approved, applying' }),
+  approvals: Type.Integer({ description: "approvals of the merge's current plan" }),
+  requiredApprovals: Type.Integer(),
+});
 
 /** A merge of the target, or 404 (unknown, or a merge of another world). */
 async function mergeOf(tx: pg.ClientBase, world: string, id: string): Promise<MergeRow> {
@@ -140,12 +148,27 @@ async function loadMerge(db: pg.Pool, world: string, id: string, cursor: string 
     [id],
   );
   const last = page.at(-1);
-  return mergeView(merge, await parts(db, id), page, counts.rows, {
-    next:
-      conflicts.rows.length > limit && last
-        ? encodeCursor({ k: last.id.slice(0, 1), n: Number(last.id.slice(2)) })
-        : null,
-  });
+  return mergeView(
+    merge,
+    await parts(db, id),
+    page,
+    counts.rows,
+    {
+      next:
+        conflicts.rows.length > limit && last
+          ? encodeCursor({ k: last.id.slice(0, 1), n: Number(last.id.slice(2)) })
+          : null,
+    },
+    {
+      ...(merge.dry_run
+        ? { requiredApprovals: 0, requiredChecks: [] }
+        : await protectionOf(db, world).then((p) => ({
+            requiredApprovals: p.requiredApprovals,
+            requiredChecks: p.requiredChecks,
+          }))),
+      approvals: await approvals(db, merge),
+    },
+  );
 }
 
 /**
@@ -357,6 +380,8 @@ export default fp(
         schema: {
           tags: ['merges'],
           summary: 'Apply a merge whose conflicts are all resolved',
+          description:
+            'A merge at CONFLICTS with none unresolved applies (202), or, into a world whose protection asks for approvals or checks, becomes a proposal (PROPOSED, docs/adr/0085). A PROPOSED merge with its approvals and checks in whose apply waited for another running merge applies now (or is sent back for a new plan if the target or the source was written since); with approvals or checks missing it is a 409. 409 also: not CONFLICTS or PROPOSED, a dry run, unresolved conflicts, another merge running.',
           params: MergeParams,
           response: { 202: Type.Object({ id: Type.String(), status: Type.String() }), ...errors },
         },
@@ -371,6 +396,51 @@ export default fp(
         });
         reply.code(202);
         return { id, status };
+      },
+    );
+
+    app.post(
+      '/v1/worlds/:world/merges/:id/approve',
+      {
+        bodyLimit: BODY_LIMITS.small,
+        preHandler: app.authorize({ role: 'owner' }),
+        schema: {
+          tags: ['merges'],
+          summary: 'Approve a proposal: a merge waiting at PROPOSED for the approvals its target asks for',
+          description:
+            "An owner of the world (a user with the owner role in it) approves the merge's current plan (docs/adr/0085). With the approvals the world's protection asks for (requiredApprovals) and its required checks passed (requiredChecks: none of the rules fires on the objects the merge would create or change, see the merge's proposal.checks), the merge applies (202, status RUNNING); before that it stays PROPOSED (200), and applies when the checks pass. If the target or the source was written after the plan read them (data's newest write, a rule, the schema), the approval is not recorded: the merge is sent back for a new plan, its approvals void, and the answer is 409 naming why (the merge's sentBack says it too). 403: not an owner of the world, or the merge's author (rule requiredApprovals); 404: no such merge of this world; 409: the merge is not waiting at PROPOSED, the caller approved this plan already, or another merge is running against the world. Nothing is written on a refusal.",
+          params: MergeParams,
+          response: {
+            200: Approval,
+            202: Approval,
+            ...errors,
+          },
+        },
+      },
+      async (request, reply) => {
+        const { world, id } = request.params;
+        const approver = actorOf(request);
+        const answer = await inTransaction(app.pg, async (tx) => {
+          const merge = await mergeOf(tx, world, id);
+          const done = await approveMerge(tx, ctx, merge, approver);
+          const status = (await lockMerge(tx, id))?.status ?? merge.status;
+          await recordAudit(tx, request, {
+            action: 'merge.approve',
+            result: status === 'RUNNING' ? 'accepted' : 'updated',
+            worldId: world,
+            subject: id,
+            detail: { round: merge.round, approvals: done.approvals, required: done.required, sentBack: done.sentBack },
+          });
+          return { ...done, status };
+        });
+        if (answer.sentBack) {
+          throw new Conflict(`merge ${id} was sent back for a new plan: ${answer.sentBack}; approve the new plan`, {
+            mergeStatus: answer.status,
+            sentBack: answer.sentBack,
+          });
+        }
+        reply.code(answer.status === 'RUNNING' ? 202 : 200);
+        return { id, status: answer.status, approvals: answer.approvals, requiredApprovals: answer.required };
       },
     );
   },

@@ -152,7 +152,7 @@ export default fp(
             app.topicPrefix,
             'world.merge.verify.requested',
             world,
-            { merge: id, verification },
+            { merge: merge.plan_id, verification },
             request.id,
           );
           await recordAudit(tx, request, {

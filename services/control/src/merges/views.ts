@@ -45,8 +45,26 @@ const summaryFields = {
   target: Type.String(),
   strategy: Type.String(),
   dryRun: Type.Boolean(),
-  status: Type.String({ description: 'RUNNING, CONFLICTS, MERGED, FAILED or COMPENSATED' }),
-  phase: Type.String({ description: 'planning, conflicts, applying, compensating or done' }),
+  status: Type.String({
+    description:
+      'RUNNING, CONFLICTS, PROPOSED (into a world whose protection asks for approvals: waits for them, docs/adr/0085), MERGED, FAILED or COMPENSATED',
+  }),
+  phase: Type.String({
+    description:
+      'planning, conflicts, proposed (waiting for approvals), applying, compensating or done; a PROPOSED merge sent back for a new plan is planning until the plan is in',
+  }),
+  round: Type.Integer({
+    description: 'the plan round: 0, then one more each time a proposal was sent back for a new plan',
+  }),
+  sentBack: Nullable(
+    Type.Object(
+      { round: Type.Integer(), reason: Type.String(), at: Type.String() },
+      {
+        description:
+          'why the proposal was last sent back for a new plan (a write to the target or the source after its plan read them); its approvals were void',
+      },
+    ),
+  ),
   base: Nullable(Point),
   reverts: Nullable(
     Type.String({ description: 'a revert (POST …/merges/{id}/revert): the merge it undoes; null for a merge' }),
@@ -95,6 +113,44 @@ export const Merge = Type.Object({
     intelligence: Nullable(Counts),
   }),
   parts: Type.Array(Part),
+  proposal: Type.Object(
+    {
+      requiredApprovals: Type.Integer({
+        description: "what the target's protection asks for now (0: the merge is no proposal)",
+      }),
+      approvals: Type.Array(Type.Object({ by: Type.String(), at: Type.String() }), {
+        description: "the owners who approved this round's plan, other than the merge's author",
+      }),
+      requiredChecks: Type.Array(Type.String(), {
+        description: "the rules that must not fire on the merge's result, as the target's protection names them now",
+      }),
+      checks: Nullable(
+        Type.Object(
+          {
+            state: Type.String({ description: 'running, passed or failed' }),
+            ranAt: Nullable(Type.String({ description: 'when the last result came in' })),
+            results: Type.Array(
+              Type.Object({
+                rule: Type.String(),
+                fired: Type.Array(Type.Object({ type: Type.String(), pk: Type.String() }), {
+                  description: 'objects the merge would create or change that the rule fires on (at most 200 named)',
+                }),
+                firedCount: Type.Integer(),
+                errors: Type.Array(Type.String(), {
+                  description: 'why the rule could not be evaluated: the check fails',
+                }),
+              }),
+            ),
+          },
+          {
+            description:
+              "the required checks on a dry run of this round's plan: each rule evaluated on the objects the merge would create or change, as they would be after it (docs/adr/0085); null: none asked for",
+          },
+        ),
+      ),
+    },
+    { description: 'approvals of a merge into a protected world (POST …/approve, docs/adr/0085)' },
+  ),
   conflicts: Type.Array(Conflict),
   conflictsNext: Nullable(Type.String({ description: 'pass as ?conflicts= for the next page of conflicts' })),
 });
@@ -157,6 +213,8 @@ export function summaryView(
     phase: m.phase,
     base: m.base,
     reverts: m.reverts,
+    round: m.round,
+    sentBack: m.sent_back,
     result: m.result,
     failure: m.failure,
     counts: {
@@ -176,6 +234,7 @@ export function mergeView(
   conflicts: ConflictDbRow[],
   byType: { type: string; total: number; unresolved: number }[],
   page: { next: string | null },
+  proposal: { requiredApprovals: number; approvals: { by: string; at: string }[]; requiredChecks: string[] },
 ) {
   const part = (s: string) => ps.find((p) => p.service === s);
   const num = (v: string | null) => (v === null ? null : Number(v));
@@ -205,6 +264,10 @@ export function mergeView(
       notReverted: p.not_reverted,
       failure: p.failure,
     })),
+    proposal: {
+      ...proposal,
+      checks: m.checks ? { state: m.checks.state, ranAt: m.checks.ranAt, results: m.checks.results } : null,
+    },
     conflicts: conflicts.map(conflictView),
     conflictsNext: page.next,
   };

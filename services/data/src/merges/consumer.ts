@@ -6,6 +6,7 @@ import { cutCommit, cutCommitIn } from '../storage/commit.js';
 import { applyMerge } from './apply.js';
 import { compensateMerge } from './compensate.js';
 import { planMerge, resolveConflict } from './plan.js';
+import { stageMerge } from './stage.js';
 import { verifyMerge } from './verify.js';
 
 /*
@@ -37,6 +38,8 @@ export function mergeEvents(app: FastifyInstance) {
       },
       'world.merge.verify.requested': (event) =>
         verifyMerge(tx, app.topicPrefix, event.event_id, { ...event.payload, target: event.world_id }),
+      'world.merge.stage.requested': (event) =>
+        stageMerge(tx, app.topicPrefix, event.event_id, { ...event.payload, target: event.world_id }),
     });
     for (const { event } of events) await handle(event);
   };

@@ -2,6 +2,7 @@ import { eventHandlers } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
+import { check } from './checks.js';
 import { apply, compensate, plan, resolve, type SagaContext, verify } from './saga.js';
 
 /**
@@ -25,6 +26,7 @@ export default fp(
       'world.merge.apply': (event, tx) => apply(tx, ctx, event),
       'world.merge.compensate': (event, tx) => compensate(tx, ctx, event),
       'world.merge.verify.requested': (event, tx) => verify(tx, ctx, event),
+      'world.merge.check.requested': (event, tx) => check(tx, ctx.topicPrefix, event),
     });
     app.addConsumer({
       name: 'intelligence-merges',

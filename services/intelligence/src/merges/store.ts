@@ -112,7 +112,8 @@ type Reply =
   | 'intelligence.merge.applied'
   | 'intelligence.merge.failed'
   | 'intelligence.merge.compensated'
-  | 'intelligence.merge.verified';
+  | 'intelligence.merge.verified'
+  | 'intelligence.merge.checked';
 
 /** A reply on onto.intelligence, keyed by the target world, caused by control's event. */
 export async function reply(
