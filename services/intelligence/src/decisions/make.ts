@@ -9,13 +9,24 @@ import {
   uuidv7,
 } from '@onto/shared';
 import type pg from 'pg';
-import type { ActionsApi } from '../actions/plugin.js';
 import { type Bindings, evaluate } from '../cel/expressions.js';
 import type { Alert } from '../rules/alerts.js';
 import type { Approval, DecisionStatus, ResolvedDecision } from './model.js';
 
 /** What the actions part of intelligence offers decisions: start an action in the caller's transaction. */
-export type ActionStarter = Pick<ActionsApi, 'start'>;
+export interface ActionStarter {
+  start(
+    tx: pg.PoolClient,
+    request: {
+      worldId: string;
+      actionType: string;
+      parameters: Record<string, unknown>;
+      idempotencyKey: string;
+      actor: string;
+      causedBy: string | null;
+    },
+  ): Promise<{ actionId: string; replayed: boolean }>;
+}
 
 export type Decision = {
   id: string;

@@ -1,14 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { adminRoutes } from '../admin/routes.js';
 import type { ActionStarter } from '../decisions/make.js';
-import { decisionRoutes } from '../decisions/routes.js';
-import type { DefinitionWriter } from '../definition-routes.js';
-import { derivedRoutes } from '../derived/routes.js';
-import type { Kind } from '../merges/history.js';
-import { readModelRoutes } from '../readmodel/routes.js';
-import { alertRoutes } from '../rules/alert-routes.js';
-import { ruleRoutes } from '../rules/routes.js';
 import { applyChanges, prepareChanges } from './changes.js';
 import type { Engine } from './engine.js';
 import { EvaluationMetrics } from './metrics.js';
@@ -18,25 +10,33 @@ import { ModelCache } from './world-model.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** Each kind's PUT and DELETE in a caller's transaction: how a merge writes definitions (docs/adr/0039). */
-    definitionWriters: Record<Kind, DefinitionWriter>;
+    /** The evaluation's parts, for the routes app.ts mounts on it (definitions, read model, admin). */
+    engine: Engine;
   }
+}
+
+export interface EvaluationOptions {
+  seriesKeepMarginMs: number;
+  /**
+   * How a decision starts its action in the evaluation's transaction: the actions API, registered
+   * after this plugin, hence asked for at call time (undefined until it is).
+   */
+  actions: () => ActionStarter | undefined;
 }
 
 /**
  * intelligence's evaluation: the read model of data's objects and links, derived properties,
  * rules and alerts, decisions (docs/adr/0010). Two consumers — `intelligence-changes` on
  * onto.changes.objects/links (the hot path) and `intelligence-definitions` on onto.schema,
- * onto.storage and onto.worlds — the recompute worker, and the routes.
+ * onto.storage and onto.worlds — and the recompute worker. It mounts no route: app.ts mounts the
+ * routes on `app.engine`.
  */
 export default fp(
-  async (app: FastifyInstance, opts: { seriesKeepMarginMs: number }) => {
-    // The actions API (another part of intelligence) starts a decision's action in our
-    // transaction; read at call time, so that registration order does not matter.
+  async (app: FastifyInstance, opts: EvaluationOptions) => {
     const ctx = {
       topicPrefix: app.topicPrefix,
       get actions(): ActionStarter | undefined {
-        return (app as unknown as { actions?: ActionStarter }).actions;
+        return opts.actions();
       },
     };
     const models = new ModelCache(app.schemaReplica);
@@ -69,14 +69,7 @@ export default fp(
       }),
     });
     worker.register(app.jobs);
-
-    await readModelRoutes(app);
-    const derived = await derivedRoutes(app, engine);
-    await adminRoutes(app, engine);
-    const rule = await ruleRoutes(app, engine);
-    await alertRoutes(app);
-    const decision = await decisionRoutes(app, engine);
-    app.decorate('definitionWriters', { derived, rule, decision });
+    app.decorate('engine', engine);
   },
   {
     name: 'onto-intelligence-evaluation',
