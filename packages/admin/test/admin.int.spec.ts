@@ -237,9 +237,9 @@ describe('onto-admin against the running stack', () => {
     const pg = s.control.app.pg;
     const id = uuidv7();
     await pg.query(
-      `INSERT INTO merges (id, target, source, strategy, status, phase, source_schema_version, target_schema_version,
+      `INSERT INTO merges (id, plan_id, target, source, strategy, status, phase, source_schema_version, target_schema_version,
                            merged_schema, actor, result)
-       SELECT $1, $2, $2, 'SOURCE_WINS', 'MERGED', 'done', version, version, document, 'admin',
+       SELECT $1, $1, $2, $2, 'SOURCE_WINS', 'MERGED', 'done', version, version, document, 'admin',
               json_build_object('schemaVersion', version, 'dataSeq', 1, 'definitions', 1)
          FROM schema_versions WHERE world_id = $2 ORDER BY version DESC LIMIT 1`,
       [id, W],
