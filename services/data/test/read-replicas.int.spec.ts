@@ -141,9 +141,17 @@ describe('read replicas', () => {
           .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
       const onPrimary = await primaryReads();
 
+      const allReads = async () =>
+        (await metrics())
+          .split('\n')
+          .filter((l) => l.startsWith('onto_db_reads_total{'))
+          .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+      const readsBefore = await allReads();
+
       // Without a token: the paused replica answers at its cut, which is before c-1.
       const list = await s.dataCall('GET', '/v1/worlds/rr/objects/Order?limit=1000');
       expect(list.statusCode, list.body).toBe(200);
+      expect(await allReads(), 'one read counted for one request').toBe(readsBefore + 1);
       expect(list.json().commit).toBeLessThan(commit);
       expect(pks(list.json().objects)).toContain('c-0');
       expect(pks(list.json().objects)).not.toContain('c-1');
@@ -180,6 +188,14 @@ describe('read replicas', () => {
       expect(mine.json().commit).toBeGreaterThanOrEqual(commit);
       expect(pks(mine.json().objects)).toContain('c-1');
       expect(count(await agg({ 'x-consistency-token': token }))).toBe(mine.json().objects.length);
+
+      // A world the paused replica has not seen: the list falls back to the primary, and the
+      // request still counts as one read (the replica it tried first is not counted).
+      await s.world('rr-new', { objectTypes: { Order } });
+      const fresh = await allReads();
+      const unseen = await s.dataCall('GET', '/v1/worlds/rr-new/objects/Order?limit=10');
+      expect(unseen.statusCode, unseen.body).toBe(200);
+      expect(await allReads(), 'one read counted for one request').toBe(fresh + 1);
     } finally {
       await replica.resume();
     }

@@ -30,6 +30,8 @@ declare module 'fastify' {
      * own reads, merges) use `app.pg`.
      */
     readDb(request: FastifyRequest, options?: ReadOptions): Promise<pg.Pool>;
+    /** Counts a read served by the replica a `tentative` readDb gave (reason: no position). */
+    countReplicaRead(): void;
   }
 }
 
@@ -39,6 +41,12 @@ export interface ReadOptions {
    * ref resolved there): a replica serves it once it has replayed the primary's WAL position.
    */
   primaryNow?: boolean;
+  /**
+   * The caller may not read from the replica it gets (pinnedRead tries a replica's cut first and
+   * falls back to readDb with primaryNow): not counted in onto_db_reads_total until it calls
+   * `countReplicaRead`, so a request counts once.
+   */
+  tentative?: boolean;
 }
 
 export interface ReplicaOptions {
@@ -133,6 +141,7 @@ export const replicasPlugin = fp(
     const primary = app.pg;
     if (opts.urls.length === 0) {
       app.decorate('readDb', async () => primary);
+      app.decorate('countReplicaRead', () => {});
       return;
     }
     const own = await identify(primary);
@@ -257,6 +266,7 @@ export const replicasPlugin = fp(
       return rows[0]?.lsn ? lsnBytes(rows[0].lsn) : null;
     };
 
+    app.decorate('countReplicaRead', () => reads.inc({ target: 'replica', reason: 'no position' }));
     app.decorate('readDb', async (request: FastifyRequest, options: ReadOptions = {}) => {
       let wanted = walPositionOf(request, opts.service);
       // A token naming another service's version (control=4 in data) was waited for on the
@@ -268,6 +278,7 @@ export const replicasPlugin = fp(
       }
       if (wanted === undefined) {
         const r = pick();
+        if (options.tentative) return r ? r.pool : primary;
         reads.inc({ target: r ? 'replica' : 'primary', reason: r ? 'no position' : 'no usable replica' });
         return r ? r.pool : primary;
       }

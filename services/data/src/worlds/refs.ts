@@ -206,14 +206,18 @@ export async function pinnedRead(
 ): Promise<{ db: pg.Pool; point: ReadPoint & { commit: number } }> {
   const commit = ref.commit ?? null;
   if (ref.at === undefined && Object.keys(consistencyToken(request)).length === 0) {
-    const db = await app.readDb(request);
+    // Tentative: counted once it is used; a fallback below counts as the primary's (or a waited) read.
+    const db = await app.readDb(request, { tentative: true });
     if (db !== app.pg) {
       const cut = await replicaCut(db).catch(() => undefined);
       const at = commit ?? cut;
       if (cut !== undefined && at !== undefined && at <= cut) {
         try {
           const point = await resolveRef(db, world, String(at), commit === null ? ref.atField : ref.commitField);
-          if (point.commit !== null) return { db, point: point as ReadPoint & { commit: number } };
+          if (point.commit !== null) {
+            app.countReplicaRead();
+            return { db, point: point as ReadPoint & { commit: number } };
+          }
         } catch {
           // Not answerable there (a world created after the replica's cut): the primary's way.
         }
