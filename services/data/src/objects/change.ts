@@ -18,9 +18,9 @@ import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { Counter } from 'prom-client';
 import { COMMIT_TIME, commitTime, type Origin, objectChange } from '../events.js';
-import { retryWriteConflicts, WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
 import type { LiveLink } from '../links/repository.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { retryWriteConflicts, WORLD_LOCK_SPACE, worldLockKey } from '../worlds/locks.js';
 import { protectionColumns, refuseProtected, type WriteVia } from '../worlds/protection.js';
 import { type Checked, capped, type Properties } from './model.js';
 import {
