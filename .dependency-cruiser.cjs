@@ -55,6 +55,7 @@ const LAYERS = {
     'http',
     'worlds/locks.ts',
     'worlds/protection.ts',
+    'worlds/context.ts',
     'worlds/refs.ts',
     'objects',
     'links',

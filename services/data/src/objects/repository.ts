@@ -1,5 +1,6 @@
 import type { Queryable } from '@onto/shared';
-import { protectionColumns, protectionOf, type WorldProtection } from '../worlds/protection.js';
+import type { WorldContext } from '../worlds/context.js';
+import { protectionColumns, protectionOf } from '../worlds/protection.js';
 import type { Segment } from '../worlds/refs.js';
 import { type Filter, type Properties, SQL_OPS } from './model.js';
 
@@ -17,39 +18,9 @@ export interface Head {
   inherited?: boolean;
 }
 
-export interface ObjectContext {
-  /** The world is provisioned here (data's `worlds`). */
-  provisioned: boolean;
-  /** The world is a fork (it reads through a base; docs/adr/0023). */
-  forked?: boolean;
-  /** The world's applied schema version (0 before the first). */
-  schemaVersion: number;
-  /** The world's protection (docs/adr/0058). */
-  protection?: WorldProtection;
+/** The world and the object's head, as a write or a read of one object sees them. */
+export interface ObjectContext extends WorldContext {
   head: Head | null;
-}
-
-/** The world and its schema version, for routes about no single object. */
-export async function worldContext(db: Queryable, worldId: string): Promise<Omit<ObjectContext, 'head'>> {
-  const { rows } = await db.query<{
-    provisioned: boolean;
-    forked: boolean;
-    schema_version: number;
-    require_merge: boolean;
-    allow_actions: boolean;
-  }>(
-    `SELECT w.id IS NOT NULL AS provisioned, w.base_world IS NOT NULL AS forked,
-            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
-            ${protectionColumns('w')}
-       FROM (SELECT 1) one LEFT JOIN worlds w ON w.id = $1`,
-    [worldId],
-  );
-  return {
-    provisioned: rows[0]?.provisioned ?? false,
-    forked: rows[0]?.forked ?? false,
-    schemaVersion: rows[0]?.schema_version ?? 0,
-    protection: protectionOf(rows[0]),
-  };
 }
 
 /** Row locks a read may take on the head: writers update it, link creators only need it to stay. */

@@ -31,11 +31,12 @@ import {
 import { At, LIST_COMMIT, NAME } from '../http/schemas.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { latestSeries } from '../series/latest.js';
+import { worldContext } from '../worlds/context.js';
 import { inWorldTransaction } from '../worlds/locks.js';
 import { pinnedRead, resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, parseFilter } from './model.js';
-import { type Head, listObjects, objectAt, objectContext, objectHistory, worldContext } from './repository.js';
+import { type Head, listObjects, objectAt, objectContext, objectHistory } from './repository.js';
 
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 413, 422, 503);
 /** Reads at a ref: also 410 before the retained horizon (docs/adr/0072). */
