@@ -51,14 +51,19 @@ const LAYERS = {
     'events.ts',
     'storage',
     'schema',
-    'http.ts',
+    'objects/model.ts',
+    'http',
+    'worlds/locks.ts',
+    'worlds/protection.ts',
+    'worlds/context.ts',
+    'worlds/refs.ts',
     'objects',
     'links',
     'series',
     'worlds',
     'checker',
     'merges',
-    'ingest',
+    'bulk',
     'cdc',
     'actions',
     'positions',
@@ -101,7 +106,12 @@ const layerRules = Object.entries(LAYERS).flatMap(([root, layers]) =>
     comment: `${root}/${layer} imports only what lies at or below it (${root}: ${layers.join(' < ')})`,
     severity: 'error',
     from: { path: entry(root, layer) },
-    to: { path: layers.slice(i + 1).map((higher) => entry(root, higher)) },
+    // An entry may name a file inside a folder listed higher (worlds/refs.ts below worlds): it
+    // stands at its own level, so what lies at or below the importer is never a violation.
+    to: {
+      path: layers.slice(i + 1).map((higher) => entry(root, higher)),
+      pathNot: layers.slice(0, i + 1).map((lower) => entry(root, lower)),
+    },
   })),
 );
 

@@ -18,10 +18,11 @@ import {
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
-import { checkPreconditions, lockWorldShared } from '../http.js';
+import { checkPreconditions } from '../http/requests.js';
 import { putLink, removeLink } from '../links/change.js';
 import { deleteObject, writeObject } from '../objects/change.js';
 import { applyPatch, checkObject } from '../objects/model.js';
+import { lockWorldShared } from '../worlds/locks.js';
 
 /** A command's outcome and data's write sequence after it (0 when it wrote nothing). */
 interface Applied {

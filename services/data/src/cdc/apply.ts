@@ -2,12 +2,12 @@ import { HttpProblem, ownValue, setOwn } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
-import { inWorldTransaction } from '../http.js';
 import { writeObject } from '../objects/change.js';
 import { checkObject, LIMITS, stringFault } from '../objects/model.js';
 import { objectContext } from '../objects/repository.js';
 import { tombstoneObject } from '../objects/tombstone.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { inWorldTransaction } from '../worlds/locks.js';
 import type { CdcMapping, ChangeRecord } from './mapping.js';
 
 /** Where a record was read: recorded with the position, and the request id of its writes. */

@@ -1,7 +1,7 @@
 import { HttpProblem, newEvent, Outbox, outboxOldestAgeSeconds, type ReceivedEvent, TOPICS } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
-import { announceLinks, announceObjects } from '../admin/routes.js';
+import { announceLinks, announceObjects } from './announce.js';
 
 /**
  * data's side of the consistency checker (docs/adr/0032), on the data-worlds consumer: answers

@@ -2,8 +2,8 @@ import { Conflict, NotFound, Outbox, StaleWriteError } from '@onto/shared';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { commitTime, linkChange, type Origin } from '../events.js';
-import { worldContext } from '../objects/repository.js';
 import { linkTypeOf, notProvisioned } from '../schema/lookup.js';
+import { worldContext } from '../worlds/context.js';
 import { refuseProtected, type WriteVia } from '../worlds/protection.js';
 import { type End, type LinkHead, linkHead, lockEnds, occupant, writeLink } from './repository.js';
 

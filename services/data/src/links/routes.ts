@@ -17,17 +17,17 @@ import type pg from 'pg';
 import {
   CAUSED_BY_HEADER,
   checkPreconditions,
-  inWorldTransaction,
   keyParam,
   OBJECT_IF_MATCH,
   originOf,
   Pk,
   preconditionsOf,
   written,
-} from '../http.js';
+} from '../http/requests.js';
+import { At, LIST_COMMIT, NAME } from '../http/schemas.js';
 import { objectAt } from '../objects/repository.js';
-import { At, LIST_COMMIT, NAME } from '../objects/routes.js';
 import { linkTypeOf, objectTypeOf } from '../schema/lookup.js';
+import { inWorldTransaction } from '../worlds/locks.js';
 import { pinnedRead } from '../worlds/refs.js';
 import { type LinkChange, putLink, removeLink } from './change.js';
 import { traverse } from './repository.js';

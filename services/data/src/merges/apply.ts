@@ -1,9 +1,9 @@
 import { canonicalJson, ownValue } from '@onto/shared';
 import type pg from 'pg';
 import type { Origin } from '../events.js';
-import { lockWorldShared } from '../http.js';
 import { linksTouching } from '../links/repository.js';
 import { checkObject } from '../objects/model.js';
+import { lockWorldShared } from '../worlds/locks.js';
 import { type State, sameState } from './classify.js';
 import { finalState, loadItems, loadMerge, type MergeRow, personChose, type StoredItem } from './items.js';
 import { schemaDocument } from './plan.js';

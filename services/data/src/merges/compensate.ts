@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { lockWorldShared } from '../http.js';
+import { lockWorldShared } from '../worlds/locks.js';
 import { originOf, recordWritten } from './apply.js';
 import type { State } from './classify.js';
 import { loadItems, loadMerge, type StoredItem } from './items.js';

@@ -1,5 +1,5 @@
 import type { Queryable } from '@onto/shared';
-import { type Interval, intervals, type Point } from '../worlds/diff.js';
+import { type Interval, intervals, type Point } from '../worlds/intervals.js';
 import { chainOf } from '../worlds/refs.js';
 import type { State } from './classify.js';
 

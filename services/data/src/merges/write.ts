@@ -2,7 +2,7 @@ import { copyField, copyLines, laneOf, Outbox, TOPICS, uuidv7 } from '@onto/shar
 import type pg from 'pg';
 import { commitTime, linkChange, type Origin, objectChangeTemplate } from '../events.js';
 import { writeLink } from '../links/repository.js';
-import { keepSuperseded } from '../objects/repository.js';
+import { HEAD_COPY, LOCK_HEADS, replaceHeads, takeSeqs } from '../objects/heads.js';
 import type { State } from './classify.js';
 
 /*
@@ -48,16 +48,6 @@ export class Moved extends Error {
 const ORDER = (a: { type: string; pk: string }, b: { type: string; pk: string }) =>
   a.type === b.type ? (a.pk < b.pk ? -1 : a.pk > b.pk ? 1 : 0) : a.type < b.type ? -1 : 1;
 
-/** `n` values of data_seq, ascending, taken while the tables are locked (inside the commit cut). */
-async function takeSeqs(tx: pg.ClientBase, n: number): Promise<number[]> {
-  if (n === 0) return [];
-  const { rows } = await tx.query<{ s: string }>(
-    `SELECT nextval('data_seq') AS s FROM generate_series(1, $1) ORDER BY 1`,
-    [n],
-  );
-  return rows.map((r) => Number(r.s));
-}
-
 /**
  * Locks the target's heads of the keys (in key order) and checks that each still is the head the
  * caller expects; throws Moved naming the first that is not. Then writes them all and adds their
@@ -74,7 +64,7 @@ export async function writeObjects(
   const out = new Map<number, { seq: number; version: number }>();
   if (puts.length === 0) return out;
   puts.sort(ORDER);
-  await tx.query('LOCK TABLE object_heads, object_history IN ROW EXCLUSIVE MODE');
+  await tx.query(LOCK_HEADS);
   const { rows: heads } = await tx.query<{ type: string; pk: string; seq: string }>(
     `SELECT h.type, h.pk, h.seq FROM unnest($2::text[], $3::text[]) AS k(type, pk)
        JOIN object_heads h ON h.world_id = $1 AND h.type = k.type AND h.pk = k.pk
@@ -95,7 +85,7 @@ export async function writeObjects(
   try {
     await copyLines(
       tx,
-      'object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)',
+      HEAD_COPY,
       (function* () {
         for (const p of inserts) {
           const w = out.get(p.n) as { seq: number; version: number };
@@ -117,19 +107,12 @@ export async function writeObjects(
         return { type: p.type, pk: p.pk, version: w.version, seq: w.seq, props: p.after };
       }),
     );
-    const updated = await tx.query(
-      `WITH u AS (SELECT * FROM jsonb_to_recordset($3::jsonb) AS u(type text, pk text, version bigint, seq bigint, props jsonb)),
-       ${keepSuperseded('u JOIN object_heads o ON o.world_id = $1 AND o.type = u.type AND o.pk = u.pk AND o.version = u.version - 1', 'u.seq')}
-       UPDATE object_heads o
-          SET version = u.version, seq = u.seq, deleted = u.props IS NULL OR u.props = 'null'::jsonb,
-              properties = CASE WHEN u.props = 'null'::jsonb THEN NULL ELSE u.props END, schema_version = $2,
-              actor = $4, request_id = $5, updated_at = now(),
-              created_at = CASE WHEN o.deleted THEN now() ELSE o.created_at END
-         FROM u
-        WHERE o.world_id = $1 AND o.type = u.type AND o.pk = u.pk AND o.version = u.version - 1`,
-      [world, schemaVersion, list, origin.actor, origin.requestId],
+    const updated = await replaceHeads(
+      tx,
+      { worldId: world, schemaVersion, actor: origin.actor, requestId: origin.requestId },
+      list,
     );
-    if (updated.rowCount !== updates.length) throw new Moved('an object of the target (its version moved)');
+    if (updated !== updates.length) throw new Moved('an object of the target (its version moved)');
   }
   await objectEvents(tx, world, puts, out, schemaVersion, origin, topicPrefix);
   return out;

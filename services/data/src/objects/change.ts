@@ -18,23 +18,30 @@ import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { Counter } from 'prom-client';
 import { COMMIT_TIME, commitTime, type Origin, objectChange } from '../events.js';
-import { retryWriteConflicts, WORLD_LOCK_SPACE, worldLockKey } from '../http.js';
 import type { LiveLink } from '../links/repository.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { retryWriteConflicts, WORLD_LOCK_SPACE, worldLockKey } from '../worlds/locks.js';
 import { protectionColumns, refuseProtected, type WriteVia } from '../worlds/protection.js';
+import {
+  createdMeanwhile,
+  type HeadWrite,
+  insertHead,
+  insertHeadsStatement,
+  LOCK_HEADS,
+  seqsOf,
+  TAKE_SEQS,
+  updateHead,
+  updateHeadsStatement,
+} from './heads.js';
 import { type Checked, capped, type Properties } from './model.js';
 import {
   CONTEXT_HEAD,
   type ContextRow,
   contextOf,
   type Head,
-  type HeadWrite,
   inheritedSql,
-  insertHead,
-  keepSuperseded,
   type ObjectContext,
   objectContext,
-  updateHead,
 } from './repository.js';
 import { tombstoneObject } from './tombstone.js';
 
@@ -264,12 +271,6 @@ export interface ObjectWriteStats {
 
 const keyOf = (w: ObjectWrite) => `${w.worldId}\u0000${w.typeName}\u0000${w.pk}`;
 
-/** unique_violation on object_heads' primary key: the key was created by someone else meanwhile. */
-const createdConcurrently = (error: unknown) => {
-  const e = error as { code?: unknown; constraint?: unknown } | null;
-  return e?.code === '23505' && e.constraint === 'object_heads_pkey';
-};
-
 /**
  * The heads of several objects (any worlds, any types), locked in the database's order of
  * (world, type, pk) — the order in which bulk writes lock theirs (ORDER BY pk), so that neither
@@ -291,37 +292,6 @@ const CONTEXTS = `SELECT i.n, EXISTS (SELECT 1 FROM worlds WHERE id = i.world_id
    ) h ON true
    ${inheritedSql('i.world_id', 'i.type', 'i.pk')}
   ORDER BY i.n`;
-
-const ROWS = `unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::text[], $8::text[], $9::bigint[])
-    AS i(world_id, type, pk, version, properties, schema_version, actor, request_id, seq)`;
-
-/** New heads (a key created meanwhile fails the statement: unique_violation); no history yet (docs/adr/0017). */
-const INSERT_HEADS = `INSERT INTO object_heads
-     (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)
-   SELECT world_id, type, pk, version, seq, false, properties::jsonb, schema_version, actor, request_id FROM ${ROWS}`;
-
-/** Next versions of heads this transaction holds locked; the versions they supersede go to history. */
-const UPDATE_HEADS = `WITH i AS (SELECT * FROM ${ROWS}),
-   ${keepSuperseded('i JOIN object_heads o ON o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk', 'i.seq')}
-   UPDATE object_heads AS o
-      SET version = i.version, seq = i.seq, deleted = false, properties = i.properties::jsonb,
-          schema_version = i.schema_version, actor = i.actor, request_id = i.request_id, updated_at = now(),
-          created_at = CASE WHEN o.deleted THEN now() ELSE o.created_at END
-     FROM i WHERE o.world_id = i.world_id AND o.type = i.type AND o.pk = i.pk`;
-
-function headRows(writes: { change: HeadWrite; seq: number }[]): Statement['values'] {
-  return [
-    writes.map((x) => x.change.worldId),
-    writes.map((x) => x.change.type),
-    writes.map((x) => x.change.pk),
-    writes.map((x) => x.change.version),
-    writes.map((x) => JSON.stringify(x.change.properties)),
-    writes.map((x) => x.change.schemaVersion),
-    writes.map((x) => x.change.actor),
-    writes.map((x) => x.change.requestId),
-    writes.map((x) => x.seq),
-  ];
-}
 
 /**
  * Single-object writes that own their transaction (REST PUT and PATCH), docs/adr/0013 and 0015.
@@ -431,7 +401,7 @@ export class ObjectWrites {
     const once = async () => {
       const outcomes = new Map<ObjectWrite, Outcome>();
       await this.commit([w], outcomes).catch((error: unknown) => {
-        if (createdConcurrently(error))
+        if (createdMeanwhile(error))
           throw new StaleWriteError(`${w.worldId}/${w.typeName}/${w.pk} was created concurrently`);
         throw error;
       });
@@ -485,7 +455,7 @@ export class ObjectWrites {
     await inTransactionTogether(
       this.app.pg,
       [
-        { text: 'LOCK TABLE object_heads, object_history IN ROW EXCLUSIVE MODE' },
+        { text: LOCK_HEADS },
         {
           text: 'SELECT pg_advisory_xact_lock_shared($1, k) FROM unnest($2::int[]) AS k',
           values: [WORLD_LOCK_SPACE, worldKeys],
@@ -495,7 +465,7 @@ export class ObjectWrites {
           values: [writes.map((w) => w.worldId), writes.map((w) => w.typeName), writes.map((w) => w.pk)],
         },
         {
-          text: `SELECT nextval('data_seq')::text AS seq, ${COMMIT_TIME} AS at FROM generate_series(1, $1)`,
+          text: TAKE_SEQS(`, ${COMMIT_TIME} AS at`),
           values: [writes.length],
         },
       ],
@@ -506,7 +476,7 @@ export class ObjectWrites {
           seq: number;
           event: OutboxMessage;
         }[] = [];
-        const free = (seqs?.rows ?? []).map((r) => Number(r.seq));
+        const free = seqsOf(seqs?.rows[0] as { seqs: string | null } | undefined, writes.length);
         // The audit records of the writes that succeed, unchanged ones included (docs/adr/0084).
         const audits: OutboxMessage[] = [];
         for (const [i, w] of writes.entries()) {
@@ -542,16 +512,10 @@ export class ObjectWrites {
         const events: OutboxMessage[] = [...plans.map((p) => p.event), ...audits];
         const last: Statement[] = [];
         if (created.length > 0) {
-          last.push({
-            text: INSERT_HEADS,
-            values: headRows(created.map((p) => ({ change: p.plan.change, seq: p.seq }))),
-          });
+          last.push(insertHeadsStatement(created.map((p) => ({ change: p.plan.change, seq: p.seq }))));
         }
         if (updated.length > 0) {
-          last.push({
-            text: UPDATE_HEADS,
-            values: headRows(updated.map((p) => ({ change: p.plan.change, seq: p.seq }))),
-          });
+          last.push(updateHeadsStatement(updated.map((p) => ({ change: p.plan.change, seq: p.seq }))));
         }
         last.push(new Outbox(tx, this.app.topicPrefix).addStatement(events));
         return { value: undefined, last };

@@ -1,5 +1,6 @@
 import type { Queryable } from '@onto/shared';
-import { protectionColumns, protectionOf, type WorldProtection } from '../worlds/protection.js';
+import type { WorldContext } from '../worlds/context.js';
+import { protectionColumns, protectionOf } from '../worlds/protection.js';
 import type { Segment } from '../worlds/refs.js';
 import { type Filter, type Properties, SQL_OPS } from './model.js';
 
@@ -17,39 +18,9 @@ export interface Head {
   inherited?: boolean;
 }
 
-export interface ObjectContext {
-  /** The world is provisioned here (data's `worlds`). */
-  provisioned: boolean;
-  /** The world is a fork (it reads through a base; docs/adr/0023). */
-  forked?: boolean;
-  /** The world's applied schema version (0 before the first). */
-  schemaVersion: number;
-  /** The world's protection (docs/adr/0058). */
-  protection?: WorldProtection;
+/** The world and the object's head, as a write or a read of one object sees them. */
+export interface ObjectContext extends WorldContext {
   head: Head | null;
-}
-
-/** The world and its schema version, for routes about no single object. */
-export async function worldContext(db: Queryable, worldId: string): Promise<Omit<ObjectContext, 'head'>> {
-  const { rows } = await db.query<{
-    provisioned: boolean;
-    forked: boolean;
-    schema_version: number;
-    require_merge: boolean;
-    allow_actions: boolean;
-  }>(
-    `SELECT w.id IS NOT NULL AS provisioned, w.base_world IS NOT NULL AS forked,
-            (SELECT coalesce(max(version), 0) FROM schema_versions WHERE world_id = $1) AS schema_version,
-            ${protectionColumns('w')}
-       FROM (SELECT 1) one LEFT JOIN worlds w ON w.id = $1`,
-    [worldId],
-  );
-  return {
-    provisioned: rows[0]?.provisioned ?? false,
-    forked: rows[0]?.forked ?? false,
-    schemaVersion: rows[0]?.schema_version ?? 0,
-    protection: protectionOf(rows[0]),
-  };
 }
 
 /** Row locks a read may take on the head: writers update it, link creators only need it to stay. */
@@ -137,84 +108,6 @@ export function contextOf(row: ContextRow | undefined): ObjectContext {
             ...(row.inherited ? { inherited: true } : {}),
           },
   };
-}
-
-export interface HeadWrite {
-  worldId: string;
-  type: string;
-  pk: string;
-  version: number;
-  /** null writes a tombstone. */
-  properties: Properties | null;
-  schemaVersion: number;
-  actor: string;
-  requestId: string;
-}
-
-/** The parameters of INSERT_HEAD and UPDATE_HEAD, $1…$8. */
-const headValues = (w: HeadWrite) => [
-  w.worldId,
-  w.type,
-  w.pk,
-  w.version,
-  w.properties === null ? null : JSON.stringify(w.properties),
-  w.schemaVersion,
-  w.actor,
-  w.requestId,
-];
-
-/**
- * The statement of insertHead, its seq from nextval inside the statement: inside the commit cut of
- * docs/adr/0008.
- */
-const INSERT_HEAD = `INSERT INTO object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)
-   VALUES ($1, $2, $3, $4, nextval('data_seq'), $5::jsonb IS NULL, $5::jsonb, $6, $7, $8)
-   ON CONFLICT (world_id, type, pk) DO NOTHING
-   RETURNING seq`;
-
-/**
- * The CTEs (`prev`, `kept`) that copy the heads an UPDATE of the same statement supersedes into
- * history (docs/adr/0017), with the seq of the write that supersedes them (`supersededBy`, an
- * expression over `heads`; docs/adr/0023); `heads` is a FROM list that names them `o`. The
- * statement's snapshot is taken before its UPDATE, so `prev` reads the versions being replaced.
- */
-export const keepSuperseded = (heads: string, supersededBy: string) => `prev AS (
-     SELECT o.world_id, o.type, o.pk, o.seq, o.version, o.deleted, o.properties, o.schema_version, o.actor,
-            o.request_id, o.updated_at, ${supersededBy} AS superseded_seq
-       FROM ${heads}
-   ), kept AS (
-     INSERT INTO object_history
-       (world_id, type, pk, seq, version, deleted, properties, schema_version, actor, request_id, written_at,
-        superseded_seq)
-     SELECT * FROM prev
-   )`;
-
-/** The next version of a locked head; the version it supersedes goes to history (docs/adr/0017). */
-const UPDATE_HEAD = `WITH s AS (SELECT nextval('data_seq') AS seq),
-   ${keepSuperseded('object_heads o, s WHERE o.world_id = $1 AND o.type = $2 AND o.pk = $3', 's.seq')}
-   UPDATE object_heads
-      SET version = $4, seq = (SELECT seq FROM s), deleted = $5::jsonb IS NULL, properties = $5::jsonb,
-          schema_version = $6, actor = $7, request_id = $8, updated_at = now(),
-          created_at = CASE WHEN deleted THEN now() ELSE created_at END
-    WHERE world_id = $1 AND type = $2 AND pk = $3
-   RETURNING seq`;
-
-/**
- * A new head (its current version; no history row until it is superseded); the write's seq from
- * data_seq is taken inside the statement that holds the tables' locks (see the commit cut in
- * docs/adr/0008). null when another transaction created the key first.
- */
-export async function insertHead(tx: Queryable, w: HeadWrite): Promise<number | null> {
-  const { rows } = await tx.query<{ seq: number }>(INSERT_HEAD, headValues(w));
-  return rows[0]?.seq ?? null;
-}
-
-/** The next version of a head the caller has locked, the superseded one kept in history; returns the write's seq. */
-export async function updateHead(tx: Queryable, w: HeadWrite): Promise<number> {
-  const { rows } = await tx.query<{ seq: number }>(UPDATE_HEAD, headValues(w));
-  const seq = rows[0]?.seq;
-  if (seq === undefined) throw new Error(`head ${w.worldId}/${w.type}/${w.pk} vanished under its lock`);
-  return seq;
 }
 
 export type ObjectRow = {

@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
-  AT_PATTERN,
   BadRequest,
   BODY_LIMITS,
   decodeCursor,
@@ -22,22 +21,23 @@ import fp from 'fastify-plugin';
 import {
   CAUSED_BY_HEADER,
   checkPreconditions,
-  inWorldTransaction,
   keyParam,
   OBJECT_IF_MATCH,
   originOf,
   Pk,
   preconditionsOf,
   written,
-} from '../http.js';
+} from '../http/requests.js';
+import { At, LIST_COMMIT, NAME } from '../http/schemas.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
 import { latestSeries } from '../series/latest.js';
+import { worldContext } from '../worlds/context.js';
+import { inWorldTransaction } from '../worlds/locks.js';
 import { pinnedRead, resolveRef } from '../worlds/refs.js';
 import { deleteObject, ObjectWrites, type ObjectWritesOptions } from './change.js';
 import { applyPatch, type Checked, checkObject, type Filter, parseFilter } from './model.js';
-import { type Head, listObjects, objectAt, objectContext, objectHistory, worldContext } from './repository.js';
+import { type Head, listObjects, objectAt, objectContext, objectHistory } from './repository.js';
 
-export const NAME = '^[A-Za-z][A-Za-z0-9_]{0,62}$';
 const errors = problemResponses(400, 401, 403, 404, 409, 412, 413, 422, 503);
 /** Reads at a ref: also 410 before the retained horizon (docs/adr/0072). */
 const readErrors = problemResponses(400, 401, 403, 404, 409, 410, 412, 413, 422, 503);
@@ -50,24 +50,6 @@ const ObjectParams = Type.Object({
   type: Type.String({ pattern: NAME }),
   pk: Pk(),
 });
-/** The `commit` of a list's answer (docs/adr/0071). */
-export const LIST_COMMIT = Type.Integer({
-  minimum: 0,
-  description:
-    'the data commit this page reads (every page of the list reads the same one): `GET …/events?from=<commit>` streams exactly the changes after it. Cut when the first page is read; with read replicas, a request without X-Consistency-Token may read the newest commit a replica has, up to REPLICA_CUT_MS plus its lag older',
-});
-
-/** What `?at=` takes: a commit, an RFC 3339 instant with an offset, or a tag name (control's TAG_NAME). */
-export { AT_PATTERN };
-/** `?at=`: the ref a read looks at (docs/adr/0023). */
-export const At = Type.Optional(
-  Type.String({
-    maxLength: 100,
-    pattern: AT_PATTERN,
-    description:
-      "read at a ref: a data commit (the n of X-Consistency-Token: data=<n>), an RFC 3339 instant with an offset, or a tag of this world (the commit data cut for it: the same answer as ?at=<that commit>); absent: now. A commit ahead of data's head, a name that is no tag of the world (or a tag data has not positioned yet: its vector has no data part) 404; a commit or instant before the world existed, or an instant in the future, 422; anything else 400 — each naming querystring/at. In a fork, reads go up to the base at the fork point.",
-  }),
-);
 const ReadHeaders = Type.Object({
   'x-consistency-token': Headers.consistencyToken('control=<schema version>: wait (bounded) until data has applied it'),
 });

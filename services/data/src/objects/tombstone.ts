@@ -2,7 +2,8 @@ import { Outbox, type SchemaDocument, StaleWriteError } from '@onto/shared';
 import type pg from 'pg';
 import { commitTime, linkChange, type Origin, objectChange } from '../events.js';
 import { type LiveLink, linksTouching, lockInherited, writeLink } from '../links/repository.js';
-import { type Head, insertHead, updateHead } from './repository.js';
+import { insertHead, updateHead } from './heads.js';
+import type { Head } from './repository.js';
 
 export interface Tombstone {
   worldId: string;

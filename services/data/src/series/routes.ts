@@ -21,12 +21,13 @@ import {
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { CAUSED_BY_HEADER, inWorldTransaction, keyParam, originOf, Pk } from '../http.js';
+import { CAUSED_BY_HEADER, keyParam, originOf, Pk } from '../http/requests.js';
+import { At, NAME } from '../http/schemas.js';
 import { ndjsonLines } from '../ndjson.js';
 import { LIMITS } from '../objects/model.js';
-import { worldContext } from '../objects/repository.js';
-import { At, NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { worldContext } from '../worlds/context.js';
+import { inWorldTransaction } from '../worlds/locks.js';
 import { refuseProtected } from '../worlds/protection.js';
 import { resolveRef } from '../worlds/refs.js';
 import {

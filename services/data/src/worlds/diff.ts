@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
+  AT_PATTERN,
   BadRequest,
   canonicalJson,
   decodeCursor,
@@ -14,9 +15,10 @@ import {
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import { NAME } from '../http/schemas.js';
 import type { Properties } from '../objects/model.js';
-import { AT_PATTERN, NAME } from '../objects/routes.js';
-import { chainOf, resolveRef, type Segment } from './refs.js';
+import { type Interval, intervals, type Point } from './intervals.js';
+import { chainOf, resolveRef } from './refs.js';
 
 /*
  * Diffs of worlds (docs/adr/0023): two points — a world at a commit, read up its chain — compared
@@ -25,36 +27,6 @@ import { chainOf, resolveRef, type Segment } from './refs.js';
  * wrote when only one chain reads it) are the candidates; each is then read at both points.
  * Writes found through (world, seq) indexes: the cost follows the changes, not the worlds' size.
  */
-
-/** A world read at a commit for a diff (numbers throughout: "now" is pinned to data's head). */
-export interface Point {
-  world: string;
-  commit: number;
-  chain: Segment[];
-}
-
-/** Where the writes that can differ between two points are, and which point sees them. */
-export interface Interval {
-  world: string;
-  lo: number;
-  hi: number;
-  side: 'from' | 'to';
-}
-
-export function intervals(a: Point, b: Point): Interval[] {
-  const upTo = (p: Point, world: string) => p.chain.find((s) => s.world === world)?.upTo ?? null;
-  const worlds = [...new Set([...a.chain, ...b.chain].map((s) => s.world))];
-  const out: Interval[] = [];
-  for (const world of worlds) {
-    const ua = upTo(a, world);
-    const ub = upTo(b, world);
-    if (ua !== null && ub !== null) {
-      if (ua !== ub) out.push({ world, lo: Math.min(ua, ub), hi: Math.max(ua, ub), side: ub > ua ? 'to' : 'from' });
-    } else if (ua !== null) out.push({ world, lo: 0, hi: ua, side: 'from' });
-    else if (ub !== null) out.push({ world, lo: 0, hi: ub, side: 'to' });
-  }
-  return out;
-}
 
 const ivValues = (iv: Interval[]) => [
   iv.map((i) => i.world),

@@ -11,10 +11,10 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type pg from 'pg';
 import { checkerAnswers } from '../checker/answers.js';
-import { lockWorldForDrop } from '../http.js';
 import { dropWorldSeries } from '../series/repository.js';
 import { cutCommitIn } from '../storage/commit.js';
 import { keptPoints } from '../storage/horizon.js';
+import { lockWorldForDrop } from './locks.js';
 import { commitAtInstant } from './refs.js';
 import { applyRetention } from './retention.js';
 

@@ -14,16 +14,17 @@ import {
 } from '@onto/shared';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { CAUSED_BY_HEADER, inWorldTransaction, originOf } from '../http.js';
+import { CAUSED_BY_HEADER, originOf } from '../http/requests.js';
+import { NAME } from '../http/schemas.js';
 import { ndjsonLines } from '../ndjson.js';
 import { checkObject, pointer } from '../objects/model.js';
-import { worldContext } from '../objects/repository.js';
-import { NAME } from '../objects/routes.js';
 import { notProvisioned, objectTypeOf } from '../schema/lookup.js';
+import { worldContext } from '../worlds/context.js';
+import { inWorldTransaction } from '../worlds/locks.js';
 import { refuseProtected } from '../worlds/protection.js';
 import { type BulkInput, type BulkRow, byNamedPk, writeBulk } from './repository.js';
 
-export const BULK = {
+const BULK = {
   /** Objects in one request; more is a 413. */
   maxObjects: 100_000,
   /** Bytes of one request body (this route only); more is a 413. */
@@ -39,7 +40,7 @@ export const BULK = {
 const NDJSON = 'application/x-ndjson';
 
 /** A fault of one row of a bulk body: its 1-based line (NDJSON) or array position + 1 (JSON). */
-export interface LineError {
+interface LineError {
   line: number;
   path: string;
   message: string;
@@ -70,7 +71,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 const tooMany = () => new PayloadTooLarge(`a bulk write takes at most ${BULK.maxObjects} objects`);
 
 /** The primary key a row names, unchecked, as its pk would be spelled; null when it names none. */
-export function primaryKeyOf(type: ObjectType, value: unknown): string | null {
+function primaryKeyOf(type: ObjectType, value: unknown): string | null {
   if (!isObject(value) || !isObject(value.properties)) return null;
   // Own only: a row without a key named `constructor` names none, not Object's constructor.
   const given = ownValue(value.properties, type.primaryKey);
@@ -82,7 +83,7 @@ export function primaryKeyOf(type: ObjectType, value: unknown): string | null {
  * A check of one row as PUT would check it: records the row's faults, by line, in `errors` and
  * answers the checked row (its pk and canonical properties, all that is kept of it), or null.
  */
-export function checkRow(type: ObjectType, line: number, value: unknown, errors: LineError[]): BulkInput | null {
+function checkRow(type: ObjectType, line: number, value: unknown, errors: LineError[]): BulkInput | null {
   const pkPath = `/properties/${pointer(type.primaryKey)}`;
   if (!isObject(value)) {
     errors.push({ line, path: '', message: 'must be {"properties": {…}}' });
@@ -114,7 +115,7 @@ export function checkRow(type: ObjectType, line: number, value: unknown, errors:
  * Refuses a primary key given on an earlier line. Rows must come sorted by pk, in line order among
  * equal ones (writeBulk's order), so that a repeated key is always right after its first line.
  */
-export function duplicateChecker(type: ObjectType, errors: LineError[]): (row: BulkInput) => BulkRow | null {
+function duplicateChecker(type: ObjectType, errors: LineError[]): (row: BulkInput) => BulkRow | null {
   const pkPath = `/properties/${pointer(type.primaryKey)}`;
   let last: BulkInput | undefined;
   return (row) => {

@@ -11,8 +11,8 @@ import {
 } from '@onto/shared';
 import type pg from 'pg';
 import { type ChangeField, commitTime, type Origin, objectChange, objectChangeTemplate } from '../events.js';
+import { createdMeanwhile, HEAD_COPY, LOCK_HEADS, replaceHeads, takeSeqs } from '../objects/heads.js';
 import type { Properties } from '../objects/model.js';
-import { keepSuperseded } from '../objects/repository.js';
 
 /** A checked row of a bulk write: its primary key and its normalised properties as canonical JSON. */
 export interface BulkRow {
@@ -40,7 +40,6 @@ export interface BulkWriter {
 
 /** The fields of a new object's event, but its pk. */
 const NEW = { kind: 'created', version: 1, seq: 0, before: null, after: {} } as const;
-const UNIQUE_VIOLATION = '23505';
 const stale = (w: BulkWriter) =>
   new StaleWriteError(`objects of ${w.worldId}/${w.type} were written concurrently with a bulk write`);
 
@@ -75,18 +74,6 @@ export function byNamedPk(a: BulkInput, b: BulkInput): number {
   return a.pk < b.pk ? -1 : 1;
 }
 
-/** `n` values of data_seq in one statement, ascending. */
-async function takeSeqs(tx: pg.PoolClient, n: number): Promise<number[]> {
-  if (n === 0) return [];
-  const { rows } = await tx.query<{ seqs: string }>(
-    `SELECT string_agg(s::text, ',' ORDER BY s) AS seqs FROM (SELECT nextval('data_seq') AS s FROM generate_series(1, $1)) n`,
-    [n],
-  );
-  const seqs = (rows[0]?.seqs ?? '').split(',').map(Number);
-  if (seqs.length !== n) throw new Error(`took ${seqs.length} seqs for ${n} rows`);
-  return seqs;
-}
-
 /**
  * Creates or replaces the checked rows of a bulk body in the caller's transaction. `check`
  * refuses a pk given twice (seeing rows in byNamedPk order), records the fault and answers the
@@ -119,7 +106,7 @@ export async function writeBulk(
   const pks: string[] = [];
   for (const row of input) if (row.pk !== pks[pks.length - 1]) pks.push(row.pk);
 
-  await tx.query('LOCK TABLE object_heads, object_history IN ROW EXCLUSIVE MODE');
+  await tx.query(LOCK_HEADS);
   // Which of the pks have a head: first the heads between the least and the greatest of them (in
   // the database's collation), at most as many as the pks. New keys usually find none there,
   // where probing the index for every key costs 3-8 µs a key. When the span holds more heads
@@ -201,7 +188,7 @@ export async function writeBulk(
   try {
     await copyLines(
       tx,
-      'object_heads (world_id, type, pk, version, seq, deleted, properties, schema_version, actor, request_id)',
+      HEAD_COPY,
       (function* () {
         for (const item of input) {
           const row = check(item);
@@ -237,8 +224,7 @@ export async function writeBulk(
     );
   } catch (error) {
     // A key created since the locking read (by a writer not yet committed then).
-    const { code, constraint } = error as { code?: string; constraint?: string };
-    if (code === UNIQUE_VIOLATION && constraint === 'object_heads_pkey') throw stale(w);
+    if (createdMeanwhile(error)) throw stale(w);
     throw error;
   }
   if (faulty) return null;
@@ -253,19 +239,19 @@ export async function writeBulk(
       (p) => `{"pk":${JSON.stringify(p.row.pk)},"version":${p.version},"seq":${p.seq},"props":${p.row.json}}`,
     );
     // The versions they supersede go to history (docs/adr/0017).
-    const updated = await tx.query(
-      `WITH u AS (SELECT * FROM jsonb_to_recordset($4::jsonb) AS u(pk text, version bigint, seq bigint, props jsonb)),
-       ${keepSuperseded('u JOIN object_heads o ON o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1', 'u.seq')}
-       UPDATE object_heads o
-          SET version = u.version, seq = u.seq, deleted = false, properties = u.props, schema_version = $3,
-              actor = $5, request_id = $6, updated_at = now(),
-              created_at = CASE WHEN o.deleted THEN now() ELSE o.created_at END
-         FROM u
-        WHERE o.world_id = $1 AND o.type = $2 AND o.pk = u.pk AND o.version = u.version - 1`,
-      [w.worldId, w.type, w.schemaVersion, `[${list.join(',')}]`, w.origin.actor, w.origin.requestId],
+    const updated = await replaceHeads(
+      tx,
+      {
+        worldId: w.worldId,
+        type: w.type,
+        schemaVersion: w.schemaVersion,
+        actor: w.origin.actor,
+        requestId: w.origin.requestId,
+      },
+      `[${list.join(',')}]`,
     );
     // The heads are locked, so this holds; a head that moved anyway is never written backwards.
-    if (updated.rowCount !== replaced.length) throw stale(w);
+    if (updated !== replaced.length) throw stale(w);
   }
 
   await bundles.write();
