@@ -53,7 +53,7 @@ export {
   ifMatchPattern,
   requestHeader,
 } from './http/headers.js';
-export { CheckFailed, healthPlugin, type ReadinessCheck, withTimeout } from './http/health.js';
+export { healthPlugin } from './http/health.js';
 export {
   installBoundedJsonParser,
   JSON_MAX_DEPTH,
@@ -149,10 +149,12 @@ export {
   auditMessage,
   recordAudit,
 } from './outbox/audit.js';
+export { BUNDLE_MAX, OutboxBundles } from './outbox/bundle.js';
 export * from './outbox/outbox.js';
 export { outboxPositions } from './outbox/positions.js';
 export * from './outbox/record-limits.js';
 export * from './outbox/relay.js';
+export { CheckFailed, type ReadinessCheck, withTimeout } from './readiness.js';
 export { createRedis, redisPlugin } from './redis/redis.js';
 export {
   applyTraced,

@@ -2,9 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 
-import { type CheckDetails, CheckFailed, type ReadinessCheck, withTimeout } from '../readiness.js';
-
-export { type CheckDetails, CheckFailed, type ReadinessCheck, withTimeout };
+import { CheckFailed, type ReadinessCheck, withTimeout } from '../readiness.js';
 
 export interface ReadinessCheckOptions {
   /**

@@ -18,9 +18,9 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import pg from 'pg';
 import { Counter, Gauge } from 'prom-client';
+import { CheckFailed } from '../readiness.js';
 import { consistencyToken } from './consistency.js';
 import { requestHeader } from './headers.js';
-import { CheckFailed } from './health.js';
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -6,10 +6,8 @@ import { canonicalJson } from '../json/canonical.js';
 import type { Headers } from '../kafka/broker.js';
 import { type PartitionKey, physicalTopic } from '../kafka/topics.js';
 import { traceparentFor } from '../tracing/context.js';
-import { BUNDLE_MAX, OutboxBundles } from './bundle.js';
+import { OutboxBundles } from './bundle.js';
 import { checkEventBytes } from './record-limits.js';
-
-export { BUNDLE_MAX, OutboxBundles };
 
 import { wakeRelaysAfterCommit } from './signal.js';
 
